@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Pool allocator for compressed payloads.
+ *
+ * Size-class slabs: an object of L bytes (1 <= L <= ZSW_POOL_MAX_OBJECT)
+ * lives in the class whose size is the smallest multiple of
+ * ZSW_POOL_CLASS_STEP that holds it; each class carves slabs (mmap'ed runs
+ * of pages, the count per class chosen to waste the least tail space) into
+ * equal objects. A store batch allocates all of its objects in one call,
+ * taking each class lock once. A slab whose last object is freed goes back
+ * to the system, so the pool shrinks with its content.
+ *
+ * Handles are opaque non-zero integers; the memory behind a handle does not
+ * move while it is allocated. All calls are thread-safe.
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ZSW_PAGE_SIZE 4096u
+#define ZSW_POOL_CLASS_STEP 32u
+#define ZSW_POOL_MAX_OBJECT ZSW_PAGE_SIZE
+
+typedef uint64_t zsw_handle_t;
+
+struct zsw_pool;
+
+struct zsw_pool_stats {
+        uint64_t pool_bytes;    /* bytes of slabs taken from the system */
+        uint64_t used_bytes;    /* bytes of allocated objects, class-rounded */
+        uint64_t objects;       /* allocated objects */
+        uint64_t slabs;         /* slabs currently mapped */
+};
+
+int zsw_pool_new(struct zsw_pool **ret);
+struct zsw_pool *zsw_pool_free(struct zsw_pool *pool);
+
+/* Allocates n objects, object i of sizes[i] bytes, and writes their handles
+ * to ret_handles. All or nothing: on failure (-ENOMEM, or -EINVAL for a size
+ * out of range) nothing stays allocated and ret_handles is untouched. */
+int zsw_pool_alloc_bulk(struct zsw_pool *pool, const uint32_t *sizes, size_t n,
+                        zsw_handle_t *ret_handles);
+
+/* Frees n handles (0 entries are skipped). */
+void zsw_pool_free_bulk(struct zsw_pool *pool, const zsw_handle_t *handles, size_t n);
+
+/* The object's memory; valid until the handle is freed. */
+void *zsw_pool_map(struct zsw_pool *pool, zsw_handle_t handle);
+
+void zsw_pool_get_stats(struct zsw_pool *pool, struct zsw_pool_stats *ret);
