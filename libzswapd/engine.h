@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The engine: everything zswapd does to target processes, behind one
+ * object. It attaches to processes (ptrace-injected userfaultfd), evicts
+ * their cold anonymous pages into the compressed store, serves their faults
+ * from fault-service threads, follows their fork/mremap/munmap/exec/exit,
+ * and detaches leaving nothing behind. The daemon owns one engine and calls
+ * it from its control loop; the engine owns its threads.
+ *
+ * All calls are thread-safe. Functions return 0 (or a count) on success and
+ * a negative errno on failure, with ret_ parameters untouched on failure.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "util.h"
+
+struct zsw_engine;
+
+struct zsw_engine_config {
+        const char *compressor;         /* "lz4" (default when NULL) or "zstd" */
+        int compression_level;          /* zstd level; 0 = library default */
+        bool reject_incompressible;     /* refuse pages that do not shrink */
+        unsigned prefetch_window;       /* pages brought back around a fault, 0 = off */
+        unsigned fault_threads;         /* 0 = one per online CPU, each pinned */
+        const struct zsw_log *log;
+};
+
+/* Why an attach/request failed beyond the errno, for error messages that
+ * tell the user what to do. */
+struct zsw_engine_error {
+        char message[256];
+};
+
+int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **ret);
+
+/* Detaches every target (every page put back) and frees the engine. */
+struct zsw_engine *zsw_engine_free(struct zsw_engine *engine);
+
+/* Attaches to pid. Errors: -ESRCH no such process, -EPERM a kernel thread or
+ * not allowed to ptrace, -EALREADY attached already, -EBUSY traced by
+ * another tracer, -EINVAL the daemon itself or a zombie. err, when not NULL,
+ * receives a one-line explanation. */
+int zsw_engine_attach(struct zsw_engine *engine, pid_t pid, struct zsw_engine_error *err);
+
+/* Puts every stored page of pid back and releases it. -ENOENT if not
+ * attached. */
+int zsw_engine_detach(struct zsw_engine *engine, pid_t pid, struct zsw_engine_error *err);
+
+struct zsw_reclaim_result {
+        uint64_t scanned_pages;         /* present pages considered */
+        uint64_t evicted_pages;         /* dropped from the target, now in the store */
+        uint64_t aborted_pages;         /* eviction cancelled by a racing write */
+        uint64_t refused_pages;         /* the store refused them (limits, incompressible) */
+        uint64_t duration_ns;
+};
+
+/* Evicts present pages of pid's eligible mappings, up to max_bytes
+ * (UINT64_MAX: all of them). */
+int zsw_engine_reclaim(struct zsw_engine *engine, pid_t pid, uint64_t max_bytes,
+                       struct zsw_reclaim_result *ret, struct zsw_engine_error *err);
+
+struct zsw_target_stats {
+        pid_t pid;
+        uint64_t resident_bytes;        /* VmRSS of the target now */
+        uint64_t stored_pages;
+        uint64_t payload_bytes;
+        uint64_t pool_bytes;            /* share of the pool, by payload */
+        uint64_t same_filled_pages;
+        uint64_t evicted_pages;         /* total over the target's life */
+        uint64_t evict_aborted;
+        uint64_t faults;
+        uint64_t zero_faults;           /* faults on pages never taken */
+        uint64_t prefetched_pages;
+        uint64_t prefetch_hits;
+        uint64_t fault_ns_p50, fault_ns_p95, fault_ns_p99;
+};
+
+struct zsw_engine_stats {
+        unsigned targets;
+        uint64_t stored_pages;
+        uint64_t payload_bytes;
+        uint64_t pool_bytes;
+        uint64_t same_filled_pages;
+        uint64_t incompressible_pages;
+        uint64_t faults;
+        uint64_t evicted_pages;
+        uint64_t evict_aborted;
+        uint64_t fault_ns_p50, fault_ns_p95, fault_ns_p99;
+};
+
+int zsw_engine_get_stats(struct zsw_engine *engine, struct zsw_engine_stats *ret);
+int zsw_engine_get_target_stats(struct zsw_engine *engine, pid_t pid, struct zsw_target_stats *ret);
+
+/* Fills up to n attached pids (children followed through fork included);
+ * returns how many are attached in all (may exceed n). */
+size_t zsw_engine_list_targets(struct zsw_engine *engine, pid_t *pids, size_t n);
