@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * What engine.c (targets, attach, detach), fault.c (fault-service threads)
+ * and evict.c (the eviction protocol) share. Not a public interface.
+ *
+ * Locking, outermost first:
+ *   engine->targets_lock (rwlock): fault threads hold it for reading while
+ *     they use target pointers they got from epoll; freeing a target takes
+ *     it for writing after removing the target from every epoll set, so no
+ *     thread can still hold a pointer to it.
+ *   engine->table_lock (mutex): the target list.
+ *   target->serve_lock (mutex): reading and handling a target's uffd
+ *     messages. Held from read(2) until every message of the batch is
+ *     handled, so that events (remap, remove, unmap, fork) and faults are
+ *     handled in the order the kernel queued them: a fault is never served
+ *     from a store view that an earlier event has already changed.
+ *   target->evict_lock (mutex): one eviction (or detach) at a time.
+ *   target->batch_lock (mutex): the state of the eviction in flight,
+ *     shared between the evicting thread and the fault threads.
+ */
+#pragma once
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <sys/uio.h>
+
+#include "engine.h"
+#include "histogram.h"
+#include "store.h"
+
+#define ZSW_EVICT_MAX_PAGES 512u        /* pages per eviction round: one ptrace stop */
+#define ZSW_PREFETCH_MAX 32u
+
+enum evict_state {
+        EVICT_IDLE,             /* no eviction in flight */
+        EVICT_COLLECTING,       /* write-protected, being read and stored */
+        EVICT_DROPPING,         /* committed: the drop is being injected */
+};
+
+/* The eviction in flight of one target: the pages of one round. */
+struct evict_batch {
+        enum evict_state state;
+        size_t n;
+        uint64_t addrs[ZSW_EVICT_MAX_PAGES];     /* sorted */
+        bool cancelled[ZSW_EVICT_MAX_PAGES];
+        size_t n_cancelled;
+        /* Ranges of the drop being injected, to tell its UFFD_EVENT_REMOVE
+         * from the target's own. */
+        const struct iovec *drops;
+        size_t n_drops;
+        /* Threads that wrote during the drop wait for it to finish. */
+        bool wake_pending;
+};
+
+struct zsw_target {
+        struct zsw_engine *engine;
+        pid_t pid;                      /* 0 while a fork child is unidentified */
+        int pidfd;
+        int uffd;                       /* the daemon's reference */
+        int target_uffd;                /* the target's own reference, -1 for fork children */
+        uint64_t scratch;               /* scratch mapping inside the target, 0 if none */
+        size_t scratch_size;
+        struct zsw_owner *owner;
+        _Atomic bool dead;              /* exited or exec'ed: to be reaped */
+
+        pthread_mutex_t serve_lock;
+        pthread_mutex_t evict_lock;
+        pthread_mutex_t batch_lock;
+        struct evict_batch batch;
+
+        /* Prefetch heuristic: a fault next to the previous one means a
+         * sequential stream. Under serve_lock. */
+        uint64_t last_fault_pgno;
+        unsigned prefetch_window;
+
+        struct zsw_histogram fault_hist;
+        _Atomic uint64_t faults, zero_faults, prefetched, prefetch_hits;
+        _Atomic uint64_t evicted, evict_aborted;
+
+        struct zsw_target *next;
+};
+
+struct fault_thread {
+        struct zsw_engine *engine;
+        pthread_t thread;
+        int epfd;
+        int stop_fd;                    /* eventfd: wakes the thread to stop */
+        int cpu;                        /* pinned to, -1 for none */
+        struct zsw_worker *worker;
+        bool started;
+};
+
+struct zsw_engine {
+        struct zsw_engine_config config;
+        const struct zsw_log *log;
+        struct zsw_store *store;
+
+        pthread_mutex_t control_lock;
+        pthread_rwlock_t targets_lock;
+        pthread_mutex_t table_lock;
+        struct zsw_target *targets;
+        unsigned n_targets;
+
+        struct fault_thread *threads;
+        unsigned n_threads;
+
+        /* Reclaim and detach run on the caller's thread with this worker. */
+        pthread_mutex_t worker_lock;
+        struct zsw_worker *worker;
+
+        /* Reaps targets that exited or exec'ed. */
+        pthread_t reaper;
+        int reaper_epfd;
+        int reaper_stop_fd;
+        bool reaper_started;
+};
+
+/* fault.c */
+int fault_threads_start(struct zsw_engine *e);
+void fault_threads_stop(struct zsw_engine *e);
+int fault_threads_add(struct zsw_engine *e, struct zsw_target *t);
+void fault_threads_remove(struct zsw_engine *e, struct zsw_target *t);
+
+/* evict.c */
+int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
+                 struct zsw_reclaim_result *res, struct zsw_engine_error *err);
+int evict_register_ranges(struct zsw_engine *e, struct zsw_target *t);
+/* Called by fault threads with serve_lock held. */
+bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr);
+bool evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, bool unmap);
+
+/* engine.c */
+int engine_add_fork_child(struct zsw_engine *e, struct zsw_target *parent, int child_uffd);
+void engine_mark_dead(struct zsw_engine *e, struct zsw_target *t);

@@ -1,0 +1,680 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The engine: the set of targets, attach and detach, the reaper that
+ * forgets targets that exited or exec'ed, and statistics. Eviction is in
+ * evict.c, fault service in fault.c; engine-internal.h has the locking.
+ *
+ * Control calls (attach, detach, reclaim, stats) are serialized by
+ * control_lock; the reaper takes it too, so a target never disappears
+ * under a control call. Fault threads never take control_lock: an
+ * eviction waits on them (its drop raises an event they must read).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+#include <linux/kcmp.h>
+
+#include "engine-internal.h"
+#include "remote.h"
+#include "uffd.h"
+#include "vma.h"
+
+#define SCRATCH_SIZE (64u * 1024u)
+#define DETACH_CHUNK 64u
+#define PF_KTHREAD 0x00200000u
+
+static const uint64_t uffd_features = UFFD_FEATURE_EVENT_FORK | UFFD_FEATURE_EVENT_REMAP |
+                                      UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP |
+                                      UFFD_FEATURE_THREAD_ID | UFFD_FEATURE_PAGEFAULT_FLAG_WP;
+
+static int fail(struct zsw_engine_error *err, int r, const char *fmt, ...) _printf_(3, 4);
+static int fail(struct zsw_engine_error *err, int r, const char *fmt, ...) {
+        va_list ap;
+
+        if (err) {
+                va_start(ap, fmt);
+                vsnprintf(err->message, sizeof(err->message), fmt, ap);
+                va_end(ap);
+        }
+        return r;
+}
+
+static struct zsw_target *find_target(struct zsw_engine *e, pid_t pid) {
+        struct zsw_target *t;
+
+        pthread_mutex_lock(&e->table_lock);
+        for (t = e->targets; t; t = t->next)
+                if (t->pid == pid && !atomic_load(&t->dead))
+                        break;
+        pthread_mutex_unlock(&e->table_lock);
+        return t;
+}
+
+/* Refuses what cannot or must not be attached, with the reason. */
+static int check_attachable(struct zsw_engine *e, pid_t pid, struct zsw_engine_error *err) {
+        char path[64], buf[1024], *p, state;
+        unsigned long long flags;
+        FILE *f;
+
+        if (pid <= 0)
+                return fail(err, -EINVAL, "invalid process id %d", pid);
+        if (pid == getpid())
+                return fail(err, -EINVAL, "process %d is zswapd itself", pid);
+        if (find_target(e, pid))
+                return fail(err, -EALREADY, "process %d is attached already", pid);
+        snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+        f = fopen(path, "re");
+        if (!f)
+                return fail(err, -ESRCH, "no such process %d", pid);
+        p = fgets(buf, sizeof(buf), f);
+        fclose(f);
+        /* comm may hold spaces and parentheses: parse after the last ')'. */
+        if (!p || !(p = strrchr(buf, ')')) ||
+            sscanf(p + 1, " %c %*d %*d %*d %*d %*d %llu", &state, &flags) != 2)
+                return fail(err, -ESRCH, "cannot read the state of process %d", pid);
+        if (flags & PF_KTHREAD)
+                return fail(err, -EPERM, "process %d is a kernel thread: it has no user memory", pid);
+        if (state == 'Z' || state == 'X')
+                return fail(err, -EINVAL, "process %d is a zombie: it has exited", pid);
+
+        snprintf(path, sizeof(path), "/proc/%d/status", pid);
+        f = fopen(path, "re");
+        if (!f)
+                return fail(err, -ESRCH, "no such process %d", pid);
+        while (fgets(buf, sizeof(buf), f)) {
+                int tracer;
+
+                if (sscanf(buf, "TracerPid: %d", &tracer) == 1 && tracer != 0) {
+                        fclose(f);
+                        return fail(err, -EBUSY,
+                                    "process %d is traced by process %d (a debugger?); detach it first",
+                                    pid, tracer);
+                }
+        }
+        fclose(f);
+        return 0;
+}
+
+static struct zsw_target *target_new(struct zsw_engine *e, pid_t pid) {
+        struct zsw_target *t = calloc(1, sizeof(*t));
+
+        if (!t)
+                return NULL;
+        t->engine = e;
+        t->pid = pid;
+        t->pidfd = t->uffd = t->target_uffd = -EBADF;
+        pthread_mutex_init(&t->serve_lock, NULL);
+        pthread_mutex_init(&t->evict_lock, NULL);
+        pthread_mutex_init(&t->batch_lock, NULL);
+        return t;
+}
+
+static struct zsw_target *target_free(struct zsw_target *t) {
+        if (!t)
+                return NULL;
+        zsw_store_owner_free(t->owner);
+        safe_close(t->uffd);
+        safe_close(t->pidfd);
+        pthread_mutex_destroy(&t->serve_lock);
+        pthread_mutex_destroy(&t->evict_lock);
+        pthread_mutex_destroy(&t->batch_lock);
+        free(t);
+        return NULL;
+}
+
+/* Makes t live: fault threads serve it, the reaper watches it. */
+static int target_publish(struct zsw_engine *e, struct zsw_target *t) {
+        int r = fault_threads_add(e, t);
+
+        if (r < 0)
+                return r;
+        if (t->pidfd >= 0) {
+                struct epoll_event ev = { .events = EPOLLIN, .data.ptr = t };
+
+                if (epoll_ctl(e->reaper_epfd, EPOLL_CTL_ADD, t->pidfd, &ev) < 0) {
+                        r = -errno;
+                        fault_threads_remove(e, t);
+                        return r;
+                }
+        }
+        pthread_mutex_lock(&e->table_lock);
+        t->next = e->targets;
+        e->targets = t;
+        e->n_targets++;
+        pthread_mutex_unlock(&e->table_lock);
+        return 0;
+}
+
+/* The opposite of target_publish; afterwards t may be freed. */
+static void target_unpublish(struct zsw_engine *e, struct zsw_target *t) {
+        pthread_mutex_lock(&e->table_lock);
+        for (struct zsw_target **p = &e->targets; *p; p = &(*p)->next)
+                if (*p == t) {
+                        *p = t->next;
+                        e->n_targets--;
+                        break;
+                }
+        pthread_mutex_unlock(&e->table_lock);
+        if (t->pidfd >= 0)
+                epoll_ctl(e->reaper_epfd, EPOLL_CTL_DEL, t->pidfd, NULL);
+        fault_threads_remove(e, t);
+}
+
+/* Removes what attach left inside the target: its uffd reference and the
+ * scratch mapping. */
+static int target_cleanup_remote(struct zsw_engine *e, struct zsw_target *t) {
+        _cleanup_remote_ struct zsw_remote *remote = NULL;
+        int r;
+
+        if (t->target_uffd < 0 && !t->scratch)
+                return 0;
+        r = zsw_remote_seize(t->pid, e->log, &remote);
+        if (r < 0)
+                return r;
+        if (t->target_uffd >= 0)
+                zsw_remote_close(remote, t->target_uffd);
+        if (t->scratch)
+                zsw_remote_unmap(remote, t->scratch, t->scratch_size);
+        t->target_uffd = -EBADF;
+        t->scratch = 0;
+        return 0;
+}
+
+int zsw_engine_attach(struct zsw_engine *e, pid_t pid, struct zsw_engine_error *err) {
+        struct zsw_target *t = NULL;
+        int r;
+
+        pthread_mutex_lock(&e->control_lock);
+        r = check_attachable(e, pid, err);
+        if (r < 0)
+                goto out;
+        t = target_new(e, pid);
+        if (!t) {
+                r = -ENOMEM;
+                goto out;
+        }
+        t->pidfd = (int) syscall(SYS_pidfd_open, pid, 0);
+        if (t->pidfd < 0) {
+                r = fail(err, -errno, "cannot open process %d: %s", pid, strerror(errno));
+                goto out;
+        }
+        {
+                _cleanup_remote_ struct zsw_remote *remote = NULL;
+
+                r = zsw_remote_seize(pid, e->log, &remote);
+                if (r < 0) {
+                        r = fail(err, r, "cannot ptrace process %d: %s%s", pid, strerror(-r),
+                                 r == -EPERM ? " (is zswapd missing CAP_SYS_PTRACE?)" : "");
+                        goto out;
+                }
+                r = zsw_remote_map_scratch(remote, SCRATCH_SIZE, &t->scratch);
+                if (r >= 0) {
+                        t->scratch_size = SCRATCH_SIZE;
+                        r = zsw_remote_open_uffd(remote, 0, &t->target_uffd, &t->uffd);
+                }
+                if (r < 0) {
+                        r = fail(err, r, "cannot create a userfaultfd inside process %d: %s", pid,
+                                 strerror(-r));
+                        goto out_remote;
+                }
+        }
+        r = zsw_uffd_api(t->uffd, uffd_features, NULL);
+        if (r < 0) {
+                r = fail(err, r, "userfaultfd handshake failed: %s (kernel too old?)", strerror(-r));
+                goto out_remote;
+        }
+        r = zsw_store_owner_new(e->store, NULL, &t->owner);
+        if (r < 0)
+                goto out_remote;
+        r = target_publish(e, t);
+        if (r < 0)
+                goto out_remote;
+        r = evict_register_ranges(e, t);
+        if (r < 0) {
+                target_unpublish(e, t);
+                goto out_remote;
+        }
+        zsw_log(e->log, LOG_INFO, "Attached to process %d", pid);
+        t = NULL;
+        r = 0;
+        goto out;
+
+out_remote:
+        target_cleanup_remote(e, t);
+out:
+        target_free(t);
+        pthread_mutex_unlock(&e->control_lock);
+        return r;
+}
+
+/* Puts every stored page back, in chunks under serve_lock so that the
+ * target's events are ordered with our copies (see engine-internal.h). */
+static int copy_back(struct zsw_engine *e, struct zsw_target *t) {
+        static _Alignas(4096) uint8_t page[ZSW_PAGE_SIZE];
+        uint64_t pgno = 0;
+        bool more = true;
+        int r = 0;
+
+        while (more && r >= 0) {
+                pthread_mutex_lock(&t->serve_lock);
+                for (unsigned i = 0; i < DETACH_CHUNK; i++) {
+                        ssize_t copied;
+
+                        if (!zsw_store_next(t->owner, pgno, &pgno)) {
+                                more = false;
+                                break;
+                        }
+                        r = zsw_store_load(e->worker, t->owner, pgno, page, ZSW_LOAD_EXCLUSIVE);
+                        if (r < 0)
+                                break;
+                        copied = zsw_uffd_copy(t->uffd, pgno * ZSW_PAGE_SIZE, page, ZSW_PAGE_SIZE, 0);
+                        if (copied == -EAGAIN) {
+                                /* An event is pending: put the page back and
+                                 * let the fault threads read it first. */
+                                const void *p = page;
+
+                                r = zsw_store_pages(e->worker, t->owner, &pgno, &p, 1, NULL);
+                                break;
+                        }
+                        if (copied == -ESRCH) {
+                                r = -ESRCH;
+                                break;
+                        }
+                        pgno++;
+                }
+                pthread_mutex_unlock(&t->serve_lock);
+        }
+        return r;
+}
+
+static void unregister_all(struct zsw_engine *e, struct zsw_target *t) {
+        _cleanup_free_ struct zsw_vma *vmas = NULL;
+        size_t n = 0;
+
+        if (zsw_vma_list_pid(t->pid, &vmas, &n) < 0)
+                return;
+        for (size_t i = 0; i < n; i++)
+                if (vmas[i].uffd_registered)
+                        zsw_uffd_unregister(t->uffd, vmas[i].start, vmas[i].end - vmas[i].start);
+}
+
+static int detach_locked(struct zsw_engine *e, struct zsw_target *t, struct zsw_engine_error *err) {
+        int r;
+
+        pthread_mutex_lock(&t->evict_lock);
+        pthread_mutex_lock(&e->worker_lock);
+        r = copy_back(e, t);
+        pthread_mutex_unlock(&e->worker_lock);
+        if (r < 0 && r != -ESRCH) {
+                pthread_mutex_unlock(&t->evict_lock);
+                return fail(err, r, "cannot put the pages of process %d back: %s; it stays attached",
+                            t->pid, strerror(-r));
+        }
+        /* Nothing is stored any more: unregistering cannot turn a page we
+         * hold into zeros. */
+        pthread_mutex_lock(&t->serve_lock);
+        unregister_all(e, t);
+        pthread_mutex_unlock(&t->serve_lock);
+        target_cleanup_remote(e, t);
+        pthread_mutex_unlock(&t->evict_lock);
+        target_unpublish(e, t);
+        zsw_log(e->log, LOG_INFO, "Detached from process %d", t->pid);
+        target_free(t);
+        return 0;
+}
+
+int zsw_engine_detach(struct zsw_engine *e, pid_t pid, struct zsw_engine_error *err) {
+        struct zsw_target *t;
+        int r;
+
+        pthread_mutex_lock(&e->control_lock);
+        t = find_target(e, pid);
+        r = t ? detach_locked(e, t, err) : fail(err, -ENOENT, "process %d is not attached", pid);
+        pthread_mutex_unlock(&e->control_lock);
+        return r;
+}
+
+int zsw_engine_reclaim(struct zsw_engine *e, pid_t pid, uint64_t max_bytes,
+                       struct zsw_reclaim_result *ret, struct zsw_engine_error *err) {
+        struct zsw_reclaim_result res = {};
+        uint64_t start = zsw_now_ns();
+        struct zsw_target *t;
+        int r;
+
+        pthread_mutex_lock(&e->control_lock);
+        t = find_target(e, pid);
+        if (!t) {
+                pthread_mutex_unlock(&e->control_lock);
+                return fail(err, -ENOENT, "process %d is not attached; attach it first", pid);
+        }
+        pthread_mutex_lock(&t->evict_lock);
+        pthread_mutex_lock(&e->worker_lock);
+        r = evict_target(e, t, max_bytes, &res, err);
+        pthread_mutex_unlock(&e->worker_lock);
+        pthread_mutex_unlock(&t->evict_lock);
+        pthread_mutex_unlock(&e->control_lock);
+        res.duration_ns = zsw_now_ns() - start;
+        if (r >= 0 && ret)
+                *ret = res;
+        return r;
+}
+
+/* The fork event names the child's uffd but not the child: it is the
+ * youngest child of the parent that we do not serve yet. (Two threads of
+ * the parent forking at the same instant could be told apart only by
+ * probing their memory; we accept the tiny ambiguity for the pid, which
+ * only labels statistics and watches for exit.) */
+static pid_t find_new_child(struct zsw_engine *e, pid_t parent) {
+        unsigned long long best_start = 0;
+        pid_t best = 0;
+        char path[64];
+        DIR *tasks;
+        struct dirent *de;
+
+        snprintf(path, sizeof(path), "/proc/%d/task", parent);
+        tasks = opendir(path);
+        if (!tasks)
+                return 0;
+        while ((de = readdir(tasks))) {
+                char cpath[300], buf[4096];
+                FILE *f;
+
+                if (de->d_name[0] == '.')
+                        continue;
+                snprintf(cpath, sizeof(cpath), "/proc/%d/task/%s/children", parent, de->d_name);
+                f = fopen(cpath, "re");
+                if (!f)
+                        continue;
+                while (fscanf(f, "%4095s", buf) == 1) {
+                        pid_t c = (pid_t) atoi(buf);
+                        unsigned long long st = 0;
+                        char spath[64], sbuf[1024], *p;
+                        FILE *sf;
+
+                        if (c <= 0 || find_target(e, c))
+                                continue;
+                        snprintf(spath, sizeof(spath), "/proc/%d/stat", c);
+                        sf = fopen(spath, "re");
+                        if (!sf)
+                                continue;
+                        p = fgets(sbuf, sizeof(sbuf), sf);
+                        fclose(sf);
+                        if (p && (p = strrchr(sbuf, ')')) &&
+                            sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d "
+                                          "%*d %*d %*d %*d %*d %llu", &st) == 1 &&
+                            st >= best_start) {
+                                best_start = st;
+                                best = c;
+                        }
+                }
+                fclose(f);
+        }
+        closedir(tasks);
+        return best;
+}
+
+int engine_add_fork_child(struct zsw_engine *e, struct zsw_target *parent, int child_uffd) {
+        struct zsw_target *t = target_new(e, 0);
+        int r;
+
+        if (!t) {
+                safe_close(child_uffd);
+                return -ENOMEM;
+        }
+        t->uffd = child_uffd;
+        /* The child's pages that the parent had evicted are missing in the
+         * child too: it gets its own view of the same entries. */
+        r = zsw_store_owner_clone(parent->owner, &t->owner);
+        if (r < 0) {
+                zsw_log(e->log, LOG_ERR,
+                        "Cannot follow fork of process %d: %s; the child's evicted pages are lost",
+                        parent->pid, strerror(-r));
+                target_free(t);
+                return r;
+        }
+        t->pid = find_new_child(e, parent->pid);
+        if (t->pid > 0)
+                t->pidfd = (int) syscall(SYS_pidfd_open, t->pid, 0);
+        r = target_publish(e, t);
+        if (r < 0) {
+                target_free(t);
+                return r;
+        }
+        zsw_log(e->log, LOG_INFO, "Process %d forked child %d; serving it too", parent->pid, t->pid);
+        return 0;
+}
+
+void engine_mark_dead(struct zsw_engine *e, struct zsw_target *t) {
+        uint64_t one = 1;
+
+        atomic_store(&t->dead, true);
+        if (write(e->reaper_stop_fd, &one, sizeof(one)) < 0)
+                zsw_log_errno(e->log, LOG_WARNING, errno, "Cannot wake the reaper, ignoring: %m");
+}
+
+/* A target whose uffd reference inside it is gone has exec'ed (the
+ * reference is O_CLOEXEC) or closed it: its old address space, and with it
+ * everything we stored, is gone. */
+static bool target_exec_ed(struct zsw_target *t) {
+        if (t->target_uffd < 0 || t->pid <= 0)
+                return false;
+        return syscall(SYS_kcmp, getpid(), t->pid, KCMP_FILE, t->uffd, t->target_uffd) != 0;
+}
+
+static void reap(struct zsw_engine *e) {
+        for (;;) {
+                struct zsw_target *t;
+
+                pthread_mutex_lock(&e->table_lock);
+                for (t = e->targets; t; t = t->next)
+                        if (atomic_load(&t->dead) || target_exec_ed(t))
+                                break;
+                pthread_mutex_unlock(&e->table_lock);
+                if (!t)
+                        return;
+                zsw_log(e->log, LOG_INFO, "Process %d exited or exec'ed; forgetting it", t->pid);
+                atomic_store(&t->dead, true);
+                target_unpublish(e, t);
+                target_free(t);
+        }
+}
+
+static void *reaper_main(void *userdata) {
+        struct zsw_engine *e = userdata;
+
+        for (;;) {
+                struct epoll_event evs[8];
+                int n = epoll_wait(e->reaper_epfd, evs, (int) ARRAY_SIZE(evs), 1000);
+                uint64_t v;
+
+                if (n < 0 && errno != EINTR)
+                        break;
+                for (int i = 0; i < n; i++)
+                        if (evs[i].data.ptr)
+                                atomic_store(&((struct zsw_target *) evs[i].data.ptr)->dead, true);
+                if (read(e->reaper_stop_fd, &v, sizeof(v)) == sizeof(v) && v >= (1ull << 32))
+                        break;
+                pthread_mutex_lock(&e->control_lock);
+                reap(e);
+                pthread_mutex_unlock(&e->control_lock);
+        }
+        return NULL;
+}
+
+static void fill_target_stats(struct zsw_engine *e, struct zsw_target *t, struct zsw_target_stats *s) {
+        struct zsw_store_stats os, gs;
+        char path[64];
+        unsigned long long size, resident;
+        FILE *f;
+
+        zsw_store_owner_get_stats(t->owner, &os);
+        zsw_store_get_stats(e->store, &gs);
+        *s = (struct zsw_target_stats) {
+                .pid = t->pid,
+                .stored_pages = os.stored_pages,
+                .payload_bytes = os.payload_bytes,
+                .pool_bytes = gs.payload_bytes ? (uint64_t) ((double) gs.pool_bytes *
+                                                             os.payload_bytes / gs.payload_bytes) : 0,
+                .same_filled_pages = os.same_filled_pages,
+                .evicted_pages = atomic_load(&t->evicted),
+                .evict_aborted = atomic_load(&t->evict_aborted),
+                .faults = atomic_load(&t->faults),
+                .zero_faults = atomic_load(&t->zero_faults),
+                .prefetched_pages = atomic_load(&t->prefetched),
+                .prefetch_hits = atomic_load(&t->prefetch_hits),
+                .fault_ns_p50 = zsw_histogram_percentile(&t->fault_hist, 0.50),
+                .fault_ns_p95 = zsw_histogram_percentile(&t->fault_hist, 0.95),
+                .fault_ns_p99 = zsw_histogram_percentile(&t->fault_hist, 0.99),
+        };
+        snprintf(path, sizeof(path), "/proc/%d/statm", t->pid);
+        f = t->pid > 0 ? fopen(path, "re") : NULL;
+        if (f) {
+                if (fscanf(f, "%llu %llu", &size, &resident) == 2)
+                        s->resident_bytes = resident * (uint64_t) sysconf(_SC_PAGESIZE);
+                fclose(f);
+        }
+}
+
+int zsw_engine_get_target_stats(struct zsw_engine *e, pid_t pid, struct zsw_target_stats *ret) {
+        struct zsw_target *t;
+
+        pthread_mutex_lock(&e->control_lock);
+        t = find_target(e, pid);
+        if (t)
+                fill_target_stats(e, t, ret);
+        pthread_mutex_unlock(&e->control_lock);
+        return t ? 0 : -ENOENT;
+}
+
+int zsw_engine_get_stats(struct zsw_engine *e, struct zsw_engine_stats *ret) {
+        struct zsw_histogram all = {};
+        struct zsw_store_stats gs;
+        struct zsw_engine_stats s = {};
+
+        pthread_mutex_lock(&e->control_lock);
+        zsw_store_get_stats(e->store, &gs);
+        pthread_mutex_lock(&e->table_lock);
+        for (struct zsw_target *t = e->targets; t; t = t->next) {
+                s.targets++;
+                s.faults += atomic_load(&t->faults);
+                s.evicted_pages += atomic_load(&t->evicted);
+                s.evict_aborted += atomic_load(&t->evict_aborted);
+                zsw_histogram_merge(&all, &t->fault_hist);
+        }
+        pthread_mutex_unlock(&e->table_lock);
+        pthread_mutex_unlock(&e->control_lock);
+        s.stored_pages = gs.stored_pages;
+        s.payload_bytes = gs.payload_bytes;
+        s.pool_bytes = gs.pool_bytes;
+        s.same_filled_pages = gs.same_filled_pages;
+        s.incompressible_pages = gs.incompressible_pages;
+        s.fault_ns_p50 = zsw_histogram_percentile(&all, 0.50);
+        s.fault_ns_p95 = zsw_histogram_percentile(&all, 0.95);
+        s.fault_ns_p99 = zsw_histogram_percentile(&all, 0.99);
+        *ret = s;
+        return 0;
+}
+
+size_t zsw_engine_list_targets(struct zsw_engine *e, pid_t *pids, size_t n) {
+        size_t i = 0;
+
+        pthread_mutex_lock(&e->table_lock);
+        for (struct zsw_target *t = e->targets; t; t = t->next, i++)
+                if (i < n)
+                        pids[i] = t->pid;
+        pthread_mutex_unlock(&e->table_lock);
+        return i;
+}
+
+int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **ret) {
+        struct zsw_store_config sc = {};
+        struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+        struct zsw_engine *e;
+        int r;
+
+        e = calloc(1, sizeof(*e));
+        if (!e)
+                return -ENOMEM;
+        e->config = *config;
+        e->log = config->log;
+        e->reaper_epfd = e->reaper_stop_fd = -EBADF;
+        pthread_mutex_init(&e->control_lock, NULL);
+        pthread_rwlock_init(&e->targets_lock, NULL);
+        pthread_mutex_init(&e->table_lock, NULL);
+        pthread_mutex_init(&e->worker_lock, NULL);
+
+        r = config->compressor ? zsw_compressor_from_string(config->compressor)
+                               : (int) ZSW_COMPRESSOR_DEFAULT;
+        if (r < 0) {
+                zsw_engine_free(e);
+                return r;
+        }
+        sc.compressor = (enum zsw_compressor) r;
+        sc.level = config->compression_level;
+        sc.reject_incompressible = config->reject_incompressible;
+        sc.log = config->log;
+        r = zsw_store_new(&sc, &e->store);
+        if (r >= 0)
+                r = zsw_worker_new(e->store, &e->worker);
+        if (r >= 0) {
+                e->reaper_epfd = epoll_create1(EPOLL_CLOEXEC);
+                e->reaper_stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+                if (e->reaper_epfd < 0 || e->reaper_stop_fd < 0 ||
+                    epoll_ctl(e->reaper_epfd, EPOLL_CTL_ADD, e->reaper_stop_fd, &ev) < 0)
+                        r = -errno;
+        }
+        if (r >= 0)
+                r = fault_threads_start(e);
+        if (r >= 0) {
+                r = -pthread_create(&e->reaper, NULL, reaper_main, e);
+                e->reaper_started = r == 0;
+        }
+        if (r < 0) {
+                zsw_engine_free(e);
+                return r;
+        }
+        *ret = e;
+        return 0;
+}
+
+struct zsw_engine *zsw_engine_free(struct zsw_engine *e) {
+        if (!e)
+                return NULL;
+        if (e->reaper_started) {
+                uint64_t stop = 1ull << 32;
+
+                if (write(e->reaper_stop_fd, &stop, sizeof(stop)) == sizeof(stop))
+                        pthread_join(e->reaper, NULL);
+        }
+        /* Every page goes back before anything is freed. */
+        pthread_mutex_lock(&e->control_lock);
+        while (e->targets) {
+                struct zsw_target *t = e->targets;
+
+                if (atomic_load(&t->dead) || detach_locked(e, t, NULL) < 0) {
+                        target_unpublish(e, t);
+                        target_free(t);
+                }
+        }
+        pthread_mutex_unlock(&e->control_lock);
+        fault_threads_stop(e);
+        zsw_worker_free(e->worker);
+        zsw_store_free(e->store);
+        safe_close(e->reaper_epfd);
+        safe_close(e->reaper_stop_fd);
+        pthread_mutex_destroy(&e->control_lock);
+        pthread_rwlock_destroy(&e->targets_lock);
+        pthread_mutex_destroy(&e->table_lock);
+        pthread_mutex_destroy(&e->worker_lock);
+        free(e);
+        return NULL;
+}
