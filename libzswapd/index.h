@@ -24,7 +24,8 @@ int zsw_index_new(struct zsw_index **ret);
 struct zsw_index *zsw_index_free(struct zsw_index *idx);
 
 /* Inserts entry (non-NULL) at pgno. -EEXIST if the slot is taken, -ENOMEM,
- * -ERANGE for pgno > ZSW_INDEX_MAX_PGNO. */
+ * -ERANGE for pgno > ZSW_INDEX_MAX_PGNO, -EINVAL for a NULL entry. A
+ * failed insert leaves the tree as it was. */
 int zsw_index_insert(struct zsw_index *idx, uint64_t pgno, void *entry);
 
 void *zsw_index_lookup(const struct zsw_index *idx, uint64_t pgno);
@@ -37,7 +38,9 @@ void *zsw_index_erase(struct zsw_index *idx, uint64_t pgno);
 void *zsw_index_next(const struct zsw_index *idx, uint64_t from, uint64_t *ret_pgno);
 
 /* Removes every entry with start <= pgno < end, calling fn(entry, pgno,
- * userdata) for each (fn may free the entry). Returns how many. */
+ * userdata) for each in ascending pgno order (fn may free the entry, but
+ * must not call into the index). end is clamped to the key space, so
+ * (0, UINT64_MAX) empties the tree. Returns how many. */
 size_t zsw_index_erase_range(struct zsw_index *idx, uint64_t start, uint64_t end,
                              void (*fn)(void *entry, uint64_t pgno, void *userdata),
                              void *userdata);

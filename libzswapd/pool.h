@@ -27,10 +27,14 @@ typedef uint64_t zsw_handle_t;
 struct zsw_pool;
 
 struct zsw_pool_stats {
-        uint64_t pool_bytes;    /* bytes of slabs taken from the system */
+        uint64_t pool_bytes;    /* bytes of slab pages taken from the system:
+                                 * those objects have reached (a mapped page
+                                 * never touched costs no memory) */
         uint64_t used_bytes;    /* bytes of allocated objects, class-rounded */
         uint64_t objects;       /* allocated objects */
         uint64_t slabs;         /* slabs currently mapped */
+        uint64_t meta_bytes;    /* allocator bookkeeping on the heap */
+        uint64_t mapped_bytes;  /* bytes of slabs mapped, touched or not */
 };
 
 int zsw_pool_new(struct zsw_pool **ret);
@@ -48,4 +52,12 @@ void zsw_pool_free_bulk(struct zsw_pool *pool, const zsw_handle_t *handles, size
 /* The object's memory; valid until the handle is freed. */
 void *zsw_pool_map(struct zsw_pool *pool, zsw_handle_t handle);
 
+/* A consistent-enough snapshot of the counters: each is read atomically,
+ * the set is not (cheap enough to call on every batch). */
 void zsw_pool_get_stats(struct zsw_pool *pool, struct zsw_pool_stats *ret);
+
+/* Each class keeps one empty slab mapped so that a class hovering around
+ * a slab boundary does not mmap/munmap on every batch (counted in
+ * pool_bytes). This unmaps those spares, for memory pressure or an idle
+ * pool, and returns the bytes given back to the system. */
+uint64_t zsw_pool_shrink(struct zsw_pool *pool);

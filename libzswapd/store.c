@@ -1,0 +1,992 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The compressed store (see store.h): the batched store pipeline, the load
+ * path, invalidation, fork and mremap support, and the accounting.
+ *
+ * A store batch is carried by a struct store_batch through five stages,
+ * modelled on the kernel's zswap_store_pages():
+ *
+ *   entries   take the batch's entries from the slab cache in one go and
+ *             fill them; same-filled pages become values right here
+ *   compress  the rest of the batch through the worker's context, no lock
+ *   pool      one bulk allocation for all payloads, then copy them in
+ *   index     under the owner's lock: drop stale entries, publish all
+ *   account   still under the lock: counters, per-owner charge, one LRU
+ *             splice for the batch
+ *
+ * Every stage either completes for the whole batch or fails, and a failure
+ * undoes what the earlier stages did (store_batch_abort()), so that a page
+ * is never half stored. Index and account share one critical section on
+ * purpose: once an entry is in the index a concurrent exclusive load may
+ * free it, so its LRU linkage must be in place before the lock is dropped.
+ *
+ * Reference counts: one per index slot pointing to the entry, plus one per
+ * loader or isolation in flight. The owner lock orders index changes; a
+ * reference taken under it keeps the payload alive after it is released.
+ * Lock order: owner lock, then LRU lock; the pool and the entry cache have
+ * their own leaf locks.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "entry.h"
+#include "index.h"
+#include "lru.h"
+#include "store.h"
+
+/* Counters kept both globally and per owner. */
+enum {
+        C_PAGES,
+        C_PAYLOAD,
+        C_SAME,
+        C_INCOMPRESSIBLE,
+        C_STORES,
+        C_LOADS,
+        C_INVALIDATIONS,
+        C_REJECT,
+        _C_MAX = C_REJECT + _ZSW_REJECT_MAX,
+};
+
+typedef _Atomic uint64_t counters_t[_C_MAX];
+
+struct zsw_store {
+        struct zsw_store_config cfg;
+        struct zsw_pool *pool;
+        struct zsw_entry_cache entries;
+        counters_t counters;
+        struct zsw_histogram hist[_ZSW_LATENCY_MAX];
+
+        pthread_mutex_t owners_lock;
+        struct zsw_owner *owners;
+        _Atomic unsigned workers;
+};
+
+struct zsw_owner {
+        struct zsw_store *store;
+        struct zsw_owner_config cfg;
+        pthread_mutex_t lock;     /* index, and the order of LRU insertions */
+        struct zsw_index *index;
+        struct zsw_lru *lru;
+        counters_t counters;
+        struct zsw_histogram hist[_ZSW_LATENCY_MAX];
+        struct zsw_owner *prev, *next; /* in store->owners */
+};
+
+struct zsw_worker {
+        struct zsw_store *store;
+        struct zsw_compress_ctx *cctx[_ZSW_COMPRESSOR_MAX];
+        struct zsw_decompress_ctx *dctx;
+        /* Compressed output of a batch, and one page for disk reads. */
+        uint8_t (*scratch)[ZSW_PAGE_SIZE];
+};
+
+static const char *const reject_names[_ZSW_REJECT_MAX] = {
+        [ZSW_REJECT_ENOMEM] = "enomem",
+        [ZSW_REJECT_COMPRESS] = "compress",
+        [ZSW_REJECT_POOL] = "pool",
+        [ZSW_REJECT_INDEX] = "index",
+        [ZSW_REJECT_LIMIT] = "limit",
+        [ZSW_REJECT_INCOMPRESSIBLE] = "incompressible",
+};
+
+const char *zsw_reject_to_string(enum zsw_reject r) {
+        return (unsigned) r < _ZSW_REJECT_MAX ? reject_names[r] : NULL;
+}
+
+static void count(_Atomic uint64_t *c, int64_t delta) {
+        atomic_fetch_add_explicit(c, (uint64_t) delta, memory_order_relaxed);
+}
+
+static bool entry_in_pool(const struct zsw_entry *e) {
+        return e->state == ZSW_ENTRY_COMPRESSED || e->state == ZSW_ENTRY_RAW;
+}
+
+/* Adds (sign 1) or removes (sign -1) e to the "stored" counters. */
+static void charge(counters_t c, const struct zsw_entry *e, int sign) {
+        count(&c[C_PAGES], sign);
+        count(&c[C_PAYLOAD], sign * (int64_t) e->length);
+        if (e->state == ZSW_ENTRY_SAME)
+                count(&c[C_SAME], sign);
+        else if (e->state == ZSW_ENTRY_RAW)
+                count(&c[C_INCOMPRESSIBLE], sign);
+}
+
+/* ---- releasing entries ----------------------------------------------------
+ * Entries whose last reference is dropped are collected and freed in bulk:
+ * one LRU lock round trip and one pool call per chunk. */
+
+#define RELEASE_CHUNK 64u
+
+struct release {
+        struct zsw_owner *owner;
+        struct zsw_entry *dead[RELEASE_CHUNK];
+        size_t n;
+};
+
+/* Frees entries nobody references and that are off every LRU. */
+static void entries_destroy(struct zsw_store *s, struct zsw_entry *const *v, size_t n) {
+        zsw_handle_t handles[RELEASE_CHUNK];
+        size_t nh = 0;
+
+        for (size_t i = 0; i < n; i++) {
+                if (entry_in_pool(v[i]))
+                        handles[nh++] = v[i]->handle;
+                charge(s->counters, v[i], -1);
+                if (nh == RELEASE_CHUNK) {
+                        zsw_pool_free_bulk(s->pool, handles, nh);
+                        nh = 0;
+                }
+        }
+        zsw_pool_free_bulk(s->pool, handles, nh);
+        zsw_entry_free_bulk(&s->entries, v, n);
+}
+
+static void release_flush(struct release *rel) {
+        bool listed = false;
+
+        if (rel->n == 0)
+                return;
+        /* Only pool-backed entries go on the LRU. Their links are not read
+         * here: a concurrent LRU walk may still be moving a dying entry. */
+        for (size_t i = 0; i < rel->n && !listed; i++)
+                listed = entry_in_pool(rel->dead[i]);
+        if (listed) {
+                pthread_mutex_lock(&rel->owner->lru->lock);
+                for (size_t i = 0; i < rel->n; i++)
+                        zsw_lru_del_locked(rel->owner->lru, rel->dead[i]);
+                pthread_mutex_unlock(&rel->owner->lru->lock);
+        }
+        entries_destroy(rel->owner->store, rel->dead, rel->n);
+        rel->n = 0;
+}
+
+/* Drops one reference to e. */
+static void release_add(struct release *rel, struct zsw_entry *e) {
+        if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1)
+                return;
+        rel->dead[rel->n++] = e;
+        if (rel->n == RELEASE_CHUNK)
+                release_flush(rel);
+}
+
+static void entries_release(struct zsw_owner *o, struct zsw_entry *const *v, size_t n) {
+        struct release rel = { .owner = o };
+
+        for (size_t i = 0; i < n; i++)
+                release_add(&rel, v[i]);
+        release_flush(&rel);
+}
+
+/* erase_range callback: the slot's reference goes, and o's charge. */
+static void drop_slot(void *entry, uint64_t pgno, void *userdata) {
+        struct release *rel = userdata;
+
+        charge(rel->owner->counters, entry, -1);
+        release_add(rel, entry);
+}
+
+/* Called with o->lock held. */
+static uint64_t invalidate_locked(struct zsw_owner *o, uint64_t start, uint64_t end) {
+        struct release rel = { .owner = o };
+        size_t n;
+
+        if (end > ZSW_INDEX_MAX_PGNO + 1)
+                end = ZSW_INDEX_MAX_PGNO + 1;
+        if (start >= end)
+                return 0;
+        n = zsw_index_erase_range(o->index, start, end, drop_slot, &rel);
+        release_flush(&rel);
+        count(&o->counters[C_INVALIDATIONS], (int64_t) n);
+        count(&o->store->counters[C_INVALIDATIONS], (int64_t) n);
+        return n;
+}
+
+/* ---- the store batch ------------------------------------------------------ */
+
+struct store_batch {
+        struct zsw_worker *w;
+        struct zsw_owner *o;
+        struct zsw_store *s;
+        const uint64_t *pgnos;
+        const void *const *pages;
+        size_t n;
+
+        struct zsw_entry *entries[ZSW_STORE_BATCH_MAX];
+        bool have_entries;
+        /* Pages left to compress (positions in the batch), and results. */
+        uint8_t comp[ZSW_STORE_BATCH_MAX];
+        size_t ncomp;
+        uint32_t refused; /* bit i: page i incompressible and rejected */
+        /* Pool-backed pages and their handles. */
+        uint8_t pooled[ZSW_STORE_BATCH_MAX];
+        zsw_handle_t handles[ZSW_STORE_BATCH_MAX];
+        size_t npool;
+        bool have_handles;
+        /* Entries this batch displaced from the index, to release. */
+        struct zsw_entry *old[ZSW_STORE_BATCH_MAX];
+        size_t nold;
+        bool stale_dropped;
+};
+
+static int stage_fault(struct store_batch *b, enum zsw_store_stage stage, unsigned page) {
+        if (_likely_(!b->s->cfg.fault_inject))
+                return 0;
+        return b->s->cfg.fault_inject(b->s->cfg.fault_userdata, stage, page);
+}
+
+static bool page_same_filled(const void *page, uint64_t *ret_value) {
+        const uint64_t *w = page;
+        uint64_t v = w[0];
+
+        /* Most pages differ at the end already: check there first. */
+        if (w[ZSW_PAGE_SIZE / 8 - 1] != v)
+                return false;
+        for (size_t i = 0; i < ZSW_PAGE_SIZE / 8; i += 8) {
+                uint64_t diff = 0;
+
+                for (size_t j = 0; j < 8; j++)
+                        diff |= w[i + j] ^ v;
+                if (diff)
+                        return false;
+        }
+        *ret_value = v;
+        return true;
+}
+
+static void page_fill(void *page, uint64_t value) {
+        uint64_t *w = page;
+
+        if (value == 0) {
+                memset(page, 0, ZSW_PAGE_SIZE);
+                return;
+        }
+        for (size_t i = 0; i < ZSW_PAGE_SIZE / 8; i++)
+                w[i] = value;
+}
+
+/* Stage 1: entries for the whole batch; same-filled pages are done here. */
+static int batch_init_entries(struct store_batch *b) {
+        int r = stage_fault(b, ZSW_STAGE_ENTRIES, 0);
+
+        if (r >= 0)
+                r = zsw_entry_alloc_bulk(&b->s->entries, b->entries, b->n);
+        if (r < 0)
+                return r;
+        b->have_entries = true;
+
+        for (size_t i = 0; i < b->n; i++) {
+                struct zsw_entry *e = b->entries[i];
+
+                if (page_same_filled(b->pages[i], &e->value))
+                        e->state = ZSW_ENTRY_SAME;
+                else
+                        b->comp[b->ncomp++] = (uint8_t) i;
+        }
+        return 0;
+}
+
+static int worker_cctx(struct zsw_worker *w, const struct zsw_owner_config *cfg,
+                       struct zsw_compress_ctx **ret) {
+        struct zsw_compress_ctx **slot = &w->cctx[cfg->compressor];
+        int r;
+
+        if (!*slot) {
+                r = zsw_compress_ctx_new(cfg->compressor, cfg->level, slot);
+                if (r < 0)
+                        return r;
+        }
+        *ret = *slot;
+        return 0;
+}
+
+/* Stage 2: the rest of the batch through one compression context. The
+ * output goes to the worker's scratch; the pool stage copies it, because
+ * the final size (and so the pool object) is only known afterwards. */
+static int batch_compress(struct store_batch *b) {
+        const void *src[ZSW_STORE_BATCH_MAX];
+        void *dst[ZSW_STORE_BATCH_MAX];
+        uint32_t lens[ZSW_STORE_BATCH_MAX];
+        struct zsw_compress_ctx *ctx;
+        uint64_t t0;
+        int r;
+
+        r = stage_fault(b, ZSW_STAGE_COMPRESS, 0);
+        if (r < 0 || b->ncomp == 0)
+                return r;
+        r = worker_cctx(b->w, &b->o->cfg, &ctx);
+        if (r < 0)
+                return r;
+
+        for (size_t k = 0; k < b->ncomp; k++) {
+                src[k] = b->pages[b->comp[k]];
+                dst[k] = b->w->scratch[k];
+        }
+        t0 = zsw_now_ns();
+        r = zsw_compress_batch(ctx, src, dst, b->ncomp, b->s->cfg.max_compressed, lens);
+        if (r < 0)
+                return r;
+        t0 = (zsw_now_ns() - t0) / b->ncomp;
+        zsw_histogram_record_n(&b->o->hist[ZSW_LATENCY_COMPRESS], t0, b->ncomp);
+        zsw_histogram_record_n(&b->s->hist[ZSW_LATENCY_COMPRESS], t0, b->ncomp);
+
+        for (size_t k = 0; k < b->ncomp; k++) {
+                struct zsw_entry *e = b->entries[b->comp[k]];
+
+                if (lens[k] > 0) {
+                        e->state = ZSW_ENTRY_COMPRESSED;
+                        e->compressor = b->o->cfg.compressor;
+                        e->length = (uint16_t) lens[k];
+                } else if (b->s->cfg.reject_incompressible) {
+                        b->refused |= UINT32_C(1) << b->comp[k];
+                } else {
+                        e->state = ZSW_ENTRY_RAW;
+                        e->length = ZSW_PAGE_SIZE;
+                }
+        }
+        return 0;
+}
+
+/* Stage 3: one bulk pool allocation for every payload, then the copies. */
+static int batch_pool(struct store_batch *b) {
+        uint32_t sizes[ZSW_STORE_BATCH_MAX];
+        const void *from[ZSW_STORE_BATCH_MAX];
+        int r;
+
+        for (size_t k = 0; k < b->ncomp; k++) {
+                unsigned i = b->comp[k];
+
+                if (b->refused & (UINT32_C(1) << i))
+                        continue;
+                from[b->npool] = b->entries[i]->state == ZSW_ENTRY_RAW ? b->pages[i]
+                                                                       : b->w->scratch[k];
+                sizes[b->npool] = b->entries[i]->length;
+                b->pooled[b->npool++] = (uint8_t) i;
+        }
+        r = stage_fault(b, ZSW_STAGE_POOL, 0);
+        if (r < 0 || b->npool == 0)
+                return r;
+        r = zsw_pool_alloc_bulk(b->s->pool, sizes, b->npool, b->handles);
+        if (r < 0)
+                return r;
+        b->have_handles = true;
+
+        for (size_t k = 0; k < b->npool; k++) {
+                struct zsw_entry *e = b->entries[b->pooled[k]];
+
+                e->handle = b->handles[k];
+                memcpy(zsw_pool_map(b->s->pool, e->handle), from[k], sizes[k]);
+        }
+        return 0;
+}
+
+static bool batch_refused(const struct store_batch *b, size_t i) {
+        return b->refused & (UINT32_C(1) << i);
+}
+
+/* Stage 4, o->lock held: drop the stale entries at the batch's page
+ * numbers (whatever happens next: the caller holds the current content),
+ * check the limit, publish. On failure, undo this batch's insertions. */
+static void batch_drop_stale(struct store_batch *b) {
+        for (size_t i = 0; i < b->n; i++) {
+                struct zsw_entry *old = zsw_index_erase(b->o->index, b->pgnos[i]);
+
+                if (old) {
+                        charge(b->o->counters, old, -1);
+                        b->old[b->nold++] = old;
+                }
+        }
+        b->stale_dropped = true;
+}
+
+static int batch_index(struct store_batch *b, enum zsw_reject *ret_reason) {
+        struct zsw_owner *o = b->o;
+        size_t inserted = 0, want = b->n - (size_t) __builtin_popcount(b->refused);
+        int r = 0;
+
+        batch_drop_stale(b);
+        if (o->cfg.max_pages > 0 && zsw_index_count(o->index) + want > o->cfg.max_pages) {
+                *ret_reason = ZSW_REJECT_LIMIT;
+                return -ENOSPC;
+        }
+
+        *ret_reason = ZSW_REJECT_INDEX;
+        for (size_t i = 0; i < b->n; i++) {
+                if (batch_refused(b, i))
+                        continue;
+                r = stage_fault(b, ZSW_STAGE_INDEX, (unsigned) i);
+                if (r >= 0)
+                        r = zsw_index_insert(o->index, b->pgnos[i], b->entries[i]);
+                if (r < 0)
+                        break;
+                inserted++;
+        }
+        if (r >= 0)
+                return 0;
+
+        for (size_t i = 0; i < b->n && inserted > 0; i++) {
+                if (batch_refused(b, i))
+                        continue;
+                zsw_index_erase(o->index, b->pgnos[i]);
+                inserted--;
+        }
+        return r;
+}
+
+/* Stage 5, o->lock held, cannot fail. */
+static void batch_account(struct store_batch *b, size_t stored) {
+        struct zsw_entry *lru[ZSW_STORE_BATCH_MAX];
+        size_t nlru = 0;
+
+        for (size_t i = 0; i < b->n; i++) {
+                if (batch_refused(b, i))
+                        continue;
+                charge(b->o->counters, b->entries[i], 1);
+                charge(b->s->counters, b->entries[i], 1);
+                if (entry_in_pool(b->entries[i]))
+                        lru[nlru++] = b->entries[i];
+        }
+        count(&b->o->counters[C_STORES], (int64_t) stored);
+        count(&b->s->counters[C_STORES], (int64_t) stored);
+        if (nlru > 0) {
+                pthread_mutex_lock(&b->o->lru->lock);
+                zsw_lru_add_locked(b->o->lru, lru, nlru);
+                pthread_mutex_unlock(&b->o->lru->lock);
+        }
+}
+
+/* Frees what the batch allocated and has not published. */
+static void batch_free_unpublished(struct store_batch *b, bool all) {
+        struct zsw_entry *v[ZSW_STORE_BATCH_MAX];
+        size_t nv = 0;
+
+        for (size_t i = 0; i < b->n; i++)
+                if (all || batch_refused(b, i))
+                        v[nv++] = b->entries[i];
+        if (all && b->have_handles)
+                zsw_pool_free_bulk(b->s->pool, b->handles, b->npool);
+        if (b->have_entries)
+                zsw_entry_free_bulk(&b->s->entries, v, nv);
+}
+
+static int store_batch_abort(struct store_batch *b, enum zsw_reject reason, int r) {
+        batch_free_unpublished(b, true);
+        if (!b->stale_dropped) {
+                /* As if the index stage had run: the caller keeps the pages,
+                 * so what o had at their page numbers is out of date. */
+                pthread_mutex_lock(&b->o->lock);
+                batch_drop_stale(b);
+                pthread_mutex_unlock(&b->o->lock);
+        }
+        entries_release(b->o, b->old, b->nold);
+        count(&b->o->counters[C_REJECT + reason], (int64_t) b->n);
+        count(&b->s->counters[C_REJECT + reason], (int64_t) b->n);
+        return zsw_log_errno(b->s->cfg.log, LOG_DEBUG, r, "Store batch of %zu pages failed (%s): %m",
+                             b->n, zsw_reject_to_string(reason));
+}
+
+static int batch_check(const struct store_batch *b) {
+        if (b->n == 0 || b->n > ZSW_STORE_BATCH_MAX)
+                return -EINVAL;
+        for (size_t i = 0; i < b->n; i++) {
+                if (b->pgnos[i] > ZSW_INDEX_MAX_PGNO)
+                        return -ERANGE;
+                for (size_t j = 0; j < i; j++)
+                        if (b->pgnos[i] == b->pgnos[j])
+                                return -EINVAL;
+        }
+        return 0;
+}
+
+int zsw_store_pages(struct zsw_worker *w, struct zsw_owner *o, const uint64_t *pgnos,
+                    const void *const *pages, size_t n, uint32_t *ret_stored) {
+        struct store_batch b = { .w = w, .o = o, .s = o->store, .pgnos = pgnos, .pages = pages, .n = n };
+        enum zsw_reject reason;
+        uint64_t t0 = zsw_now_ns();
+        size_t stored;
+        int r;
+
+        r = batch_check(&b);
+        if (r < 0)
+                return r;
+
+        r = batch_init_entries(&b);
+        if (r < 0)
+                return store_batch_abort(&b, ZSW_REJECT_ENOMEM, r);
+        r = batch_compress(&b);
+        if (r < 0)
+                return store_batch_abort(&b, r == -ENOMEM ? ZSW_REJECT_ENOMEM : ZSW_REJECT_COMPRESS, r);
+        r = batch_pool(&b);
+        if (r < 0)
+                return store_batch_abort(&b, ZSW_REJECT_POOL, r);
+
+        stored = n - (size_t) __builtin_popcount(b.refused);
+        pthread_mutex_lock(&o->lock);
+        r = batch_index(&b, &reason);
+        if (r >= 0)
+                batch_account(&b, stored);
+        pthread_mutex_unlock(&o->lock);
+        if (r < 0)
+                return store_batch_abort(&b, reason, r);
+
+        /* Published: only the displaced and refused entries are left. */
+        entries_release(o, b.old, b.nold);
+        if (b.refused) {
+                batch_free_unpublished(&b, false);
+                count(&o->counters[C_REJECT + ZSW_REJECT_INCOMPRESSIBLE], __builtin_popcount(b.refused));
+                count(&b.s->counters[C_REJECT + ZSW_REJECT_INCOMPRESSIBLE], __builtin_popcount(b.refused));
+        }
+        t0 = (zsw_now_ns() - t0) / n;
+        zsw_histogram_record_n(&o->hist[ZSW_LATENCY_STORE], t0, n);
+        zsw_histogram_record_n(&b.s->hist[ZSW_LATENCY_STORE], t0, n);
+        if (ret_stored)
+                *ret_stored = (uint32_t) (((UINT64_C(1) << n) - 1) & ~(uint64_t) b.refused);
+        return (int) stored;
+}
+
+/* ---- loads ---------------------------------------------------------------- */
+
+/* Copies e's page to buf. e is referenced by the caller. */
+static int entry_read(struct zsw_worker *w, struct zsw_entry *e, void *buf) {
+        struct zsw_store *s = w->store;
+        int r;
+
+        switch (e->state) {
+        case ZSW_ENTRY_SAME:
+                page_fill(buf, e->value);
+                return 0;
+        case ZSW_ENTRY_RAW:
+                memcpy(buf, zsw_pool_map(s->pool, e->handle), ZSW_PAGE_SIZE);
+                return 0;
+        case ZSW_ENTRY_COMPRESSED:
+                return zsw_decompress(w->dctx, e->compressor, zsw_pool_map(s->pool, e->handle),
+                                      e->length, buf);
+        case ZSW_ENTRY_DISK:
+                if (!s->cfg.read_disk)
+                        return -EIO;
+                r = s->cfg.read_disk(s->cfg.disk_userdata, e->disk_sector, e->length,
+                                     w->scratch[ZSW_STORE_BATCH_MAX]);
+                if (r < 0)
+                        return r;
+                return zsw_decompress(w->dctx, e->compressor, w->scratch[ZSW_STORE_BATCH_MAX],
+                                      e->length, buf);
+        }
+        return -EINVAL;
+}
+
+int zsw_store_load(struct zsw_worker *w, struct zsw_owner *o, uint64_t pgno, void *buf,
+                   unsigned flags) {
+        bool exclusive = flags & ZSW_LOAD_EXCLUSIVE;
+        uint64_t t0 = zsw_now_ns();
+        struct zsw_entry *e;
+        int r;
+
+        pthread_mutex_lock(&o->lock);
+        e = exclusive ? zsw_index_erase(o->index, pgno) : zsw_index_lookup(o->index, pgno);
+        if (!e) {
+                pthread_mutex_unlock(&o->lock);
+                return -ENOENT;
+        }
+        if (exclusive)
+                /* The slot's reference becomes ours. */
+                charge(o->counters, e, -1);
+        else {
+                atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
+                atomic_store_explicit(&e->referenced, 1, memory_order_relaxed);
+        }
+        pthread_mutex_unlock(&o->lock);
+
+        r = entry_read(w, e, buf);
+        if (r < 0 && exclusive) {
+                /* Keep the page for another try rather than lose it. */
+                pthread_mutex_lock(&o->lock);
+                if (!zsw_index_lookup(o->index, pgno) &&
+                    zsw_index_insert(o->index, pgno, e) >= 0) {
+                        charge(o->counters, e, 1);
+                        e = NULL;
+                }
+                pthread_mutex_unlock(&o->lock);
+        }
+        if (e)
+                entries_release(o, &e, 1);
+        if (r < 0)
+                return zsw_log_errno(o->store->cfg.log, LOG_ERR, r,
+                                     "Failed to load page 0x%" PRIx64 ": %m", pgno);
+
+        t0 = zsw_now_ns() - t0;
+        zsw_histogram_record(&o->hist[ZSW_LATENCY_LOAD], t0);
+        zsw_histogram_record(&o->store->hist[ZSW_LATENCY_LOAD], t0);
+        count(&o->counters[C_LOADS], 1);
+        count(&o->store->counters[C_LOADS], 1);
+        return 0;
+}
+
+bool zsw_store_contains(struct zsw_owner *o, uint64_t pgno) {
+        bool found;
+
+        pthread_mutex_lock(&o->lock);
+        found = zsw_index_lookup(o->index, pgno) != NULL;
+        pthread_mutex_unlock(&o->lock);
+        return found;
+}
+
+uint64_t zsw_store_invalidate(struct zsw_owner *o, uint64_t start, uint64_t n) {
+        uint64_t r;
+
+        if (start > ZSW_INDEX_MAX_PGNO || n == 0)
+                return 0;
+        pthread_mutex_lock(&o->lock);
+        r = invalidate_locked(o, start, start + MIN(n, ZSW_INDEX_MAX_PGNO + 1 - start));
+        pthread_mutex_unlock(&o->lock);
+        return r;
+}
+
+static void forget_slot(void *entry, uint64_t pgno, void *userdata) {
+}
+
+/* o->lock held. Inserts the entries of [old, old + n) at new + offset;
+ * on failure removes what it inserted. */
+static int move_locked(struct zsw_owner *o, uint64_t old, uint64_t new, uint64_t n,
+                       uint64_t *ret_moved) {
+        uint64_t pgno, moved = 0;
+        struct zsw_entry *e;
+        int r = 0;
+
+        for (e = zsw_index_next(o->index, old, &pgno); e && pgno < old + n;
+             e = pgno < ZSW_INDEX_MAX_PGNO ? zsw_index_next(o->index, pgno + 1, &pgno) : NULL) {
+                r = zsw_index_insert(o->index, new + (pgno - old), e);
+                if (r < 0) {
+                        /* The destination was emptied first: all of it is ours. */
+                        zsw_index_erase_range(o->index, new, new + n, forget_slot, NULL);
+                        return r;
+                }
+                moved++;
+        }
+        zsw_index_erase_range(o->index, old, old + n, forget_slot, NULL);
+        *ret_moved = moved;
+        return 0;
+}
+
+int zsw_store_move(struct zsw_owner *o, uint64_t old_start, uint64_t new_start, uint64_t n) {
+        uint64_t moved = 0;
+        int r;
+
+        if (n == 0 || old_start == new_start)
+                return 0;
+        if (old_start > ZSW_INDEX_MAX_PGNO + 1 - n || new_start > ZSW_INDEX_MAX_PGNO + 1 - n ||
+            n > ZSW_INDEX_MAX_PGNO + 1)
+                return -ERANGE;
+        if (old_start < new_start + n && new_start < old_start + n)
+                return -EINVAL;
+
+        pthread_mutex_lock(&o->lock);
+        invalidate_locked(o, new_start, new_start + n);
+        r = move_locked(o, old_start, new_start, n, &moved);
+        pthread_mutex_unlock(&o->lock);
+        if (r < 0)
+                return zsw_log_errno(o->store->cfg.log, LOG_WARNING, r,
+                                     "Failed to move %" PRIu64 " pages: %m", n);
+        return (int) MIN(moved, (uint64_t) INT32_MAX);
+}
+
+/* ---- writeback interface -------------------------------------------------- */
+
+size_t zsw_store_isolate(struct zsw_owner *o, struct zsw_entry **ret, size_t n) {
+        return zsw_lru_isolate(o->lru, ret, n);
+}
+
+void zsw_store_putback(struct zsw_owner *o, struct zsw_entry *const *entries, size_t n) {
+        struct zsw_entry *dead = zsw_lru_putback(o->lru, entries, n), *v[RELEASE_CHUNK];
+        size_t nv = 0;
+
+        while (dead) {
+                v[nv++] = dead;
+                dead = dead->next;
+                if (nv == RELEASE_CHUNK || !dead) {
+                        for (size_t i = 0; i < nv; i++)
+                                v[i]->next = NULL;
+                        entries_destroy(o->store, v, nv);
+                        nv = 0;
+                }
+        }
+}
+
+int zsw_store_entry_payload(struct zsw_store *s, struct zsw_entry *e, const void **ret_data,
+                            uint32_t *ret_len, enum zsw_compressor *ret_compressor) {
+        if (!entry_in_pool(e))
+                return -EINVAL;
+        *ret_data = zsw_pool_map(s->pool, e->handle);
+        *ret_len = e->length;
+        if (e->state == ZSW_ENTRY_RAW)
+                return 1;
+        *ret_compressor = e->compressor;
+        return 0;
+}
+
+/* ---- objects and statistics ----------------------------------------------- */
+
+int zsw_store_new(const struct zsw_store_config *config, struct zsw_store **ret) {
+        struct zsw_store_config cfg = config ? *config : (struct zsw_store_config) {};
+        struct zsw_store *s;
+        int r;
+
+        if ((unsigned) cfg.compressor >= _ZSW_COMPRESSOR_MAX || cfg.max_compressed > ZSW_PAGE_SIZE)
+                return -EINVAL;
+        if (cfg.max_compressed == 0)
+                cfg.max_compressed = ZSW_PAGE_SIZE * 7 / 8;
+
+        s = calloc(1, sizeof(*s));
+        if (!s)
+                return -ENOMEM;
+        s->cfg = cfg;
+        r = zsw_pool_new(&s->pool);
+        if (r < 0) {
+                free(s);
+                return r;
+        }
+        zsw_entry_cache_init(&s->entries);
+        pthread_mutex_init(&s->owners_lock, NULL);
+        *ret = s;
+        return 0;
+}
+
+struct zsw_store *zsw_store_free(struct zsw_store *s) {
+        if (!s)
+                return NULL;
+        while (s->owners)
+                zsw_store_owner_free(s->owners);
+        zsw_pool_free(s->pool);
+        zsw_entry_cache_done(&s->entries);
+        pthread_mutex_destroy(&s->owners_lock);
+        free(s);
+        return NULL;
+}
+
+int zsw_worker_new(struct zsw_store *s, struct zsw_worker **ret) {
+        struct zsw_worker *w = calloc(1, sizeof(*w));
+        int r;
+
+        if (!w)
+                return -ENOMEM;
+        w->store = s;
+        w->scratch = aligned_alloc(64, (ZSW_STORE_BATCH_MAX + 1) * ZSW_PAGE_SIZE);
+        r = w->scratch ? zsw_decompress_ctx_new(&w->dctx) : -ENOMEM;
+        if (r < 0) {
+                zsw_worker_free(w);
+                return r;
+        }
+        atomic_fetch_add(&s->workers, 1);
+        *ret = w;
+        return 0;
+}
+
+struct zsw_worker *zsw_worker_free(struct zsw_worker *w) {
+        if (!w)
+                return NULL;
+        for (unsigned c = 0; c < _ZSW_COMPRESSOR_MAX; c++)
+                zsw_compress_ctx_free(w->cctx[c]);
+        if (w->dctx) {
+                zsw_decompress_ctx_free(w->dctx);
+                atomic_fetch_sub(&w->store->workers, 1);
+        }
+        free(w->scratch);
+        free(w);
+        return NULL;
+}
+
+static int owner_alloc(struct zsw_store *s, const struct zsw_owner_config *cfg,
+                       struct zsw_lru *lru, struct zsw_owner **ret) {
+        struct zsw_owner *o = calloc(1, sizeof(*o));
+        int r;
+
+        if (!o)
+                return -ENOMEM;
+        r = zsw_index_new(&o->index);
+        if (r < 0) {
+                free(o);
+                return r;
+        }
+        o->store = s;
+        o->cfg = *cfg;
+        o->lru = lru;
+        pthread_mutex_init(&o->lock, NULL);
+        *ret = o;
+        return 0;
+}
+
+static void owner_link(struct zsw_owner *o) {
+        struct zsw_store *s = o->store;
+
+        pthread_mutex_lock(&s->owners_lock);
+        o->next = s->owners;
+        if (s->owners)
+                s->owners->prev = o;
+        s->owners = o;
+        pthread_mutex_unlock(&s->owners_lock);
+}
+
+int zsw_store_owner_new(struct zsw_store *s, const struct zsw_owner_config *config,
+                        struct zsw_owner **ret) {
+        struct zsw_owner_config cfg = config ? *config
+                                             : (struct zsw_owner_config) {
+                                                       .compressor = s->cfg.compressor,
+                                                       .level = s->cfg.level,
+                                               };
+        struct zsw_compress_ctx *probe = NULL;
+        struct zsw_lru *lru;
+        struct zsw_owner *o;
+        int r;
+
+        /* Refuse a bad compressor or level now rather than on every store. */
+        r = zsw_compress_ctx_new(cfg.compressor, cfg.level, &probe);
+        if (r < 0)
+                return r;
+        zsw_compress_ctx_free(probe);
+        if (cfg.level == 0)
+                cfg.level = ZSW_ZSTD_LEVEL_DEFAULT;
+
+        r = zsw_lru_new(&lru);
+        if (r < 0)
+                return r;
+        r = owner_alloc(s, &cfg, lru, &o);
+        if (r < 0) {
+                zsw_lru_unref(lru);
+                return r;
+        }
+        owner_link(o);
+        *ret = o;
+        return 0;
+}
+
+static void owner_destroy(struct zsw_owner *o) {
+        pthread_mutex_lock(&o->lock);
+        invalidate_locked(o, 0, ZSW_INDEX_MAX_PGNO + 1);
+        pthread_mutex_unlock(&o->lock);
+        zsw_index_free(o->index);
+        zsw_lru_unref(o->lru);
+        pthread_mutex_destroy(&o->lock);
+        free(o);
+}
+
+struct zsw_owner *zsw_store_owner_free(struct zsw_owner *o) {
+        struct zsw_store *s;
+
+        if (!o)
+                return NULL;
+        s = o->store;
+        pthread_mutex_lock(&s->owners_lock);
+        if (o->prev)
+                o->prev->next = o->next;
+        else
+                s->owners = o->next;
+        if (o->next)
+                o->next->prev = o->prev;
+        pthread_mutex_unlock(&s->owners_lock);
+        owner_destroy(o);
+        return NULL;
+}
+
+int zsw_store_owner_clone(struct zsw_owner *parent, struct zsw_owner **ret) {
+        struct zsw_owner *child;
+        struct zsw_entry *e;
+        uint64_t pgno;
+        int r;
+
+        r = owner_alloc(parent->store, &parent->cfg, zsw_lru_ref(parent->lru), &child);
+        if (r < 0) {
+                zsw_lru_unref(parent->lru);
+                return r;
+        }
+
+        pthread_mutex_lock(&parent->lock);
+        for (e = zsw_index_next(parent->index, 0, &pgno); e;
+             e = pgno < ZSW_INDEX_MAX_PGNO ? zsw_index_next(parent->index, pgno + 1, &pgno) : NULL) {
+                r = zsw_index_insert(child->index, pgno, e);
+                if (r < 0)
+                        break;
+                atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
+                charge(child->counters, e, 1);
+        }
+        pthread_mutex_unlock(&parent->lock);
+        if (r < 0) {
+                owner_destroy(child);
+                return zsw_log_errno(parent->store->cfg.log, LOG_ERR, r,
+                                     "Failed to clone an owner's index: %m");
+        }
+        owner_link(child);
+        *ret = child;
+        return 0;
+}
+
+static void stats_fill(counters_t c, struct zsw_store_stats *ret) {
+        uint64_t *dst[] = {
+                [C_PAGES] = &ret->stored_pages,
+                [C_PAYLOAD] = &ret->payload_bytes,
+                [C_SAME] = &ret->same_filled_pages,
+                [C_INCOMPRESSIBLE] = &ret->incompressible_pages,
+                [C_STORES] = &ret->stores,
+                [C_LOADS] = &ret->loads,
+                [C_INVALIDATIONS] = &ret->invalidations,
+        };
+
+        *ret = (struct zsw_store_stats) {};
+        for (unsigned i = 0; i < C_REJECT; i++)
+                *dst[i] = atomic_load_explicit(&c[i], memory_order_relaxed);
+        for (unsigned i = 0; i < _ZSW_REJECT_MAX; i++)
+                ret->rejects[i] = atomic_load_explicit(&c[C_REJECT + i], memory_order_relaxed);
+}
+
+static uint64_t owner_meta_bytes(struct zsw_owner *o) {
+        uint64_t b;
+
+        pthread_mutex_lock(&o->lock);
+        b = zsw_index_mem_bytes(o->index);
+        pthread_mutex_unlock(&o->lock);
+        return b;
+}
+
+void zsw_store_get_stats(struct zsw_store *s, struct zsw_store_stats *ret) {
+        struct zsw_store_stats st;
+        struct zsw_pool_stats ps;
+
+        stats_fill(s->counters, &st);
+        zsw_pool_get_stats(s->pool, &ps);
+        st.pool_bytes = ps.pool_bytes;
+        st.meta_bytes = ps.meta_bytes + zsw_entry_cache_bytes(&s->entries);
+        pthread_mutex_lock(&s->owners_lock);
+        for (struct zsw_owner *o = s->owners; o; o = o->next)
+                st.meta_bytes += sizeof(*o) + owner_meta_bytes(o);
+        pthread_mutex_unlock(&s->owners_lock);
+        *ret = st;
+}
+
+void zsw_store_owner_get_stats(struct zsw_owner *o, struct zsw_store_stats *ret) {
+        stats_fill(o->counters, ret);
+        ret->meta_bytes = sizeof(*o) + owner_meta_bytes(o);
+}
+
+static void latency_fill(const struct zsw_histogram *h, struct zsw_store_latency *ret) {
+        *ret = (struct zsw_store_latency) {
+                .p50 = zsw_histogram_percentile(h, 0.50),
+                .p95 = zsw_histogram_percentile(h, 0.95),
+                .p99 = zsw_histogram_percentile(h, 0.99),
+                .count = zsw_histogram_count(h),
+        };
+}
+
+struct zsw_histogram *zsw_store_histogram(struct zsw_store *s, enum zsw_latency_kind kind) {
+        return (unsigned) kind < _ZSW_LATENCY_MAX ? &s->hist[kind] : NULL;
+}
+
+void zsw_store_get_latency(struct zsw_store *s, enum zsw_latency_kind kind,
+                           struct zsw_store_latency *ret) {
+        latency_fill(&s->hist[kind], ret);
+}
+
+void zsw_store_owner_get_latency(struct zsw_owner *o, enum zsw_latency_kind kind,
+                                 struct zsw_store_latency *ret) {
+        latency_fill(&o->hist[kind], ret);
+}

@@ -1,0 +1,228 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The compressed store: pages of target address spaces, kept compressed
+ * in memory, keyed by (owner, page number).
+ *
+ * Objects:
+ * - struct zsw_store: the pool, the entry cache, global counters and
+ *   latency histograms, the settings. One per daemon.
+ * - struct zsw_owner: one per target address space. Its own index, lock,
+ *   counters and limit; an LRU shared with its fork family (see clone).
+ * - struct zsw_worker: what one thread needs to store and load: a
+ *   compression context per compressor, a decompression context, scratch
+ *   room for a batch. One per thread; never shared between threads.
+ *
+ * Stores are batched the way the kernel's zswap_store_pages() batches them:
+ * a batch of up to ZSW_STORE_BATCH_MAX pages goes through named stages,
+ * each working on the whole batch (entries, compress, pool, index,
+ * account). A failed stage rolls the whole batch back and counts the
+ * reason; compression runs outside every lock.
+ *
+ * Concurrency: every call is thread-safe for distinct workers, except that
+ * an owner must not be freed while other calls use it. An owner's lock is
+ * held only for index and LRU updates, never while compressing, so a load
+ * never waits for a compression batch, of its own owner or another.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compress.h"
+#include "histogram.h"
+#include "index.h"
+#include "pool.h"
+#include "util.h"
+
+#define ZSW_STORE_BATCH_MAX 32u
+
+struct zsw_store;
+struct zsw_owner;
+struct zsw_worker;
+struct zsw_entry;
+
+/* The stages of a store batch, as passed to the fault injection hook. */
+enum zsw_store_stage {
+        ZSW_STAGE_ENTRIES,
+        ZSW_STAGE_COMPRESS,
+        ZSW_STAGE_POOL,
+        ZSW_STAGE_INDEX,
+        _ZSW_STAGE_MAX,
+};
+
+/* Why pages were not stored (counted in pages). */
+enum zsw_reject {
+        ZSW_REJECT_ENOMEM,         /* entries or worker contexts could not be allocated */
+        ZSW_REJECT_COMPRESS,       /* the compressor failed */
+        ZSW_REJECT_POOL,           /* the pool could not allocate */
+        ZSW_REJECT_INDEX,          /* the index could not insert */
+        ZSW_REJECT_LIMIT,          /* the owner's page limit */
+        ZSW_REJECT_INCOMPRESSIBLE, /* did not shrink, and reject_incompressible is set */
+        _ZSW_REJECT_MAX,
+};
+
+const char *zsw_reject_to_string(enum zsw_reject r);
+
+struct zsw_store_config {
+        /* Default compressor and zstd level of new owners. */
+        enum zsw_compressor compressor;
+        int level;
+        /* A page whose compressed size is above this is incompressible;
+         * 0 means ZSW_PAGE_SIZE * 7 / 8 (a page must save an eighth to be
+         * worth a decompression on every load). */
+        uint32_t max_compressed;
+        /* Incompressible pages are kept raw (false) or not stored (true). */
+        bool reject_incompressible;
+        /* The writeback tier's read of a payload it moved to disk: reads
+         * len bytes at sector into dst. Loads of on-disk entries fail with
+         * -EIO while this is NULL. */
+        int (*read_disk)(void *userdata, uint64_t sector, uint32_t len, void *dst);
+        void *disk_userdata;
+        /* Test hook: called at the start of each stage (for
+         * ZSW_STAGE_INDEX before each page's insertion, page = its position
+         * in the batch); a negative return fails the stage with that errno. */
+        int (*fault_inject)(void *userdata, enum zsw_store_stage stage, unsigned page);
+        void *fault_userdata;
+        const struct zsw_log *log;
+};
+
+struct zsw_owner_config {
+        enum zsw_compressor compressor;
+        int level;             /* zstd level, 0 for ZSW_ZSTD_LEVEL_DEFAULT */
+        uint64_t max_pages;    /* page limit, 0 for none */
+};
+
+/* Counters, global or per owner. "Stored" figures are what is there now;
+ * the others count events since creation, in pages. Per owner, a page
+ * shared with a clone counts for each owner that has it; globally once. */
+struct zsw_store_stats {
+        uint64_t stored_pages;
+        uint64_t payload_bytes;        /* compressed (or raw) bytes of stored pages */
+        uint64_t same_filled_pages;
+        uint64_t incompressible_pages; /* stored raw */
+        uint64_t stores;
+        uint64_t loads;
+        uint64_t invalidations;
+        uint64_t rejects[_ZSW_REJECT_MAX];
+        /* Global only: */
+        uint64_t pool_bytes;           /* memory the pool took from the system */
+        uint64_t meta_bytes;           /* entries, index nodes, pool bookkeeping */
+};
+
+/* Latencies in ns, per page (a batch's time is spread over its pages). */
+struct zsw_store_latency {
+        uint64_t p50, p95, p99, count;
+};
+
+enum zsw_latency_kind {
+        ZSW_LATENCY_STORE,
+        ZSW_LATENCY_COMPRESS,
+        ZSW_LATENCY_LOAD,
+        _ZSW_LATENCY_MAX,
+};
+
+/* ---- store --------------------------------------------------------------- */
+
+/* config may be NULL for the defaults (lz4, keep incompressible pages raw).
+ * -EINVAL for a bad setting, -ENOMEM. */
+int zsw_store_new(const struct zsw_store_config *config, struct zsw_store **ret);
+/* Frees the store and every owner still in it. Workers must be freed first. */
+struct zsw_store *zsw_store_free(struct zsw_store *s);
+
+void zsw_store_get_stats(struct zsw_store *s, struct zsw_store_stats *ret);
+/* Percentiles of the store-wide histogram of kind. */
+void zsw_store_get_latency(struct zsw_store *s, enum zsw_latency_kind kind,
+                           struct zsw_store_latency *ret);
+/* The histogram itself, to merge or export; owned by the store. */
+struct zsw_histogram *zsw_store_histogram(struct zsw_store *s, enum zsw_latency_kind kind);
+
+/* ---- workers ------------------------------------------------------------- */
+
+int zsw_worker_new(struct zsw_store *s, struct zsw_worker **ret);
+struct zsw_worker *zsw_worker_free(struct zsw_worker *w);
+
+/* ---- owners -------------------------------------------------------------- */
+
+/* config may be NULL for the store's defaults. */
+int zsw_store_owner_new(struct zsw_store *s, const struct zsw_owner_config *config,
+                        struct zsw_owner **ret);
+/* Drops every page of the owner and frees it. */
+struct zsw_owner *zsw_store_owner_free(struct zsw_owner *o);
+
+/* For fork: a new owner whose index holds exactly the parent's pages, the
+ * same entries (shared, reference counted; nothing is copied). Parent and
+ * child then diverge: stores, loads and invalidations on one do not touch
+ * the other's view. The child shares the parent's LRU and settings. */
+int zsw_store_owner_clone(struct zsw_owner *parent, struct zsw_owner **ret);
+
+void zsw_store_owner_get_stats(struct zsw_owner *o, struct zsw_store_stats *ret);
+void zsw_store_owner_get_latency(struct zsw_owner *o, enum zsw_latency_kind kind,
+                                 struct zsw_store_latency *ret);
+
+/* ---- the data path ------------------------------------------------------- */
+
+/*
+ * Stores n (1..ZSW_STORE_BATCH_MAX) pages: pages[i] (ZSW_PAGE_SIZE bytes)
+ * at page number pgnos[i] (<= ZSW_INDEX_MAX_PGNO, no duplicates) of o.
+ *
+ * A page number that already has an entry in o gets the new content; the
+ * old entry is dropped from o even if the store fails, as the kernel does:
+ * the caller still holds the page, so the old copy is stale either way.
+ *
+ * All or nothing: on failure no page of the batch is stored, the reason is
+ * counted, and a negative errno is returned (-ENOMEM, -ENOSPC for the
+ * owner's limit, -EINVAL for bad arguments, or the injected error).
+ * With reject_incompressible, incompressible pages are left out of an
+ * otherwise successful batch. Returns the number of pages stored; bit i of
+ * *ret_stored (if not NULL) is set when page i was stored: the caller keeps
+ * the pages whose bit is clear.
+ */
+int zsw_store_pages(struct zsw_worker *w, struct zsw_owner *o, const uint64_t *pgnos,
+                    const void *const *pages, size_t n, uint32_t *ret_stored);
+
+/* Loads keep the entry (a clone may still need it, or the caller may drop
+ * the page again unmodified) unless ZSW_LOAD_EXCLUSIVE, which removes it
+ * from o and frees it once no other owner has it. */
+#define ZSW_LOAD_EXCLUSIVE 1u
+
+/*
+ * The fault path: copies page pgno of o into the ZSW_PAGE_SIZE bytes at
+ * buf. Returns 0, -ENOENT when o has no such page (buf untouched),
+ * -EBADMSG for a payload that does not decode (the entry is kept), -EIO
+ * when the page is on disk and reading it failed. Takes o's lock for a
+ * lookup only; decompression runs outside it.
+ */
+int zsw_store_load(struct zsw_worker *w, struct zsw_owner *o, uint64_t pgno, void *buf,
+                   unsigned flags);
+
+/* Whether o has page pgno. */
+bool zsw_store_contains(struct zsw_owner *o, uint64_t pgno);
+
+/* Drops o's pages in [start, start + n) (munmap, MADV_DONTNEED in the
+ * target). Time proportional to the pages present. Returns how many. */
+uint64_t zsw_store_invalidate(struct zsw_owner *o, uint64_t start, uint64_t n);
+
+/* mremap: moves o's pages in [old_start, old_start + n) to [new_start,
+ * new_start + n), after dropping whatever o had there (mremap replaces
+ * the destination). The ranges must not overlap (-EINVAL), as for
+ * MREMAP_FIXED. On -ENOMEM the pages stay where they were (the destination
+ * is dropped anyway). Returns how many pages moved. */
+int zsw_store_move(struct zsw_owner *o, uint64_t old_start, uint64_t new_start, uint64_t n);
+
+/* ---- writeback interface ------------------------------------------------- */
+
+/* Takes up to n of the coldest pool-backed entries of o's LRU (shared with
+ * o's fork family) off the LRU for writeback, each with a reference of its
+ * own, and returns how many. Loads keep working on isolated entries. */
+size_t zsw_store_isolate(struct zsw_owner *o, struct zsw_entry **ret, size_t n);
+
+/* Returns isolated entries to the cold end of the LRU and drops their
+ * isolation references (entries nobody else holds are freed). */
+void zsw_store_putback(struct zsw_owner *o, struct zsw_entry *const *entries, size_t n);
+
+/* An isolated entry's payload: its pool memory, byte count and compressor.
+ * Returns 0 for a compressed payload, 1 for a raw page (ret_compressor
+ * untouched), -EINVAL for an entry that is not in the pool. */
+int zsw_store_entry_payload(struct zsw_store *s, struct zsw_entry *e, const void **ret_data,
+                            uint32_t *ret_len, enum zsw_compressor *ret_compressor);

@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Compressor backends: round trips on real pages for both algorithms, the
+ * incompressible limit, one decompression context for both algorithms,
+ * corrupt input, and argument checks. */
+#include <zstd.h>
+
+#include "compress.h"
+#include "corpus.h"
+#include "test.h"
+
+#define NPAGES 64
+
+static uint8_t pages[NPAGES][ZSW_PAGE_SIZE];
+static uint8_t out[NPAGES][ZSW_PAGE_SIZE];
+static uint8_t back[ZSW_PAGE_SIZE];
+
+static void load_corpus(void) {
+        static bool done;
+
+        if (done)
+                return;
+        if (corpus_fill(pages, NPAGES, 0, 7) < 0)
+                TEST_SKIP("no corpus files on this machine");
+        done = true;
+}
+
+static void roundtrip(enum zsw_compressor c, int level) {
+        struct zsw_compress_ctx *ctx = NULL;
+        struct zsw_decompress_ctx *dctx = NULL;
+        const void *src[NPAGES];
+        void *dst[NPAGES];
+        uint32_t lens[NPAGES];
+        int done;
+
+        load_corpus();
+        ASSERT_OK(zsw_compress_ctx_new(c, level, &ctx));
+        ASSERT_OK(zsw_decompress_ctx_new(&dctx));
+        ASSERT_EQ(zsw_compress_ctx_compressor(ctx), c);
+        for (int i = 0; i < NPAGES; i++) {
+                src[i] = pages[i];
+                dst[i] = out[i];
+        }
+        /* Twice through the same context: it must be reusable. */
+        for (int round = 0; round < 2; round++) {
+                done = zsw_compress_batch(ctx, src, dst, NPAGES, ZSW_PAGE_SIZE, lens);
+                ASSERT_GT(done, NPAGES / 2);
+                for (int i = 0; i < NPAGES; i++) {
+                        if (lens[i] == 0)
+                                continue;
+                        ASSERT_LE(lens[i], ZSW_PAGE_SIZE);
+                        memset(back, 0xaa, sizeof(back));
+                        ASSERT_OK(zsw_decompress(dctx, c, out[i], lens[i], back));
+                        ASSERT_MEMEQ(back, pages[i], ZSW_PAGE_SIZE);
+                }
+        }
+        zsw_compress_ctx_free(ctx);
+        zsw_decompress_ctx_free(dctx);
+}
+
+TEST(lz4_roundtrip) {
+        roundtrip(ZSW_COMPRESSOR_LZ4, 0);
+}
+
+TEST(zstd_roundtrip_levels) {
+        roundtrip(ZSW_COMPRESSOR_ZSTD, 1);
+        roundtrip(ZSW_COMPRESSOR_ZSTD, 3);
+        roundtrip(ZSW_COMPRESSOR_ZSTD, 9);
+}
+
+/* Pages of zstd output do not compress again: real incompressible data. */
+static void make_incompressible(uint8_t *page) {
+        static uint8_t big[NPAGES * ZSW_PAGE_SIZE];
+        size_t r;
+
+        load_corpus();
+        r = ZSTD_compress(big, sizeof(big), pages, sizeof(pages), 19);
+        ASSERT_FALSE(ZSTD_isError(r));
+        ASSERT_GE(r, ZSW_PAGE_SIZE + 64);
+        memcpy(page, big + 64, ZSW_PAGE_SIZE);
+}
+
+TEST(limit_reports_incompressible) {
+        static uint8_t noise[ZSW_PAGE_SIZE];
+        struct zsw_decompress_ctx *dctx = NULL;
+
+        make_incompressible(noise);
+        ASSERT_OK(zsw_decompress_ctx_new(&dctx));
+        for (unsigned c = 0; c < _ZSW_COMPRESSOR_MAX; c++) {
+                struct zsw_compress_ctx *ctx = NULL;
+                const void *src[3] = { pages[0], noise, pages[1] };
+                void *dst[3] = { out[0], out[1], out[2] };
+                uint32_t lens[3], full[3];
+
+                ASSERT_OK(zsw_compress_ctx_new(c, 0, &ctx));
+                ASSERT_EQ(zsw_compress_batch(ctx, src, dst, 3, ZSW_PAGE_SIZE, full), 2);
+                ASSERT_EQ_U(full[1], 0);
+                ASSERT_GT(full[0], 0);
+
+                /* A limit just below a page's size makes it incompressible,
+                 * and a little above it fits (lz4 keeps a safety margin of a
+                 * few bytes when the output room is limited). */
+                ASSERT_EQ(zsw_compress_batch(ctx, src, dst, 3, full[0] - 1, lens), lens[2] > 0);
+                ASSERT_EQ_U(lens[0], 0);
+                ASSERT_EQ(zsw_compress_batch(ctx, src, dst, 1, full[0] + 16, lens), 1);
+                ASSERT_EQ_U(lens[0], full[0]);
+                ASSERT_OK(zsw_decompress(dctx, c, out[0], lens[0], back));
+                ASSERT_MEMEQ(back, pages[0], ZSW_PAGE_SIZE);
+
+                ASSERT_ERRNO(zsw_compress_batch(ctx, src, dst, 1, 0, lens), EINVAL);
+                ASSERT_ERRNO(zsw_compress_batch(ctx, src, dst, 1, ZSW_PAGE_SIZE + 1, lens), EINVAL);
+                zsw_compress_ctx_free(ctx);
+        }
+        zsw_decompress_ctx_free(dctx);
+}
+
+TEST(one_decompress_ctx_for_both) {
+        struct zsw_compress_ctx *lz4 = NULL, *zstd = NULL;
+        struct zsw_decompress_ctx *dctx = NULL;
+        const void *src[1];
+        void *dst[2] = { out[0], out[1] };
+        uint32_t l1, l2;
+
+        load_corpus();
+        ASSERT_OK(zsw_compress_ctx_new(ZSW_COMPRESSOR_LZ4, 0, &lz4));
+        ASSERT_OK(zsw_compress_ctx_new(ZSW_COMPRESSOR_ZSTD, 3, &zstd));
+        ASSERT_OK(zsw_decompress_ctx_new(&dctx));
+        for (int i = 0; i < 8; i++) {
+                src[0] = pages[i];
+                ASSERT_EQ(zsw_compress_batch(lz4, src, &dst[0], 1, ZSW_PAGE_SIZE, &l1), 1);
+                ASSERT_EQ(zsw_compress_batch(zstd, src, &dst[1], 1, ZSW_PAGE_SIZE, &l2), 1);
+                ASSERT_OK(zsw_decompress(dctx, ZSW_COMPRESSOR_ZSTD, out[1], l2, back));
+                ASSERT_MEMEQ(back, pages[i], ZSW_PAGE_SIZE);
+                ASSERT_OK(zsw_decompress(dctx, ZSW_COMPRESSOR_LZ4, out[0], l1, back));
+                ASSERT_MEMEQ(back, pages[i], ZSW_PAGE_SIZE);
+                /* The wrong algorithm or a truncated payload is caught. */
+                ASSERT_ERRNO(zsw_decompress(dctx, ZSW_COMPRESSOR_ZSTD, out[0], l1, back), EBADMSG);
+                ASSERT_ERRNO(zsw_decompress(dctx, ZSW_COMPRESSOR_LZ4, out[0], l1 / 2, back), EBADMSG);
+                ASSERT_ERRNO(zsw_decompress(dctx, ZSW_COMPRESSOR_ZSTD, out[1], l2 - 1, back), EBADMSG);
+        }
+        ASSERT_ERRNO(zsw_decompress(dctx, ZSW_COMPRESSOR_LZ4, out[0], 0, back), EBADMSG);
+        ASSERT_ERRNO(zsw_decompress(dctx, _ZSW_COMPRESSOR_MAX, out[0], 10, back), EINVAL);
+        zsw_compress_ctx_free(lz4);
+        zsw_compress_ctx_free(zstd);
+        zsw_decompress_ctx_free(dctx);
+}
+
+TEST(names_and_arguments) {
+        struct zsw_compress_ctx *ctx = NULL;
+
+        ASSERT_STREQ(zsw_compressor_to_string(ZSW_COMPRESSOR_LZ4), "lz4");
+        ASSERT_STREQ(zsw_compressor_to_string(ZSW_COMPRESSOR_ZSTD), "zstd");
+        ASSERT_TRUE(zsw_compressor_to_string(_ZSW_COMPRESSOR_MAX) == NULL);
+        ASSERT_EQ(zsw_compressor_from_string("zstd"), ZSW_COMPRESSOR_ZSTD);
+        ASSERT_EQ(zsw_compressor_from_string("lz4"), ZSW_COMPRESSOR_LZ4);
+        ASSERT_ERRNO(zsw_compressor_from_string("gzip"), EINVAL);
+        ASSERT_ERRNO(zsw_compressor_from_string(NULL), EINVAL);
+        ASSERT_ERRNO(zsw_compress_ctx_new(_ZSW_COMPRESSOR_MAX, 0, &ctx), EINVAL);
+        ASSERT_ERRNO(zsw_compress_ctx_new(ZSW_COMPRESSOR_ZSTD, 99, &ctx), EINVAL);
+        ASSERT_ERRNO(zsw_compress_ctx_new(ZSW_COMPRESSOR_ZSTD, -1, &ctx), EINVAL);
+        ASSERT_TRUE(ctx == NULL);
+        ASSERT_TRUE(zsw_compress_ctx_free(NULL) == NULL);
+        ASSERT_TRUE(zsw_decompress_ctx_free(NULL) == NULL);
+}

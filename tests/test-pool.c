@@ -1,0 +1,474 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <lz4.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "corpus.h"
+#include "pool.h"
+#include "test.h"
+#include "util.h"
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_pool *, zsw_pool_free);
+#define _cleanup_pool_ _cleanup_(zsw_pool_freep)
+
+static uint64_t rng_next(uint64_t *s) {
+        uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        return z ^ (z >> 31);
+}
+
+static uint32_t round_class(uint32_t size) {
+        return DIV_ROUND_UP(size, ZSW_POOL_CLASS_STEP) * ZSW_POOL_CLASS_STEP;
+}
+
+/* Every byte of an object depends on its tag and position, so an overlap
+ * between two objects or a wrong mapping shows up in verify. */
+static void fill(void *p, uint32_t size, uint64_t tag) {
+        uint8_t *b = p;
+
+        for (uint32_t i = 0; i < size; i++)
+                b[i] = (uint8_t) ((tag * 131) ^ (i * 7) ^ (tag >> 8) ^ (i >> 8));
+}
+
+static bool verify(const void *p, uint32_t size, uint64_t tag) {
+        const uint8_t *b = p;
+
+        for (uint32_t i = 0; i < size; i++)
+                if (b[i] != (uint8_t) ((tag * 131) ^ (i * 7) ^ (tag >> 8) ^ (i >> 8)))
+                        return false;
+        return true;
+}
+
+static void assert_empty(struct zsw_pool *pool) {
+        struct zsw_pool_stats st;
+
+        zsw_pool_get_stats(pool, &st);
+        ASSERT_EQ_U(st.objects, 0);
+        ASSERT_EQ_U(st.used_bytes, 0);
+}
+
+TEST(bulk_round_trip_every_class_edge) {
+        _cleanup_pool_ struct zsw_pool *pool = NULL;
+        enum { N = 1000 };
+        uint32_t sizes[N];
+        zsw_handle_t h[N];
+        struct zsw_pool_stats st;
+        uint64_t used = 0, seed = 1;
+
+        ASSERT_OK(zsw_pool_new(&pool));
+        /* Both edges of every class, then random sizes. */
+        for (unsigned i = 0; i < N; i++) {
+                if (i < 256)
+                        sizes[i] = (i / 2 + 1) * ZSW_POOL_CLASS_STEP - (i % 2 ? 0 : 31);
+                else
+                        sizes[i] = 1 + rng_next(&seed) % ZSW_POOL_MAX_OBJECT;
+                used += round_class(sizes[i]);
+        }
+        ASSERT_OK(zsw_pool_alloc_bulk(pool, sizes, N, h));
+        for (unsigned i = 0; i < N; i++) {
+                ASSERT_NE(h[i], 0);
+                fill(zsw_pool_map(pool, h[i]), sizes[i], i);
+        }
+        for (unsigned i = 0; i < N; i++)
+                ASSERT_TRUE(verify(zsw_pool_map(pool, h[i]), sizes[i], i));
+
+        zsw_pool_get_stats(pool, &st);
+        ASSERT_EQ_U(st.objects, N);
+        ASSERT_EQ_U(st.used_bytes, used);
+        ASSERT_GE(st.pool_bytes, st.used_bytes);
+        ASSERT_GT(st.slabs, 0);
+        ASSERT_GT(st.meta_bytes, 0);
+
+        /* Free every other one (0 handles are skipped), check the rest
+         * survived, then reuse the holes. */
+        for (unsigned i = 0; i < N; i += 2) {
+                zsw_pool_free_bulk(pool, &h[i], 1);
+                h[i] = 0;
+        }
+        for (unsigned i = 1; i < N; i += 2)
+                ASSERT_TRUE(verify(zsw_pool_map(pool, h[i]), sizes[i], i));
+        zsw_pool_free_bulk(pool, h, N);
+        assert_empty(pool);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+        uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+
+        return x < y ? -1 : x > y;
+}
+
+/* pool_bytes claims to be the memory the slabs really hold: every page an
+ * object reached. With class-sized objects, all written, that is exactly
+ * the set of resident pages under the objects, which mincore reports. */
+TEST(pool_bytes_are_the_resident_pages) {
+        _cleanup_pool_ struct zsw_pool *pool = NULL;
+        enum { N = 3000 };
+        static uint32_t sizes[N];
+        static zsw_handle_t h[N];
+        static uint64_t pages[N * 2];
+        struct zsw_pool_stats st;
+        uint64_t seed = 11, resident = 0;
+        size_t np = 0;
+
+        ASSERT_OK(zsw_pool_new(&pool));
+        for (unsigned i = 0; i < N; i++)
+                sizes[i] = round_class(1 + rng_next(&seed) % ZSW_POOL_MAX_OBJECT);
+        ASSERT_OK(zsw_pool_alloc_bulk(pool, sizes, N, h));
+        for (unsigned i = 0; i < N; i++) {
+                uintptr_t a = (uintptr_t) zsw_pool_map(pool, h[i]);
+
+                fill((void *) a, sizes[i], i);
+                pages[np++] = a / ZSW_PAGE_SIZE;
+                if ((a + sizes[i] - 1) / ZSW_PAGE_SIZE != a / ZSW_PAGE_SIZE)
+                        pages[np++] = (a + sizes[i] - 1) / ZSW_PAGE_SIZE;
+        }
+        qsort(pages, np, sizeof(uint64_t), cmp_u64);
+        for (size_t i = 0; i < np; i++) {
+                unsigned char vec;
+
+                if (i > 0 && pages[i] == pages[i - 1])
+                        continue;
+                ASSERT_OK(mincore((void *) (uintptr_t) (pages[i] * ZSW_PAGE_SIZE), ZSW_PAGE_SIZE,
+                                  &vec));
+                resident += (vec & 1) * ZSW_PAGE_SIZE;
+        }
+        zsw_pool_get_stats(pool, &st);
+        ASSERT_EQ_U(st.pool_bytes, resident);
+        ASSERT_GE(st.mapped_bytes, st.pool_bytes);
+        zsw_pool_free_bulk(pool, h, N);
+        assert_empty(pool);
+}
+
+TEST(invalid_size_allocates_nothing) {
+        _cleanup_pool_ struct zsw_pool *pool = NULL;
+        uint32_t sizes[40];
+        zsw_handle_t h[40], keep;
+        struct zsw_pool_stats before, after;
+        uint32_t one = 100;
+
+        ASSERT_OK(zsw_pool_new(&pool));
+        ASSERT_OK(zsw_pool_alloc_bulk(pool, &one, 1, &keep));
+        fill(zsw_pool_map(pool, keep), one, 99);
+        zsw_pool_get_stats(pool, &before);
+
+        for (unsigned i = 0; i < 40; i++)
+                sizes[i] = 64 + i * 97;
+        for (uint32_t bad = 0; bad <= 1; bad++) {
+                sizes[20] = bad ? ZSW_POOL_MAX_OBJECT + 1 : 0;
+                memset(h, 0xaa, sizeof(h));
+                ASSERT_ERRNO(zsw_pool_alloc_bulk(pool, sizes, 40, h), EINVAL);
+                for (unsigned i = 0; i < 40; i++)
+                        ASSERT_EQ_U(h[i], UINT64_C(0xaaaaaaaaaaaaaaaa));
+                zsw_pool_get_stats(pool, &after);
+                ASSERT_EQ_U(after.objects, before.objects);
+                ASSERT_EQ_U(after.used_bytes, before.used_bytes);
+                ASSERT_EQ_U(after.pool_bytes, before.pool_bytes);
+        }
+        ASSERT_TRUE(verify(zsw_pool_map(pool, keep), one, 99));
+        zsw_pool_free_bulk(pool, &keep, 1);
+        assert_empty(pool);
+        /* An empty batch is a no-op. */
+        ASSERT_OK(zsw_pool_alloc_bulk(pool, sizes, 0, h));
+}
+
+/* The rollback after a failing mmap in the middle of a batch, made real by
+ * an address-space limit. A child takes the limit so the rest of the
+ * binary keeps its own. */
+static void enomem_child(void) {
+        _cleanup_pool_ struct zsw_pool *pool = NULL;
+        enum { N = 4096 };
+        static uint32_t sizes[N];
+        static zsw_handle_t h[N];
+        struct zsw_pool_stats before, after;
+        struct rlimit rl;
+        uint32_t small = 500;
+        zsw_handle_t keep;
+
+        ASSERT_OK(zsw_pool_new(&pool));
+        ASSERT_OK(zsw_pool_alloc_bulk(pool, &small, 1, &keep));
+        fill(zsw_pool_map(pool, keep), small, 5);
+        zsw_pool_get_stats(pool, &before);
+
+        /* Mixed classes, 16 MiB of 4096-byte objects (one page slab each),
+         * more than the limit leaves room for. */
+        for (unsigned i = 0; i < N; i++)
+                sizes[i] = i % 2 ? ZSW_POOL_MAX_OBJECT : 200 + i % 1000;
+        ASSERT_OK(getrlimit(RLIMIT_AS, &rl));
+        rl.rlim_cur = 0;
+        {
+                FILE *f = fopen("/proc/self/statm", "re");
+                unsigned long vm_pages;
+
+                ASSERT_TRUE(f);
+                ASSERT_EQ(fscanf(f, "%lu", &vm_pages), 1);
+                fclose(f);
+                rl.rlim_cur = (vm_pages + 1024) * 4096ul; /* 4 MiB of headroom */
+        }
+        ASSERT_OK(setrlimit(RLIMIT_AS, &rl));
+
+        memset(h, 0, sizeof(h));
+        ASSERT_ERRNO(zsw_pool_alloc_bulk(pool, sizes, N, h), ENOMEM);
+        for (unsigned i = 0; i < N; i++)
+                ASSERT_EQ_U(h[i], 0);
+        zsw_pool_get_stats(pool, &after);
+        ASSERT_EQ_U(after.objects, before.objects);
+        ASSERT_EQ_U(after.used_bytes, before.used_bytes);
+        zsw_pool_shrink(pool);
+        zsw_pool_get_stats(pool, &after);
+        ASSERT_EQ_U(after.slabs, 1);
+
+        /* Still usable, and the survivor is intact. */
+        ASSERT_OK(zsw_pool_alloc_bulk(pool, sizes, 64, h));
+        zsw_pool_free_bulk(pool, h, 64);
+        ASSERT_TRUE(verify(zsw_pool_map(pool, keep), small, 5));
+        zsw_pool_free_bulk(pool, &keep, 1);
+        assert_empty(pool);
+}
+
+TEST(mmap_failure_mid_batch_rolls_back) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+        /* Sanitizers reserve terabytes of shadow: RLIMIT_AS cannot work. */
+        fprintf(stderr, "skipped under a sanitizer\n");
+        return;
+#endif
+        pid_t pid = fork();
+        int status;
+
+        ASSERT_OK(pid);
+        if (pid == 0) {
+                enomem_child();
+                _exit(0);
+        }
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT_TRUE(WIFEXITED(status));
+        ASSERT_EQ(WEXITSTATUS(status), 0);
+}
+
+static bool is_mapped(void *p) {
+        unsigned char vec;
+        uintptr_t page = (uintptr_t) p & ~(uintptr_t) (ZSW_PAGE_SIZE - 1);
+
+        if (mincore((void *) page, ZSW_PAGE_SIZE, &vec) == 0)
+                return true;
+        ASSERT_EQ(errno, ENOMEM);
+        return false;
+}
+
+TEST(emptied_slabs_return_to_system) {
+        _cleanup_pool_ struct zsw_pool *pool = NULL;
+        enum { N = 20000 };
+        static uint32_t sizes[N];
+        static zsw_handle_t h[N];
+        static void *addr[N];
+        struct zsw_pool_stats st;
+        uint64_t seed = 7;
+        unsigned still;
+
+        ASSERT_OK(zsw_pool_new(&pool));
+        for (unsigned i = 0; i < N; i++)
+                sizes[i] = 700 + rng_next(&seed) % 2800;
+        for (unsigned i = 0; i < N; i += 32)
+                ASSERT_OK(zsw_pool_alloc_bulk(pool, sizes + i, MIN(32u, N - i), h + i));
+        for (unsigned i = 0; i < N; i++) {
+                addr[i] = zsw_pool_map(pool, h[i]);
+                fill(addr[i], sizes[i], i);
+                ASSERT_TRUE(is_mapped(addr[i]));
+        }
+        zsw_pool_get_stats(pool, &st);
+        ASSERT_GT(st.pool_bytes, (uint64_t) N * 700);
+
+        /* Free in a shuffled order, in batches. */
+        for (unsigned i = N - 1; i > 0; i--) {
+                unsigned j = rng_next(&seed) % (i + 1);
+                zsw_handle_t t = h[i];
+                void *a = addr[i];
+
+                h[i] = h[j], h[j] = t;
+                addr[i] = addr[j], addr[j] = a;
+        }
+        for (unsigned i = 0; i < N; i += 32)
+                zsw_pool_free_bulk(pool, h + i, MIN(32u, N - i));
+        assert_empty(pool);
+
+        /* At most one spare slab per class (of at most 16 pages) stays. */
+        zsw_pool_get_stats(pool, &st);
+        ASSERT_LE(st.pool_bytes, (uint64_t) (ZSW_POOL_MAX_OBJECT / ZSW_POOL_CLASS_STEP) * 16 *
+                                         ZSW_PAGE_SIZE);
+        still = 0;
+        for (unsigned i = 0; i < N; i++)
+                still += is_mapped(addr[i]);
+        ASSERT_LE(still, N / 10);
+
+        ASSERT_EQ_U(zsw_pool_shrink(pool), st.pool_bytes);
+        zsw_pool_get_stats(pool, &st);
+        ASSERT_EQ_U(st.pool_bytes, 0);
+        ASSERT_EQ_U(st.slabs, 0);
+        for (unsigned i = 0; i < N; i++)
+                ASSERT_FALSE(is_mapped(addr[i]));
+}
+
+static double ratio(struct zsw_pool *pool, uint64_t payload) {
+        struct zsw_pool_stats st;
+
+        zsw_pool_get_stats(pool, &st);
+        return (double) st.pool_bytes / (double) payload;
+}
+
+/* Pool bytes against payload bytes for what the store really keeps: lz4
+ * output of realistic pages (zero pages never reach the pool; pages that
+ * do not shrink are kept raw). Measured full, after a random half was
+ * freed, and after the holes were refilled. */
+TEST(fragmentation_on_realistic_sizes) {
+        _cleanup_pool_ struct zsw_pool *pool = NULL;
+        enum { PAGES = 16384 };
+        _cleanup_free_ uint8_t *pages = malloc((size_t) PAGES * ZSW_PAGE_SIZE);
+        _cleanup_free_ uint32_t *sizes = calloc(PAGES, sizeof(uint32_t));
+        _cleanup_free_ zsw_handle_t *h = calloc(PAGES, sizeof(zsw_handle_t));
+        char out[LZ4_COMPRESSBOUND(ZSW_PAGE_SIZE)];
+        uint64_t payload = 0, seed = 3;
+        unsigned n = 0;
+        double full, holed, refilled;
+        struct zsw_pool_stats st;
+
+        ASSERT_TRUE(pages && sizes && h);
+        if (corpus_fill(pages, PAGES, 0, 42) < 0)
+                TEST_SKIP("too few readable files for the corpus");
+        ASSERT_OK(zsw_pool_new(&pool));
+
+        for (unsigned i = 0; i < PAGES; i++) {
+                const char *src = (const char *) pages + (size_t) i * ZSW_PAGE_SIZE;
+                int c = LZ4_compress_default(src, out, ZSW_PAGE_SIZE, sizeof(out));
+
+                ASSERT_GT(c, 0);
+                sizes[n++] = c < (int) ZSW_PAGE_SIZE ? (uint32_t) c : ZSW_PAGE_SIZE;
+                payload += sizes[n - 1];
+        }
+        for (unsigned i = 0; i < n; i += 32)
+                ASSERT_OK(zsw_pool_alloc_bulk(pool, sizes + i, MIN(32u, n - i), h + i));
+        full = ratio(pool, payload);
+
+        for (unsigned i = 0; i < n; i++)
+                if (rng_next(&seed) % 2) {
+                        zsw_pool_free_bulk(pool, &h[i], 1);
+                        payload -= sizes[i];
+                        h[i] = 0;
+                }
+        holed = ratio(pool, payload);
+        for (unsigned i = 0; i < n; i++)
+                if (!h[i]) {
+                        ASSERT_OK(zsw_pool_alloc_bulk(pool, &sizes[i], 1, &h[i]));
+                        payload += sizes[i];
+                }
+        refilled = ratio(pool, payload);
+        zsw_pool_get_stats(pool, &st);
+        fprintf(stderr,
+                "pages %u, mean object %.0f B: pool/payload full %.4f, half freed %.4f, "
+                "refilled %.4f; pool metadata %.1f B/object\n",
+                n, (double) payload / n, full, holed, refilled,
+                (double) st.meta_bytes / (double) st.objects);
+
+        ASSERT_TRUE(full <= 1.05);
+        ASSERT_TRUE(refilled <= 1.05);
+        /* Freeing half at random cannot need more than what was mapped
+         * when full, for the same payload doubled. */
+        ASSERT_TRUE(holed <= 2 * full);
+        ASSERT_TRUE((double) st.meta_bytes / (double) st.objects < 16);
+
+        /* The payload survives the churn, checked through lz4. */
+        for (unsigned i = 0; i < n; i++) {
+                const uint8_t *src = pages + (size_t) i * ZSW_PAGE_SIZE;
+                void *obj = zsw_pool_map(pool, h[i]);
+
+                if (sizes[i] == ZSW_PAGE_SIZE)
+                        memcpy(obj, src, ZSW_PAGE_SIZE);
+                else
+                        ASSERT_EQ(LZ4_compress_default((const char *) src, obj, ZSW_PAGE_SIZE,
+                                                       (int) sizes[i]),
+                                  (int) sizes[i]);
+        }
+        for (unsigned i = 0; i < n; i++) {
+                const uint8_t *src = pages + (size_t) i * ZSW_PAGE_SIZE;
+                uint8_t back[ZSW_PAGE_SIZE];
+                const void *obj = zsw_pool_map(pool, h[i]);
+
+                if (sizes[i] == ZSW_PAGE_SIZE)
+                        memcpy(back, obj, ZSW_PAGE_SIZE);
+                else
+                        ASSERT_EQ(LZ4_decompress_safe(obj, (char *) back, (int) sizes[i],
+                                                      ZSW_PAGE_SIZE),
+                                  (int) ZSW_PAGE_SIZE);
+                ASSERT_EQ_U(corpus_page_sum(back), corpus_page_sum(src));
+        }
+        zsw_pool_free_bulk(pool, h, n);
+        assert_empty(pool);
+}
+
+struct stress_arg {
+        struct zsw_pool *pool;
+        unsigned id;
+};
+
+#define STRESS_ROUNDS 3000
+#define STRESS_LIVE 16
+#define STRESS_BATCH 32
+
+static void *stress_thread(void *p) {
+        struct stress_arg *a = p;
+        static __thread uint32_t sizes[STRESS_LIVE][STRESS_BATCH];
+        static __thread zsw_handle_t h[STRESS_LIVE][STRESS_BATCH];
+        uint64_t seed = a->id * 1000003u;
+
+        memset(h, 0, sizeof(h));
+        for (unsigned r = 0; r < STRESS_ROUNDS; r++) {
+                unsigned slot = r % STRESS_LIVE;
+                unsigned n = 1 + rng_next(&seed) % STRESS_BATCH;
+
+                /* Verify and free the batch that lived STRESS_LIVE rounds. */
+                for (unsigned i = 0; i < STRESS_BATCH && h[slot][i]; i++)
+                        ASSERT_TRUE(verify(zsw_pool_map(a->pool, h[slot][i]), sizes[slot][i],
+                                           ((uint64_t) a->id << 40) | (slot << 8) | i));
+                zsw_pool_free_bulk(a->pool, h[slot], STRESS_BATCH);
+                memset(h[slot], 0, sizeof(h[slot]));
+
+                for (unsigned i = 0; i < n; i++)
+                        sizes[slot][i] = 1 + rng_next(&seed) % ZSW_POOL_MAX_OBJECT;
+                ASSERT_OK(zsw_pool_alloc_bulk(a->pool, sizes[slot], n, h[slot]));
+                for (unsigned i = 0; i < n; i++)
+                        fill(zsw_pool_map(a->pool, h[slot][i]), sizes[slot][i],
+                             ((uint64_t) a->id << 40) | (slot << 8) | i);
+                if (r % 500 == 0)
+                        zsw_pool_shrink(a->pool);
+        }
+        for (unsigned s = 0; s < STRESS_LIVE; s++)
+                zsw_pool_free_bulk(a->pool, h[s], STRESS_BATCH);
+        return NULL;
+}
+
+TEST(threads_alloc_free_stress) {
+        _cleanup_pool_ struct zsw_pool *pool = NULL;
+        enum { T = 4 };
+        pthread_t th[T];
+        struct stress_arg args[T];
+        struct zsw_pool_stats st;
+
+        ASSERT_OK(zsw_pool_new(&pool));
+        for (unsigned t = 0; t < T; t++) {
+                args[t] = (struct stress_arg) { pool, t + 1 };
+                ASSERT_EQ(pthread_create(&th[t], NULL, stress_thread, &args[t]), 0);
+        }
+        /* Reading the counters meanwhile must be safe. */
+        for (unsigned i = 0; i < 1000; i++)
+                zsw_pool_get_stats(pool, &st);
+        for (unsigned t = 0; t < T; t++)
+                ASSERT_EQ(pthread_join(th[t], NULL), 0);
+        assert_empty(pool);
+        zsw_pool_shrink(pool);
+        zsw_pool_get_stats(pool, &st);
+        ASSERT_EQ_U(st.pool_bytes, 0);
+        ASSERT_EQ_U(st.slabs, 0);
+}
