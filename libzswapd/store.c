@@ -633,6 +633,15 @@ bool zsw_store_contains(struct zsw_owner *o, uint64_t pgno) {
         return found;
 }
 
+bool zsw_store_next(struct zsw_owner *o, uint64_t from, uint64_t *ret_pgno) {
+        bool found;
+
+        pthread_mutex_lock(&o->lock);
+        found = zsw_index_next(o->index, from, ret_pgno) != NULL;
+        pthread_mutex_unlock(&o->lock);
+        return found;
+}
+
 uint64_t zsw_store_invalidate(struct zsw_owner *o, uint64_t start, uint64_t n) {
         uint64_t r;
 

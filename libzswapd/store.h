@@ -199,6 +199,10 @@ int zsw_store_load(struct zsw_worker *w, struct zsw_owner *o, uint64_t pgno, voi
 /* Whether o has page pgno. */
 bool zsw_store_contains(struct zsw_owner *o, uint64_t pgno);
 
+/* The first page number >= from that o holds, in *ret_pgno; false when
+ * there is none (*ret_pgno untouched). For walking an owner's pages. */
+bool zsw_store_next(struct zsw_owner *o, uint64_t from, uint64_t *ret_pgno);
+
 /* Drops o's pages in [start, start + n) (munmap, MADV_DONTNEED in the
  * target). Time proportional to the pages present. Returns how many. */
 uint64_t zsw_store_invalidate(struct zsw_owner *o, uint64_t start, uint64_t n);
