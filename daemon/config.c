@@ -30,11 +30,6 @@
 
 #define container_of(ptr, type, member) ((type *) ((char *) (ptr) - offsetof(type, member)))
 
-static const struct zsw_pressure default_pressure = {
-        .stall_usec = 100 * ZSW_USEC_PER_MSEC,
-        .window_usec = ZSW_USEC_PER_SEC,
-};
-
 static const struct zsw_config global_defaults = {
         .socket_path = (char *) DEFAULT_SOCKET,
         .log_level = LOG_INFO,
@@ -45,7 +40,8 @@ static const struct zsw_config global_defaults = {
         .accept_threshold = 90,
         .swapfile = (char *) DEFAULT_SWAPFILE,
         .swapfile_size = UINT64_C(1) << 30,
-        .pressure = default_pressure,
+        /* 10% of the time over 1s: a system that starts to feel slow. */
+        .pressure = { .stall_usec = 100 * ZSW_USEC_PER_MSEC, .window_usec = ZSW_USEC_PER_SEC },
 };
 
 /* Fields a policy inherits from the global settings start "unset" here:

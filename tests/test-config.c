@@ -777,3 +777,47 @@ TEST(limit_resolve) {
         ASSERT_STREQ(zsw_compressor_to_string(ZSW_COMPRESSOR_ZSTD), "zstd");
         ASSERT_TRUE(zsw_compressor_to_string(_ZSW_COMPRESSOR_INVALID) == NULL);
 }
+
+/* The sample policies shipped in docs/examples/ load, and match what they
+ * say they match. __FILE__ is relative to the build directory, where
+ * meson runs the tests. */
+TEST(examples_load) {
+        char dir[4096], *slash;
+        _cleanup_close_ int fd = -EBADF;
+        _cleanup_(zsw_config_freep) struct zsw_config *c = NULL;
+        struct zsw_config_source src[2];
+        static const char *const names[] = { "browser.conf", "build-service.conf" };
+        char *texts[2] = {};
+
+        snprintf(dir, sizeof(dir), "%s", __FILE__);
+        slash = strrchr(dir, '/');
+        ASSERT_TRUE(slash);
+        strcpy(slash, "/../docs/examples");
+        fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                TEST_FAIL("cannot open %s: %s", dir, strerror(errno));
+        for (size_t i = 0; i < 2; i++) {
+                int f = openat(fd, names[i], O_RDONLY | O_CLOEXEC);
+                ssize_t n;
+
+                ASSERT_GE(f, 0);
+                texts[i] = calloc(1, 8192);
+                n = read(f, texts[i], 8191);
+                ASSERT_GT(n, 0);
+                close(f);
+                src[i] = (struct zsw_config_source) { names[i], texts[i], (size_t) n };
+        }
+        n_messages = 0;
+        if (zsw_config_load_sources(NULL, src, 2, &test_log, &c) < 0) {
+                dump_messages();
+                TEST_FAIL("examples do not load");
+        }
+        ASSERT_STREQ(match_name(c, "/user.slice/user-1000.slice/user@1000.service/app.slice/app-gnome-firefox-77.scope",
+                                "/usr/lib/firefox/firefox"),
+                     "browser");
+        ASSERT_STREQ(match_name(c, "/system.slice/build-agent.service", "/usr/lib/jvm/java-17/bin/java"),
+                     "build-service");
+        ASSERT_STREQ(match_name(c, "/system.slice/build-agent.service", "/usr/bin/cc1"), "(none)");
+        free(texts[0]);
+        free(texts[1]);
+}
