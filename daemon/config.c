@@ -638,8 +638,11 @@ static int parse_text(struct parser *p, const char *text, size_t size) {
                         continue;
                 }
                 if (len > 0) {
-                        const char *t = l + strspn(l, " \t");
+                        /* The input is not NUL-terminated: scan within the line. */
+                        const char *t = l;
 
+                        while (t < l + n && (*t == ' ' || *t == '\t'))
+                                t++;
                         if (t < l + n && (*t == '#' || *t == ';'))
                                 continue;
                 } else
@@ -1250,9 +1253,11 @@ int zsw_proc_cgroup_parse(const char *text, size_t size, char **ret_path) {
                         continue;
                 }
                 c2 = c1 ? memchr(c1 + 1, ':', (size_t) (le - c1 - 1)) : NULL;
-                if (!c2 || c1 == l || strspn(l, "0123456789") != (size_t) (c1 - l) ||
-                    c2 + 1 >= le || c2[1] != '/')
+                if (!c2 || c1 == l || c2 + 1 >= le || c2[1] != '/')
                         return -EBADMSG;
+                for (const char *d = l; d < c1; d++)
+                        if (*d < '0' || *d > '9')
+                                return -EBADMSG;
                 if (c1 - l == 1 && l[0] == '0' && c2 == c1 + 1) {
                         v2 = c2 + 1;
                         v2_len = (size_t) (le - v2);
