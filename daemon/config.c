@@ -796,11 +796,11 @@ static int parse_policy(struct zsw_config *c, struct zsw_policy *pol,
         p.ctx.line = 0;
         if (!pol->units && !pol->cgroup_paths && !pol->executables)
                 conf_error(&p.ctx, "policy has no [Match] condition (set Unit=, CgroupPath= or Executable=)");
-        if (pol->compressor == _ZSW_COMPRESSOR_INVALID) {
+        /* The global level carries over as long as the compressor does. */
+        if (pol->compressor == _ZSW_COMPRESSOR_INVALID)
                 pol->compressor = c->compressor;
-                if (pol->compression_level == 0)
-                        pol->compression_level = c->compression_level;
-        }
+        if (pol->compressor == c->compressor && pol->compression_level == 0)
+                pol->compression_level = c->compression_level;
         check_level(&p, pol->compressor, pol->compression_level);
         pol->compression_level = resolve_level(pol->compressor, pol->compression_level);
         if (pol->pressure.window_usec == 0)
@@ -854,7 +854,8 @@ static int read_file_at(int dir_fd, const char *name, const char *display,
         struct stat st;
         size_t got = 0;
 
-        fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        /* O_NONBLOCK: a FIFO named like a config must not hang the daemon. */
+        fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
         if (fd < 0)
                 return errno == ENOENT ? -ENOENT
                                        : zsw_log_errno(log, LOG_ERR, errno, "%s: cannot open: %m", display);
@@ -911,8 +912,10 @@ static int list_policy_files(int dir_fd, const char *display, const struct zsw_l
         while ((errno = 0, de = readdir(d))) {
                 if (de->d_name[0] == '.' || !has_suffix(de->d_name, ".conf"))
                         continue;
-                r = strv_push(&names, strdup(de->d_name));
-                if (r < 0 || !names[n]) {
+                char *name = strdup(de->d_name);
+
+                if (!name || strv_push(&names, name) < 0) {
+                        free(name);
                         r = -ENOMEM;
                         break;
                 }

@@ -212,6 +212,9 @@ TEST(policy_defaults_and_inheritance) {
         ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_ZSTD);
         ASSERT_EQ(c->policies[0].compression_level, 12);
         c = zsw_config_free(c);
+        ASSERT_OK(load("[Store]\nCompressor=zstd\nCompressionLevel=8\n", MATCH "[Policy]\nCompressor=zstd\n", &c));
+        ASSERT_EQ(c->policies[0].compression_level, 8);
+        c = zsw_config_free(c);
         ASSERT_OK(load("[Store]\nCompressor=zstd\nCompressionLevel=5\n",
                        MATCH "[Policy]\nCompressor=lz4\n", &c));
         ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_LZ4);
@@ -550,6 +553,14 @@ TEST(load_directory) {
         ASSERT_STREQ(c->policies[0].path, path);
         ASSERT_EQ(c->policies[0].compression_level, 3);
         c = zsw_config_free(c);
+
+        /* A FIFO does not hang the reader; it is refused like a directory. */
+        ASSERT_EQ(mkfifoat(pfd, "55-fifo.conf", 0644), 0);
+        n_messages = 0;
+        ASSERT_ERRNO(zsw_config_load(dir, &test_log, &c), EINVAL);
+        snprintf(path, sizeof(path), "%s/policy.d/55-fifo.conf: not a regular file", dir);
+        ASSERT_TRUE(logged(path));
+        ASSERT_EQ(unlinkat(pfd, "55-fifo.conf", 0), 0);
 
         /* A directory where a file should be is an error naming it. */
         ASSERT_EQ(mkdirat(pfd, "60-dir.conf", 0755), 0);
