@@ -467,6 +467,9 @@ static int unknown_key(struct parser *p, const char *key) {
                         best_d = d;
                 }
         }
+        if (best && strcmp(best->name, key) == 0)
+                return conf_error(&p->ctx, "key %s= belongs in section [%s], not [%s]", key,
+                                  best->section, p->section);
         if (best && strcmp(best->section, p->section) != 0)
                 return conf_error(&p->ctx, "unknown key '%s' in section [%s] (did you mean %s= in [%s]?)",
                                   key, p->section, best->name, best->section);

@@ -340,13 +340,15 @@ TEST(syntax_errors) {
         assert_global_error("[Daemon]\nsocket=/x\n",
                             GLOBAL_PATH ":2: unknown key 'socket' in section [Daemon] (did you mean Socket=?)");
         assert_global_error("[Daemon]\nCompressor=lz4\n",
-                            GLOBAL_PATH ":2: unknown key 'Compressor' in section [Daemon] (did you mean Compressor= in [Store]?)");
+                            GLOBAL_PATH ":2: key Compressor= belongs in section [Store], not [Daemon]");
+        assert_global_error("[Daemon]\nCompresor=lz4\n",
+                            GLOBAL_PATH ":2: unknown key 'Compresor' in section [Daemon] (did you mean Compressor= in [Store]?)");
         assert_global_error("[Daemon]\nFrobnicate=1\n",
                             GLOBAL_PATH ":2: unknown key 'Frobnicate' in section [Daemon]");
         assert_global_error("[Daemon]\nSocket=\"/x\n",
                             GLOBAL_PATH ":2: Socket=\"/x: unbalanced quotes");
         assert_policy_error("[Policy]\nUnit=a.service\n",
-                            POLICY_PATH ":4: unknown key 'Unit' in section [Policy] (did you mean Unit= in [Match]?)");
+                            POLICY_PATH ":4: key Unit= belongs in section [Match], not [Policy]");
         /* Errors in continued lines name the line the assignment starts on. */
         assert_policy_error("[Policy]\nMinColdAge=1s \\\n  2x\n",
                             POLICY_PATH ":4: MinColdAge=1s    2x: unknown time unit 'x' (use us, ms, s, min, h or d)");
