@@ -62,8 +62,9 @@ static int scan_decimal(const char **p, uint64_t unit, uint64_t *ret, bool *ret_
                         return -EINVAL;
                 *ret_frac = true;
                 for (s++; is_digit(*s); s++)
-                        /* Digits beyond 10^-18 cannot matter for a unit
-                         * below 2^64 / 10^18 ... and are ignored. */
+                        /* Digits past the 18th decimal are dropped: no
+                         * unit here (at most a day in us, 2^40 bytes) makes
+                         * them worth one unit of the result. */
                         if (scale < UINT64_C(1000000000000000000)) {
                                 frac = frac * 10 + (uint64_t) (*s - '0');
                                 scale *= 10;
