@@ -1,0 +1,455 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "conf-values.h"
+
+/* PSI refuses windows outside these bounds (kernel/sched/psi.c). */
+#define PSI_WINDOW_MIN_USEC (500 * ZSW_USEC_PER_MSEC)
+#define PSI_WINDOW_MAX_USEC (10 * ZSW_USEC_PER_SEC)
+#define PSI_WINDOW_DEFAULT_USEC ZSW_USEC_PER_SEC
+
+int conf_error(struct conf_ctx *c, const char *format, ...) {
+        char msg[512];
+        va_list ap;
+
+        va_start(ap, format);
+        vsnprintf(msg, sizeof(msg), format, ap);
+        va_end(ap);
+
+        c->n_errors++;
+        /* Values are user input of any length: cut them so the one line
+         * that says what is wrong stays readable. */
+        if (c->key)
+                zsw_log(c->log, LOG_ERR, "%s:%u: %s=%.64s%s: %s", c->path, c->line, c->key,
+                        c->value, strlen(c->value) > 64 ? "..." : "", msg);
+        else if (c->line > 0)
+                zsw_log(c->log, LOG_ERR, "%s:%u: %s", c->path, c->line, msg);
+        else
+                zsw_log(c->log, LOG_ERR, "%s: %s", c->path, msg);
+        return -EINVAL;
+}
+
+static bool is_digit(char ch) {
+        return ch >= '0' && ch <= '9';
+}
+
+static bool is_space(char ch) {
+        return ch == ' ' || ch == '\t';
+}
+
+/*
+ * Reads "DIGITS[.DIGITS]" at *p scaled by UNIT, truncating what is below
+ * one unit of the result. Returns -EINVAL when there is no number, -ERANGE
+ * when it does not fit 64 bits; *ret_frac says whether it had a fraction.
+ */
+static int scan_decimal(const char **p, uint64_t unit, uint64_t *ret, bool *ret_frac) {
+        const char *s = *p;
+        uint64_t whole = 0, frac = 0, scale = 1;
+        bool overflow = false;
+
+        if (!is_digit(*s))
+                return -EINVAL;
+        for (; is_digit(*s); s++)
+                if (__builtin_mul_overflow(whole, 10, &whole) ||
+                    __builtin_add_overflow(whole, (uint64_t) (*s - '0'), &whole))
+                        overflow = true;
+        *ret_frac = false;
+        if (*s == '.') {
+                if (!is_digit(s[1]))
+                        return -EINVAL;
+                *ret_frac = true;
+                for (s++; is_digit(*s); s++)
+                        /* Digits past the 18th decimal are dropped: no
+                         * unit here (at most a day in us, 2^40 bytes) makes
+                         * them worth one unit of the result. */
+                        if (scale < UINT64_C(1000000000000000000)) {
+                                frac = frac * 10 + (uint64_t) (*s - '0');
+                                scale *= 10;
+                        }
+        }
+        *p = s;
+        if (overflow || __builtin_mul_overflow(whole, unit, &whole))
+                return -ERANGE;
+        /* frac / scale < 1, so frac * unit / scale < unit; do it in 128 bits
+         * as frac * unit may not fit in 64. */
+        if (__builtin_add_overflow(whole, (uint64_t) ((unsigned __int128) frac * unit / scale),
+                                   &whole))
+                return -ERANGE;
+        *ret = whole;
+        return 0;
+}
+
+int conf_parse_bool(struct conf_ctx *c, const char *v, bool *ret) {
+        static const char *const yes[] = { "1", "yes", "y", "true", "t", "on" };
+        static const char *const no[] = { "0", "no", "n", "false", "f", "off" };
+
+        for (size_t i = 0; i < ARRAY_SIZE(yes); i++) {
+                if (strcasecmp(v, yes[i]) == 0) {
+                        *ret = true;
+                        return 0;
+                }
+                if (strcasecmp(v, no[i]) == 0) {
+                        *ret = false;
+                        return 0;
+                }
+        }
+        return conf_error(c, "not a boolean (use yes, no, true, false, on, off, 1 or 0)");
+}
+
+int conf_parse_unsigned(struct conf_ctx *c, const char *v, unsigned min, unsigned max,
+                        unsigned *ret) {
+        const char *p = v;
+        uint64_t n;
+        bool frac;
+        int r;
+
+        if (*p == '-')
+                return conf_error(c, "must not be negative");
+        r = scan_decimal(&p, 1, &n, &frac);
+        if (r == -EINVAL || frac)
+                return conf_error(c, "not a whole number");
+        if (*p)
+                return conf_error(c, "trailing garbage '%s' after the number", p);
+        if (r < 0 || n < min || n > max)
+                return conf_error(c, "out of range (%u ... %u)", min, max);
+        *ret = (unsigned) n;
+        return 0;
+}
+
+static const struct {
+        char suffix;
+        uint64_t factor;
+} size_suffixes[] = {
+        { 'K', UINT64_C(1) << 10 },
+        { 'M', UINT64_C(1) << 20 },
+        { 'G', UINT64_C(1) << 30 },
+        { 'T', UINT64_C(1) << 40 },
+};
+
+/* The letters after a number, up to a '/' or the end. */
+static size_t suffix_len(const char *p) {
+        return strcspn(p, "/");
+}
+
+/*
+ * Reads an amount with an optional size suffix (or none if COUNT), a
+ * percentage if PERCENT, and a "/s" if PER_SEC; the caller has handled
+ * "infinity". Sets *ret_percent for "N%", whose value is then permyriad.
+ */
+static int parse_amount(struct conf_ctx *c, const char *v, unsigned flags, uint64_t *ret,
+                        bool *ret_percent) {
+        const char *p = v, *what = flags & LIMIT_COUNT ? "number" : "size";
+        uint64_t n, factor = 1;
+        bool frac;
+        size_t len;
+        int r;
+
+        if (*p == '-')
+                return conf_error(c, "%s must not be negative", what);
+        /* Read once in plain units to learn where the number ends. */
+        r = scan_decimal(&p, 1, &n, &frac);
+        if (r == -EINVAL)
+                return conf_error(c, "not a %s", what);
+        len = suffix_len(p);
+        *ret_percent = false;
+        if (len == 1 && *p == '%' && (flags & LIMIT_PERCENT)) {
+                factor = 100;
+                *ret_percent = true;
+        } else if (len == 1 && !(flags & LIMIT_COUNT)) {
+                factor = 0;
+                for (size_t i = 0; i < ARRAY_SIZE(size_suffixes); i++)
+                        if (*p == size_suffixes[i].suffix)
+                                factor = size_suffixes[i].factor;
+        } else if (len > 0)
+                factor = 0;
+        if (factor == 0)
+                return conf_error(c, "unknown %s suffix '%.*s' (use %s%s)", what, (int) len, p,
+                                  flags & LIMIT_COUNT ? "a plain number" : "K, M, G, T",
+                                  flags & LIMIT_PERCENT ? " or %" : "");
+        p += len;
+        if (*p == '/') {
+                if (!(flags & LIMIT_PER_SEC) || strcmp(p, "/s") != 0)
+                        return conf_error(c, "trailing garbage '%s'%s", p,
+                                          flags & LIMIT_PER_SEC ? " (only \"/s\" may follow)" : "");
+                if (*ret_percent)
+                        return conf_error(c, "a percentage is not a rate, drop the \"/s\"");
+        }
+        if (frac && factor == 1)
+                return conf_error(c, "fractional %s needs a suffix", what);
+        if (*ret_percent && frac) {
+                const char *dot = strchr(v, '.');
+                if (strspn(dot + 1, "0123456789") > 2)
+                        return conf_error(c, "percentages have at most two decimals");
+        }
+        p = v;
+        r = scan_decimal(&p, factor, &n, &frac);
+        if (r < 0)
+                return conf_error(c, "%s too large", what);
+        if (*ret_percent && n > ZSW_PERMYRIAD_MAX)
+                return conf_error(c, "percentage above 100%%");
+        *ret = n;
+        return 0;
+}
+
+int conf_parse_size(struct conf_ctx *c, const char *v, uint64_t *ret) {
+        bool percent;
+        uint64_t n;
+        int r;
+
+        r = parse_amount(c, v, 0, &n, &percent);
+        if (r < 0)
+                return r;
+        *ret = n;
+        return 0;
+}
+
+int conf_parse_limit(struct conf_ctx *c, const char *v, unsigned flags, struct zsw_limit *ret) {
+        bool percent;
+        uint64_t n;
+        int r;
+
+        if ((flags & LIMIT_INFINITY) && strcmp(v, "infinity") == 0) {
+                *ret = (struct zsw_limit) { .kind = ZSW_LIMIT_NONE };
+                return 0;
+        }
+        r = parse_amount(c, v, flags, &n, &percent);
+        if (r < 0)
+                return r;
+        if ((flags & LIMIT_NONZERO) && n == 0)
+                return conf_error(c, "must be greater than 0%s",
+                                  flags & LIMIT_INFINITY ? " (\"infinity\" means no limit)" : "");
+        *ret = (struct zsw_limit) {
+                .kind = percent ? ZSW_LIMIT_RELATIVE : ZSW_LIMIT_ABSOLUTE,
+                .value = n,
+        };
+        return 0;
+}
+
+static const struct {
+        const char *name;
+        uint64_t usec;
+} time_units[] = {
+        { "us", 1 },
+        { "usec", 1 },
+        { "ms", ZSW_USEC_PER_MSEC },
+        { "msec", ZSW_USEC_PER_MSEC },
+        { "s", ZSW_USEC_PER_SEC },
+        { "sec", ZSW_USEC_PER_SEC },
+        { "second", ZSW_USEC_PER_SEC },
+        { "seconds", ZSW_USEC_PER_SEC },
+        { "m", 60 * ZSW_USEC_PER_SEC },
+        { "min", 60 * ZSW_USEC_PER_SEC },
+        { "minute", 60 * ZSW_USEC_PER_SEC },
+        { "minutes", 60 * ZSW_USEC_PER_SEC },
+        { "h", 3600 * ZSW_USEC_PER_SEC },
+        { "hr", 3600 * ZSW_USEC_PER_SEC },
+        { "hour", 3600 * ZSW_USEC_PER_SEC },
+        { "hours", 3600 * ZSW_USEC_PER_SEC },
+        { "d", 86400 * ZSW_USEC_PER_SEC },
+        { "day", 86400 * ZSW_USEC_PER_SEC },
+        { "days", 86400 * ZSW_USEC_PER_SEC },
+};
+
+/* Reads one "NUMBER[UNIT]" at *p; a bare number is seconds. */
+static int scan_time_component(struct conf_ctx *c, const char **p, uint64_t *ret) {
+        const char *s = *p, *unit;
+        uint64_t factor = ZSW_USEC_PER_SEC, n;
+        size_t len;
+        bool frac;
+        int r;
+
+        if (*s == '-')
+                return conf_error(c, "time span must not be negative");
+        r = scan_decimal(&s, 1, &n, &frac);
+        if (r == -EINVAL)
+                return conf_error(c, "not a time span (e.g. 500ms, 30s, 5min, 1h)");
+        unit = s;
+        len = strcspn(s, " \t/0123456789.");
+        if (len > 0) {
+                factor = 0;
+                for (size_t i = 0; i < ARRAY_SIZE(time_units); i++)
+                        if (strlen(time_units[i].name) == len &&
+                            strncmp(time_units[i].name, s, len) == 0)
+                                factor = time_units[i].usec;
+                if (factor == 0)
+                        return conf_error(c, "unknown time unit '%.*s' (use us, ms, s, min, h or d)",
+                                          (int) len, s);
+        }
+        s = *p;
+        r = scan_decimal(&s, factor, &n, &frac);
+        if (r < 0)
+                return conf_error(c, "time span too large");
+        *p = unit + len;
+        *ret = n;
+        return 0;
+}
+
+/* "1min 30s", "90s", "1.5h": components add up. Stops at '/' or the end. */
+static int scan_timespan(struct conf_ctx *c, const char **p, uint64_t *ret_usec) {
+        const char *s = *p;
+        uint64_t total = 0, n = 0;
+        int r;
+
+        for (;;) {
+                r = scan_time_component(c, &s, &n);
+                if (r < 0)
+                        return r;
+                if (__builtin_add_overflow(total, n, &total))
+                        return conf_error(c, "time span too large");
+                s += strspn(s, " \t");
+                if (*s == '\0' || *s == '/')
+                        break;
+        }
+        *p = s;
+        *ret_usec = total;
+        return 0;
+}
+
+int conf_parse_timespan(struct conf_ctx *c, const char *v, uint64_t *ret_usec) {
+        const char *p = v;
+        uint64_t usec;
+        int r;
+
+        r = scan_timespan(c, &p, &usec);
+        if (r < 0)
+                return r;
+        if (*p)
+                return conf_error(c, "trailing garbage '%s' after the time span", p);
+        *ret_usec = usec;
+        return 0;
+}
+
+/* "[some|full] STALL[/WINDOW]" or "[some|full] PERCENT%[/WINDOW]". */
+int conf_parse_pressure(struct conf_ctx *c, const char *v, struct zsw_pressure *ret) {
+        struct zsw_pressure pr = { .window_usec = PSI_WINDOW_DEFAULT_USEC };
+        const char *p = v, *slash;
+        size_t head_len;
+        int r;
+
+        if (strncmp(p, "some", 4) == 0 && is_space(p[4]))
+                p += 4;
+        else if (strncmp(p, "full", 4) == 0 && is_space(p[4])) {
+                pr.full = true;
+                p += 4;
+        }
+        p += strspn(p, " \t");
+        if (!is_digit(*p) && *p != '-')
+                return conf_error(c, "not a pressure threshold (e.g. 10%%, 150ms/1s or full 5%%/2s)");
+        slash = strchr(p, '/');
+        if (slash) {
+                const char *w = slash + 1;
+
+                r = scan_timespan(c, &w, &pr.window_usec);
+                if (r < 0)
+                        return r;
+                if (*w)
+                        return conf_error(c, "trailing garbage '%s' after the window", w);
+                if (pr.window_usec < PSI_WINDOW_MIN_USEC || pr.window_usec > PSI_WINDOW_MAX_USEC)
+                        return conf_error(c, "window must be between 500ms and 10s (the kernel's bounds)");
+        }
+        head_len = slash ? (size_t) (slash - p) : strlen(p);
+        if (head_len > 0 && p[head_len - 1] == '%') {
+                _cleanup_free_ char *pct = strndup(p, head_len);
+                struct zsw_limit l;
+
+                if (!pct)
+                        return -ENOMEM;
+                r = conf_parse_limit(c, pct, LIMIT_PERCENT | LIMIT_COUNT, &l);
+                if (r < 0)
+                        return r;
+                if (l.kind != ZSW_LIMIT_RELATIVE)
+                        return conf_error(c, "not a percentage");
+                pr.stall_usec = (uint64_t) ((unsigned __int128) pr.window_usec * l.value /
+                                            ZSW_PERMYRIAD_MAX);
+        } else {
+                r = scan_timespan(c, &p, &pr.stall_usec);
+                if (r < 0)
+                        return r;
+                if (*p != '\0' && *p != '/')
+                        return conf_error(c, "trailing garbage '%s'", p);
+        }
+        if (pr.stall_usec == 0)
+                return conf_error(c, "stall threshold must be greater than 0");
+        if (pr.stall_usec > pr.window_usec)
+                return conf_error(c, "stall threshold is longer than its window");
+        *ret = pr;
+        return 0;
+}
+
+char *conf_format_size(char buf[static CONF_FORMAT_MAX], uint64_t bytes) {
+        for (size_t i = ARRAY_SIZE(size_suffixes); i > 0; i--) {
+                uint64_t f = size_suffixes[i - 1].factor;
+
+                if (bytes >= f && bytes % f == 0) {
+                        snprintf(buf, CONF_FORMAT_MAX, "%" PRIu64 "%c", bytes / f,
+                                 size_suffixes[i - 1].suffix);
+                        return buf;
+                }
+        }
+        snprintf(buf, CONF_FORMAT_MAX, "%" PRIu64, bytes);
+        return buf;
+}
+
+char *conf_format_timespan(char buf[static CONF_FORMAT_MAX], uint64_t usec) {
+        static const struct {
+                const char *name;
+                uint64_t usec;
+        } units[] = {
+                { "d", 86400 * ZSW_USEC_PER_SEC }, { "h", 3600 * ZSW_USEC_PER_SEC },
+                { "min", 60 * ZSW_USEC_PER_SEC },  { "s", ZSW_USEC_PER_SEC },
+                { "ms", ZSW_USEC_PER_MSEC },       { "us", 1 },
+        };
+
+        for (size_t i = 0; i < ARRAY_SIZE(units); i++)
+                if (usec >= units[i].usec && usec % units[i].usec == 0) {
+                        snprintf(buf, CONF_FORMAT_MAX, "%" PRIu64 "%s", usec / units[i].usec,
+                                 units[i].name);
+                        return buf;
+                }
+        snprintf(buf, CONF_FORMAT_MAX, "0");
+        return buf;
+}
+
+char *conf_format_permyriad(char buf[static CONF_FORMAT_MAX], uint64_t permyriad) {
+        uint64_t whole = permyriad / 100, frac = permyriad % 100;
+
+        if (frac == 0)
+                snprintf(buf, CONF_FORMAT_MAX, "%" PRIu64 "%%", whole);
+        else if (frac % 10 == 0)
+                snprintf(buf, CONF_FORMAT_MAX, "%" PRIu64 ".%" PRIu64 "%%", whole, frac / 10);
+        else
+                snprintf(buf, CONF_FORMAT_MAX, "%" PRIu64 ".%02" PRIu64 "%%", whole, frac);
+        return buf;
+}
+
+char *conf_format_limit(char buf[static CONF_FORMAT_MAX], const struct zsw_limit *l, unsigned flags) {
+        switch (l->kind) {
+        case ZSW_LIMIT_NONE:
+                snprintf(buf, CONF_FORMAT_MAX, "infinity");
+                break;
+        case ZSW_LIMIT_RELATIVE:
+                conf_format_permyriad(buf, l->value);
+                break;
+        case ZSW_LIMIT_ABSOLUTE:
+                if (flags & LIMIT_COUNT)
+                        snprintf(buf, CONF_FORMAT_MAX, "%" PRIu64, l->value);
+                else
+                        conf_format_size(buf, l->value);
+                if (flags & LIMIT_PER_SEC)
+                        strcat(buf, "/s");
+                break;
+        }
+        return buf;
+}
+
+char *conf_format_pressure(char buf[static CONF_FORMAT_MAX], const struct zsw_pressure *p) {
+        char stall[CONF_FORMAT_MAX], window[CONF_FORMAT_MAX];
+
+        snprintf(buf, CONF_FORMAT_MAX, "%s %s/%s", p->full ? "full" : "some",
+                 conf_format_timespan(stall, p->stall_usec),
+                 conf_format_timespan(window, p->window_usec));
+        return buf;
+}

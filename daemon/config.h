@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The daemon's configuration: the global settings of zswapd.conf and one
+ * policy per file in policy.d/, parsed from the INI dialect of systemd unit
+ * files (see zswapd.conf(5) for the syntax and every key).
+ *
+ * Loading is all or nothing: every problem is reported through the log
+ * callback, each naming its file and line, and on any error no config object
+ * is returned, so a daemon that reloads keeps running on its old one.
+ * A loaded config is immutable and fully resolved: absent keys hold their
+ * defaults and policies hold what they inherit from the global settings.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "util.h"
+
+#define ZSW_CONFIG_DIR "/etc/zswapd"
+#define ZSW_CONFIG_FILE "zswapd.conf"
+#define ZSW_POLICY_DIR "policy.d"
+
+/* Files bigger than this are refused: a config is a few hundred bytes, and
+ * the daemon must not be made to read a huge file while memory is short. */
+#define ZSW_CONFIG_FILE_MAX (1024u * 1024u)
+
+/* Time spans are kept in microseconds, the unit of PSI triggers. */
+#define ZSW_USEC_PER_SEC UINT64_C(1000000)
+#define ZSW_USEC_PER_MSEC UINT64_C(1000)
+
+/* Fractions are kept in permyriad (1/10000), so "12.5%" is 1250. */
+#define ZSW_PERMYRIAD_MAX 10000u
+
+enum zsw_compressor {
+        ZSW_COMPRESSOR_LZ4,
+        ZSW_COMPRESSOR_ZSTD,
+        _ZSW_COMPRESSOR_MAX,
+        _ZSW_COMPRESSOR_INVALID = -1,
+};
+
+/* What the store does with a page that does not compress: keep it as is
+ * (it still leaves the target's resident set) or leave it in the target. */
+enum zsw_incompressible {
+        ZSW_INCOMPRESSIBLE_REJECT,
+        ZSW_INCOMPRESSIBLE_KEEP,
+        _ZSW_INCOMPRESSIBLE_MAX,
+};
+
+/*
+ * A limit given either as an absolute amount (bytes, bytes/s or events/s,
+ * depending on the key) or as a fraction of a reference the key names (RAM,
+ * the group's memory use, ...), or not given at all (no limit).
+ */
+enum zsw_limit_kind {
+        ZSW_LIMIT_NONE,
+        ZSW_LIMIT_ABSOLUTE,
+        ZSW_LIMIT_RELATIVE,
+};
+
+struct zsw_limit {
+        enum zsw_limit_kind kind;
+        uint64_t value; /* ABSOLUTE: the amount; RELATIVE: permyriad */
+};
+
+/*
+ * A PSI trigger as the kernel takes it ("some 150000 1000000" written to a
+ * pressure file): wake up when tasks stalled for stall_usec within any
+ * window_usec. "10%" in a config is 100ms per 1s window.
+ */
+struct zsw_pressure {
+        bool full;           /* the "full" line instead of "some" */
+        uint64_t stall_usec; /* > 0, <= window_usec */
+        uint64_t window_usec; /* 500ms ... 10s, the kernel's bounds */
+};
+
+struct zsw_policy {
+        char *name; /* the file name without .conf */
+        char *path; /* the file it came from, for messages */
+
+        /* [Match]: each list holds patterns, NULL-terminated, may be NULL.
+         * A process matches when every non-empty list has a pattern that
+         * matches it. */
+        char **units;
+        char **cgroup_paths;
+        char **executables;
+
+        /* [Policy] */
+        bool enabled;
+        enum zsw_compressor compressor;
+        int compression_level;        /* zstd 1..19; 0 with lz4 */
+        struct zsw_limit memory_budget; /* bytes or of the group's use */
+        struct zsw_pressure pressure;
+        uint64_t min_cold_age_usec;
+        uint64_t max_reclaim_rate;    /* bytes per second, UINT64_MAX: no cap */
+        bool writeback;               /* allowed, if [Writeback] Enabled= too */
+        struct zsw_limit pool_limit;  /* bytes or of the global pool limit */
+        unsigned prefetch_window;     /* pages, 0 ... ZSW_PREFETCH_MAX */
+        struct zsw_limit refault_limit; /* refaults/s or of pages reclaimed */
+};
+
+#define ZSW_PREFETCH_MAX 64u
+#define ZSW_ZSTD_LEVEL_MIN 1
+#define ZSW_ZSTD_LEVEL_MAX 19
+#define ZSW_ZSTD_LEVEL_DEFAULT 3
+
+struct zsw_config {
+        /* [Daemon] */
+        char *socket_path;
+        int log_level; /* LOG_ERR ... LOG_DEBUG */
+
+        /* [Store] */
+        enum zsw_compressor compressor;
+        int compression_level; /* zstd 1..19; 0 with lz4 */
+        enum zsw_incompressible incompressible;
+
+        /* [Pool] */
+        struct zsw_limit pool_limit;   /* bytes or of RAM; never NONE */
+        unsigned accept_threshold;     /* percent of the limit, 1..100 */
+
+        /* [Writeback] */
+        bool writeback;
+        char *swapfile;
+        uint64_t swapfile_size;
+
+        /* [Pressure] */
+        struct zsw_pressure pressure; /* on /proc/pressure/memory, and the
+                                       * default of policies */
+
+        /* policies in lexical order of their file names */
+        struct zsw_policy *policies;
+        size_t n_policies;
+};
+
+/* One file's text handed to zsw_config_load_sources(). */
+struct zsw_config_source {
+        const char *path; /* named in messages; a policy is named after it */
+        const char *text; /* need not be NUL-terminated */
+        size_t size;
+};
+
+/*
+ * Loads DIR/zswapd.conf and every DIR/policy.d/NAME.conf (dir NULL means
+ * ZSW_CONFIG_DIR). A missing file or directory means built-in defaults and
+ * no policies. Returns 0 and a new config in *ret_config, or a negative
+ * errno (-EINVAL for a config with errors) after logging every problem at
+ * LOG_ERR; *ret_config is then untouched.
+ */
+int zsw_config_load(const char *dir, const struct zsw_log *log, struct zsw_config **ret_config);
+
+/* The same, with the configuration directory given as an open fd; DIR_PATH
+ * (may be NULL) is how messages name it. */
+int zsw_config_load_at(int dir_fd, const char *dir_path, const struct zsw_log *log,
+                       struct zsw_config **ret_config);
+
+/*
+ * Parses configs held in memory: global may be NULL (defaults), each policy
+ * is named after its path's file name without ".conf" and they are taken in
+ * the order given. Used by the loaders above, tests and the fuzzer.
+ */
+int zsw_config_load_sources(const struct zsw_config_source *global,
+                            const struct zsw_config_source *policies, size_t n_policies,
+                            const struct zsw_log *log, struct zsw_config **ret_config);
+
+/* Frees a config; accepts NULL, returns NULL. */
+struct zsw_config *zsw_config_free(struct zsw_config *c);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_config *, zsw_config_free);
+
+/*
+ * Writes the effective settings, every key with its value, in the config
+ * syntax: the output of zsw_config_dump_global() parses back into the same
+ * global settings, and that of zsw_policy_dump() into the same policy.
+ * zsw_config_dump() writes both, each policy headed by a comment naming
+ * its file. Return 0 or -errno from the stream.
+ */
+int zsw_config_dump_global(const struct zsw_config *c, FILE *f);
+int zsw_policy_dump(const struct zsw_policy *p, FILE *f);
+int zsw_config_dump(const struct zsw_config *c, FILE *f);
+
+/*
+ * Returns the first policy, in file order, that matches a process in cgroup
+ * CGROUP_PATH (as in /proc/PID/cgroup, e.g. "/system.slice/nginx.service")
+ * running EXECUTABLE (an absolute path, as /proc/PID/exe reads, or a bare
+ * name), or NULL. Either may be NULL when unknown; conditions on it then do
+ * not match. A disabled policy is returned too: it tells the caller to
+ * leave the process alone.
+ */
+const struct zsw_policy *zsw_config_match(const struct zsw_config *c, const char *cgroup_path,
+                                          const char *executable);
+
+/* Whether policy P matches, by the rules of zsw_config_match(). */
+bool zsw_policy_matches(const struct zsw_policy *p, const char *cgroup_path,
+                        const char *executable);
+
+/*
+ * Finds the cgroup path that names a process's systemd unit in the text of
+ * /proc/PID/cgroup: the cgroup v2 line ("0::/path"), or on a hybrid or
+ * legacy system where that line says "/" the "name=systemd" line. Returns 0
+ * and a new string, -ENODATA if no line gives one, -EBADMSG if the text is
+ * malformed.
+ */
+int zsw_proc_cgroup_parse(const char *text, size_t size, char **ret_path);
+
+/* The same, reading "cgroup" under PID_DIR_FD (an open /proc/PID). */
+int zsw_proc_cgroup_read(int pid_dir_fd, char **ret_path);
+
+/* Resolves a limit against its reference; NONE gives UINT64_MAX. */
+uint64_t zsw_limit_resolve(const struct zsw_limit *l, uint64_t reference);
+
+const char *zsw_compressor_to_string(enum zsw_compressor c);
