@@ -48,7 +48,7 @@ static const struct zsw_config global_defaults = {
  * compressor invalid, level 0, pressure window 0. */
 static const struct zsw_policy policy_defaults = {
         .enabled = true,
-        .compressor = _ZSW_COMPRESSOR_INVALID,
+        .compressor = ZSW_COMPRESSOR_INHERIT,
         .memory_budget = { ZSW_LIMIT_NONE, 0 },
         .min_cold_age_usec = 30 * ZSW_USEC_PER_SEC,
         .max_reclaim_rate = UINT64_C(32) << 20,
@@ -73,10 +73,6 @@ static const char *const log_level_names[] = {
         [LOG_ERR] = "err", [LOG_WARNING] = "warning", [LOG_NOTICE] = "notice",
         [LOG_INFO] = "info", [LOG_DEBUG] = "debug",
 };
-
-const char *zsw_compressor_to_string(enum zsw_compressor c) {
-        return c >= 0 && c < _ZSW_COMPRESSOR_MAX ? compressor_names[c] : NULL;
-}
 
 static void *mfree(void *p) {
         free(p);
@@ -800,7 +796,7 @@ static int parse_policy(struct zsw_config *c, struct zsw_policy *pol,
         if (!pol->units && !pol->cgroup_paths && !pol->executables)
                 conf_error(&p.ctx, "policy has no [Match] condition (set Unit=, CgroupPath= or Executable=)");
         /* The global level carries over as long as the compressor does. */
-        if (pol->compressor == _ZSW_COMPRESSOR_INVALID)
+        if (pol->compressor == ZSW_COMPRESSOR_INHERIT)
                 pol->compressor = c->compressor;
         if (pol->compressor == c->compressor && pol->compression_level == 0)
                 pol->compression_level = c->compression_level;

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "compress.h"
 #include "util.h"
 
 #define ZSW_CONFIG_DIR "/etc/zswapd"
@@ -33,12 +34,6 @@
 /* Fractions are kept in permyriad (1/10000), so "12.5%" is 1250. */
 #define ZSW_PERMYRIAD_MAX 10000u
 
-enum zsw_compressor {
-        ZSW_COMPRESSOR_LZ4,
-        ZSW_COMPRESSOR_ZSTD,
-        _ZSW_COMPRESSOR_MAX,
-        _ZSW_COMPRESSOR_INVALID = -1,
-};
 
 /* What the store does with a page that does not compress: keep it as is
  * (it still leaves the target's resident set) or leave it in the target. */
@@ -103,7 +98,8 @@ struct zsw_policy {
 #define ZSW_PREFETCH_MAX 64u
 #define ZSW_ZSTD_LEVEL_MIN 1
 #define ZSW_ZSTD_LEVEL_MAX 19
-#define ZSW_ZSTD_LEVEL_DEFAULT 3
+/* A policy that names no compressor inherits the global one. */
+#define ZSW_COMPRESSOR_INHERIT ((enum zsw_compressor) -1)
 
 struct zsw_config {
         /* [Daemon] */
@@ -208,4 +204,3 @@ int zsw_proc_cgroup_read(int pid_dir_fd, char **ret_path);
 /* Resolves a limit against its reference; NONE gives UINT64_MAX. */
 uint64_t zsw_limit_resolve(const struct zsw_limit *l, uint64_t reference);
 
-const char *zsw_compressor_to_string(enum zsw_compressor c);

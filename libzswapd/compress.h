@@ -27,7 +27,7 @@ enum zsw_compressor {
         ZSW_COMPRESSOR_DEFAULT = ZSW_COMPRESSOR_LZ4,
 };
 
-#define ZSW_ZSTD_LEVEL_DEFAULT 1
+#define ZSW_ZSTD_LEVEL_DEFAULT 3
 
 /* "lz4" / "zstd"; NULL for an unknown value. */
 const char *zsw_compressor_to_string(enum zsw_compressor c);

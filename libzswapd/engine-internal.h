@@ -30,7 +30,7 @@
 #include "store.h"
 
 #define ZSW_EVICT_MAX_PAGES 512u        /* pages per eviction round: one ptrace stop */
-#define ZSW_PREFETCH_MAX 32u
+#define FAULT_PREFETCH_MAX 64u
 
 enum evict_state {
         EVICT_IDLE,             /* no eviction in flight */

@@ -31,7 +31,7 @@
 struct fault_buf {
         /* One page for the faulting address and the prefetch window behind
          * it, contiguous so that one UFFDIO_COPY fills them all. */
-        _Alignas(4096) uint8_t pages[(1 + ZSW_PREFETCH_MAX) * ZSW_PAGE_SIZE];
+        _Alignas(4096) uint8_t pages[(1 + FAULT_PREFETCH_MAX) * ZSW_PAGE_SIZE];
 };
 
 static _Thread_local struct fault_buf *tls_buf;
@@ -58,7 +58,7 @@ static void prefetch(struct fault_thread *ft, struct zsw_target *t, uint64_t pgn
 
         if (window == 0 || pgno != t->last_fault_pgno + 1)
                 return;
-        window = MIN(window, ZSW_PREFETCH_MAX);
+        window = MIN(window, FAULT_PREFETCH_MAX);
         for (; n < window; n++)
                 if (zsw_store_load(ft->worker, t->owner, pgno + 1 + n,
                                    tls_buf->pages + (size_t) n * ZSW_PAGE_SIZE, 0) < 0)

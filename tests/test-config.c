@@ -788,7 +788,7 @@ TEST(limit_resolve) {
         ASSERT_EQ_U(zsw_limit_resolve(&rel, 1000), 250);
         ASSERT_EQ_U(zsw_limit_resolve(&rel, UINT64_MAX), UINT64_MAX / 4);
         ASSERT_STREQ(zsw_compressor_to_string(ZSW_COMPRESSOR_ZSTD), "zstd");
-        ASSERT_TRUE(zsw_compressor_to_string(_ZSW_COMPRESSOR_INVALID) == NULL);
+        ASSERT_TRUE(zsw_compressor_to_string(ZSW_COMPRESSOR_INHERIT) == NULL);
 }
 
 /* The sample policies shipped in docs/examples/ load, and match what they
