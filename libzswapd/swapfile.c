@@ -1,0 +1,666 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Writeback I/O: the backing file, its sector allocator and the batched
+ * io_uring writes (see swapfile.h for the contract).
+ *
+ * Allocation is a bitmap of 512-byte sectors with a next-fit cursor: fresh
+ * batches land right after the previous one, so the file fills front to back
+ * and a batch almost always finds one run for all of its entries. Only when
+ * no run fits anywhere does a batch fall back to a run per group of entries.
+ * The bitmap covers the whole cap; the part searched is the reserved prefix,
+ * grown by fallocate in chunks when a batch does not fit in it.
+ *
+ * Writes use O_DIRECT, whose buffers and lengths must be sector aligned
+ * (512 here on ext4/virtio) while pool payloads sit at arbitrary addresses
+ * with arbitrary lengths. So a batch is copied into one registered, aligned
+ * staging buffer laid out exactly like its disk runs (zero padding included),
+ * and each run is one IORING_OP_WRITE_FIXED. The copy (<= 128 KiB) costs a
+ * few microseconds against the disk; in exchange the payload memory is free
+ * as soon as the copy is done, and no page is pinned per request.
+ */
+#include <fcntl.h>
+#include <inttypes.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+
+#include "swapfile.h"
+
+#define SECTOR ZSW_SWAPFILE_SECTOR
+#define BITS_PER_WORD 64u
+/* Reservation grows by this much at a time: large enough that fallocate is
+ * rare, small enough that an idle daemon does not hold much disk. */
+#define RESERVE_CHUNK (8ull << 20)
+#define STAGING_BYTES (ZSW_SWAPFILE_BATCH_MAX * ZSW_SWAPFILE_ENTRY_MAX)
+#define STAGING_ALIGN 4096u
+
+struct zsw_swapfile {
+        int fd;
+        bool direct;            /* O_DIRECT; otherwise each batch ends with fdatasync */
+        char *unlink_path;      /* named file to remove on close; NULL for O_TMPFILE */
+        const struct zsw_log *log;
+
+        pthread_mutex_t alloc_lock;     /* bitmap, cursor, reservation */
+        uint64_t *bitmap;               /* one bit per sector of the cap, 1 = in use */
+        uint64_t max_sectors;
+        uint64_t reserved_sectors;      /* prefix of the file reserved with fallocate */
+        uint64_t cursor;                /* next-fit start */
+        uint64_t used_sectors;
+
+        pthread_mutex_t write_lock;     /* one write round at a time */
+        struct io_uring wring;
+        uint8_t *wstaging;
+        bool failing;                   /* a write failed since the last success: log once */
+
+        pthread_mutex_t read_lock;      /* read_batch's ring and staging */
+        struct io_uring rring;
+        uint8_t *rstaging;
+
+        struct zsw_swapfile_stats stats;        /* updated with atomics */
+};
+
+#define STAT_ADD(sf, field, v) __atomic_fetch_add(&(sf)->stats.field, (v), __ATOMIC_RELAXED)
+
+static uint32_t sectors_of(uint32_t len) {
+        return DIV_ROUND_UP(len, SECTOR);
+}
+
+/* ---- sector bitmap (callers hold alloc_lock) ---------------------------- */
+
+static bool bit_test(const uint64_t *map, uint64_t i) {
+        return map[i / BITS_PER_WORD] & (1ull << (i % BITS_PER_WORD));
+}
+
+static void bits_assign(uint64_t *map, uint64_t start, uint64_t count, bool set) {
+        for (uint64_t i = start; i < start + count; i++) {
+                uint64_t mask = 1ull << (i % BITS_PER_WORD);
+
+                if (set)
+                        map[i / BITS_PER_WORD] |= mask;
+                else
+                        map[i / BITS_PER_WORD] &= ~mask;
+        }
+}
+
+/* First sector in [from, end) whose bit equals want, or end. Skips whole
+ * words, so scanning a full or an empty region costs a word per 64 sectors. */
+static uint64_t bit_find(const uint64_t *map, uint64_t from, uint64_t end, bool want) {
+        uint64_t i = from;
+
+        while (i < end) {
+                uint64_t w = map[i / BITS_PER_WORD];
+
+                if (!want)
+                        w = ~w;
+                w &= ~0ull << (i % BITS_PER_WORD);
+                if (w)
+                        return MIN(end, i / BITS_PER_WORD * BITS_PER_WORD + __builtin_ctzll(w));
+                i = (i / BITS_PER_WORD + 1) * BITS_PER_WORD;
+        }
+        return end;
+}
+
+/* First free run of need sectors inside [from, end), or UINT64_MAX. */
+static uint64_t run_find(const uint64_t *map, uint64_t from, uint64_t end, uint64_t need) {
+        while (from + need <= end) {
+                uint64_t start = bit_find(map, from, end, false);
+
+                if (start + need > end)
+                        break;
+                uint64_t stop = bit_find(map, start, start + need, true);
+                if (stop == start + need)
+                        return start;
+                from = stop;
+        }
+        return UINT64_MAX;
+}
+
+/* Grows the reservation so that at least need more sectors past its end
+ * exist: a whole chunk if the disk has it, else just what is needed. */
+static int reserve_more(struct zsw_swapfile *sf, uint64_t need) {
+        uint64_t room = sf->max_sectors - sf->reserved_sectors;
+        uint64_t chunk = MIN(room, RESERVE_CHUNK / SECTOR);
+        uint64_t exact = DIV_ROUND_UP(need, 8) * 8;     /* whole 4 KiB blocks */
+
+        if (need > room)
+                return -ENOSPC;
+        for (uint64_t grow = MAX(chunk, exact);; grow = exact) {
+                if (fallocate(sf->fd, 0, (off_t) (sf->reserved_sectors * SECTOR),
+                              (off_t) (grow * SECTOR)) >= 0) {
+                        sf->reserved_sectors += grow;
+                        STAT_ADD(sf, file_bytes_reserved, grow * SECTOR);
+                        return 0;
+                }
+                if (errno != ENOSPC || grow == exact)
+                        return -errno;
+        }
+}
+
+/* One run of need sectors, next-fit, growing the reservation if needed. */
+static uint64_t run_alloc(struct zsw_swapfile *sf, uint64_t need) {
+        uint64_t s = run_find(sf->bitmap, sf->cursor, sf->reserved_sectors, need);
+
+        if (s == UINT64_MAX)
+                s = run_find(sf->bitmap, 0, MIN(sf->cursor + need, sf->reserved_sectors), need);
+        if (s == UINT64_MAX) {
+                /* A free tail of the reservation joins the new space. */
+                uint64_t tail = sf->reserved_sectors;
+
+                while (tail > 0 && !bit_test(sf->bitmap, tail - 1) && sf->reserved_sectors - tail < need)
+                        tail--;
+                if (reserve_more(sf, need - (sf->reserved_sectors - tail)) < 0)
+                        return UINT64_MAX;
+                s = tail;
+        }
+        bits_assign(sf->bitmap, s, need, true);
+        sf->used_sectors += need;
+        sf->cursor = s + need;
+        return s;
+}
+
+/* Slots for a batch: one run for all if possible, else greedy runs that
+ * extend the previous entry's run when its next sectors are free. Entries
+ * that fit nowhere get ZSW_SWAPFILE_NO_SLOT. Returns the entries placed. */
+static size_t batch_alloc(struct zsw_swapfile *sf, const uint32_t *lens, size_t n, uint64_t *slots) {
+        uint64_t total = 0;
+        size_t placed = 0;
+
+        for (size_t i = 0; i < n; i++)
+                total += sectors_of(lens[i]);
+
+        pthread_mutex_lock(&sf->alloc_lock);
+        uint64_t s = run_alloc(sf, total);
+        if (s != UINT64_MAX) {
+                for (size_t i = 0; i < n; i++) {
+                        slots[i] = s;
+                        s += sectors_of(lens[i]);
+                }
+                placed = n;
+        } else
+                for (size_t i = 0; i < n; i++) {
+                        uint64_t need = sectors_of(lens[i]), next = sf->cursor;
+
+                        if (next + need <= sf->reserved_sectors &&
+                            bit_find(sf->bitmap, next, next + need, true) == next + need) {
+                                bits_assign(sf->bitmap, next, need, true);
+                                sf->used_sectors += need;
+                                sf->cursor = next + need;
+                                slots[i] = next;
+                        } else
+                                slots[i] = run_alloc(sf, need);
+                        placed += slots[i] != ZSW_SWAPFILE_NO_SLOT;
+                }
+        __atomic_store_n(&sf->stats.disk_bytes_in_use, sf->used_sectors * SECTOR, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&sf->alloc_lock);
+        return placed;
+}
+
+static int sectors_free(struct zsw_swapfile *sf, uint64_t slot, uint32_t len) {
+        uint64_t count = sectors_of(len);
+        int r = 0;
+
+        pthread_mutex_lock(&sf->alloc_lock);
+        if (slot >= sf->reserved_sectors || count > sf->reserved_sectors - slot ||
+            bit_find(sf->bitmap, slot, slot + count, false) != slot + count)
+                r = -EINVAL;
+        else {
+                bits_assign(sf->bitmap, slot, count, false);
+                sf->used_sectors -= count;
+                __atomic_store_n(&sf->stats.disk_bytes_in_use, sf->used_sectors * SECTOR,
+                                 __ATOMIC_RELAXED);
+        }
+        pthread_mutex_unlock(&sf->alloc_lock);
+        return r;
+}
+
+int zsw_swapfile_free(struct zsw_swapfile *sf, uint64_t slot, uint32_t len) {
+        if (!sf || len == 0 || len > ZSW_SWAPFILE_ENTRY_MAX)
+                return -EINVAL;
+        return sectors_free(sf, slot, len);
+}
+
+/* ---- open / close ------------------------------------------------------- */
+
+static int file_open(const char *path, char **ret_unlink, bool *ret_direct) {
+        struct stat st;
+        int flags = O_RDWR | O_CLOEXEC | O_DIRECT, fd;
+        bool tmp = stat(path, &st) >= 0 && S_ISDIR(st.st_mode);
+
+        if (tmp)
+                /* O_EXCL: the unnamed file can never be linked into the tree. */
+                flags |= O_TMPFILE | O_EXCL;
+        else
+                flags |= O_CREAT | O_EXCL | O_NOFOLLOW;
+
+        fd = open(path, flags, 0600);
+        if (fd < 0 && errno == EINVAL) {
+                flags &= ~O_DIRECT;
+                fd = open(path, flags, 0600);
+        }
+        if (fd < 0)
+                return -errno;
+        if (!tmp) {
+                *ret_unlink = strdup(path);
+                if (!*ret_unlink) {
+                        unlink(path);
+                        close(fd);
+                        return -ENOMEM;
+                }
+        }
+        *ret_direct = flags & O_DIRECT;
+        return fd;
+}
+
+static int ring_setup(struct io_uring *ring, unsigned entries, void *buf, size_t size) {
+        struct iovec iov = { .iov_base = buf, .iov_len = size };
+        int r;
+
+        /* COOP_TASKRUN: completions are only ever reaped by the submitter,
+         * which waits for them anyway; no need for an IPI to run them. */
+        r = io_uring_queue_init(entries, ring, IORING_SETUP_COOP_TASKRUN);
+        if (r == -EINVAL)
+                r = io_uring_queue_init(entries, ring, 0);
+        if (r < 0)
+                return r;
+        r = io_uring_register_buffers(ring, &iov, 1);
+        if (r < 0) {
+                io_uring_queue_exit(ring);
+                return r;
+        }
+        return 0;
+}
+
+struct zsw_swapfile *zsw_swapfile_close(struct zsw_swapfile *sf) {
+        if (!sf)
+                return NULL;
+        if (sf->wstaging)
+                io_uring_queue_exit(&sf->wring);
+        if (sf->rstaging)
+                io_uring_queue_exit(&sf->rring);
+        safe_close(sf->fd);
+        if (sf->unlink_path)
+                unlink(sf->unlink_path);
+        free(sf->unlink_path);
+        free(sf->wstaging);
+        free(sf->rstaging);
+        free(sf->bitmap);
+        pthread_mutex_destroy(&sf->alloc_lock);
+        pthread_mutex_destroy(&sf->write_lock);
+        pthread_mutex_destroy(&sf->read_lock);
+        free(sf);
+        return NULL;
+}
+
+int zsw_swapfile_open(const char *path, uint64_t max_bytes, const struct zsw_log *log,
+                      struct zsw_swapfile **ret) {
+        _cleanup_(zsw_swapfile_closep) struct zsw_swapfile *sf = NULL;
+        int r;
+
+        if (!path || !ret || max_bytes < 4096)
+                return -EINVAL;
+        sf = calloc(1, sizeof(*sf));
+        if (!sf)
+                return -ENOMEM;
+        sf->fd = -EBADF;
+        sf->log = log;
+        pthread_mutex_init(&sf->alloc_lock, NULL);
+        pthread_mutex_init(&sf->write_lock, NULL);
+        pthread_mutex_init(&sf->read_lock, NULL);
+
+        sf->max_sectors = max_bytes / 4096 * (4096 / SECTOR);
+        sf->stats.file_bytes_max = sf->max_sectors * SECTOR;
+        sf->bitmap = calloc(DIV_ROUND_UP(sf->max_sectors, BITS_PER_WORD), sizeof(uint64_t));
+        if (!sf->bitmap)
+                return -ENOMEM;
+
+        sf->fd = file_open(path, &sf->unlink_path, &sf->direct);
+        if (sf->fd < 0)
+                return zsw_log_errno(log, LOG_ERR, sf->fd, "Failed to create swapfile in %s: %m", path);
+
+        if (posix_memalign((void **) &sf->wstaging, STAGING_ALIGN, STAGING_BYTES) != 0 ||
+            posix_memalign((void **) &sf->rstaging, STAGING_ALIGN, STAGING_BYTES) != 0)
+                return -ENOMEM;
+        r = ring_setup(&sf->wring, 2 * ZSW_SWAPFILE_BATCH_MAX, sf->wstaging, STAGING_BYTES);
+        if (r < 0) {
+                free(TAKE_PTR(sf->wstaging));
+                return zsw_log_errno(log, LOG_ERR, r, "Failed to set up the write io_uring: %m");
+        }
+        r = ring_setup(&sf->rring, ZSW_SWAPFILE_BATCH_MAX, sf->rstaging, STAGING_BYTES);
+        if (r < 0) {
+                free(TAKE_PTR(sf->rstaging));
+                return zsw_log_errno(log, LOG_ERR, r, "Failed to set up the read io_uring: %m");
+        }
+        zsw_log(log, LOG_DEBUG, "Swapfile in %s: cap %" PRIu64 " bytes, %s I/O", path,
+                sf->stats.file_bytes_max, sf->direct ? "direct" : "buffered");
+        *ret = TAKE_PTR(sf);
+        return 0;
+}
+
+void zsw_swapfile_get_stats(struct zsw_swapfile *sf, struct zsw_swapfile_stats *ret) {
+        const uint64_t *src = (const uint64_t *) &sf->stats;
+        uint64_t *dst = (uint64_t *) ret;
+
+        for (size_t i = 0; i < sizeof(*ret) / sizeof(uint64_t); i++)
+                dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+}
+
+/* ---- batched writes ----------------------------------------------------- */
+
+/* One write request: a range of consecutive sectors, staged contiguously. */
+struct run {
+        uint64_t off;           /* file offset */
+        uint32_t staged;        /* offset in the staging buffer */
+        uint32_t len, done;
+        int err;
+};
+
+static void run_prep(struct zsw_swapfile *sf, struct run *runs, unsigned r, bool write) {
+        struct io_uring *ring = write ? &sf->wring : &sf->rring;
+        uint8_t *staging = write ? sf->wstaging : sf->rstaging;
+        /* The SQ holds twice the most runs in flight: there is always room. */
+        struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+        struct run *run = &runs[r];
+
+        if (write)
+                io_uring_prep_write_fixed(sqe, sf->fd, staging + run->staged + run->done,
+                                          run->len - run->done, run->off + run->done, 0);
+        else
+                io_uring_prep_read_fixed(sqe, sf->fd, staging + run->staged + run->done,
+                                         run->len - run->done, run->off + run->done, 0);
+        io_uring_sqe_set_data64(sqe, r);
+}
+
+static int ring_submit(struct io_uring *ring) {
+        int r;
+
+        do
+                r = io_uring_submit(ring);
+        while (r == -EINTR);
+        return r;
+}
+
+/* Submits every run and reaps every completion. A short transfer is
+ * resubmitted for its rest; a run stops at its first error or at a
+ * completion that moved nothing (end of file), keeping what was done. */
+static int runs_execute(struct zsw_swapfile *sf, struct run *runs, unsigned nruns, bool write) {
+        struct io_uring *ring = write ? &sf->wring : &sf->rring;
+        unsigned inflight = nruns;
+        int r;
+
+        for (unsigned i = 0; i < nruns; i++)
+                run_prep(sf, runs, i, write);
+        r = ring_submit(ring);
+        if (r < 0)
+                return r;
+        while (inflight > 0) {
+                struct io_uring_cqe *cqe;
+                struct run *run;
+
+                r = io_uring_wait_cqe(ring, &cqe);
+                if (r == -EINTR)
+                        continue;
+                if (r < 0)
+                        return r;
+                run = &runs[io_uring_cqe_get_data64(cqe)];
+                if (write)
+                        STAT_ADD(sf, write_requests, 1);
+                else
+                        STAT_ADD(sf, read_requests, 1);
+                if (cqe->res < 0)
+                        run->err = cqe->res;
+                else if (cqe->res == 0)      /* no progress: end of file */
+                        run->err = write ? -EIO : -ENODATA;
+                else
+                        run->done += (uint32_t) cqe->res;
+                io_uring_cqe_seen(ring, cqe);
+                if (run->err == 0 && run->done < run->len) {
+                        if (write)
+                                STAT_ADD(sf, err_short_write, 1);
+                        run_prep(sf, runs, run - runs, write);
+                        r = ring_submit(ring);
+                        if (r < 0)
+                                run->err = r;
+                        else
+                                continue;
+                }
+                inflight--;
+        }
+        return 0;
+}
+
+/* Copies the placed entries into the staging buffer in disk order and cuts
+ * them into runs of consecutive sectors. Returns the number of runs. */
+static unsigned stage_batch(struct zsw_swapfile *sf, const void *const *payloads,
+                            const uint32_t *lens, size_t n, const uint64_t *slots,
+                            struct run *runs, uint8_t *entry_run) {
+        unsigned nruns = 0;
+        uint32_t staged = 0;
+
+        for (size_t i = 0; i < n; i++) {
+                uint32_t bytes = (uint32_t) zsw_swapfile_entry_bytes(lens[i]);
+                struct run *last = nruns > 0 ? &runs[nruns - 1] : NULL;
+
+                if (slots[i] == ZSW_SWAPFILE_NO_SLOT)
+                        continue;
+                memcpy(sf->wstaging + staged, payloads[i], lens[i]);
+                memset(sf->wstaging + staged + lens[i], 0, bytes - lens[i]);
+                if (last && last->off + last->len == slots[i] * SECTOR)
+                        last->len += bytes;
+                else
+                        runs[nruns++] = (struct run) { .off = slots[i] * SECTOR,
+                                                       .staged = staged, .len = bytes };
+                entry_run[i] = nruns - 1;
+                staged += bytes;
+        }
+        return nruns;
+}
+
+/* Without O_DIRECT, a write completion only means "in the page cache": the
+ * batch counts as written once fdatasync says the disk has it. */
+static int batch_sync(struct zsw_swapfile *sf) {
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&sf->wring);
+        struct io_uring_cqe *cqe;
+        int r;
+
+        io_uring_prep_fsync(sqe, sf->fd, IORING_FSYNC_DATASYNC);
+        r = io_uring_submit_and_wait(&sf->wring, 1);
+        if (r < 0)
+                return r;
+        do
+                r = io_uring_wait_cqe(&sf->wring, &cqe);
+        while (r == -EINTR);
+        if (r < 0)
+                return r;
+        r = cqe->res;
+        io_uring_cqe_seen(&sf->wring, cqe);
+        return r;
+}
+
+/* Settles each entry: written (all of its bytes acknowledged), or failed
+ * with its sectors back in the allocator. Returns the entries written. */
+static size_t batch_settle(struct zsw_swapfile *sf, const uint32_t *lens, size_t n,
+                           uint64_t *slots, int *errors, const struct run *runs,
+                           const uint8_t *entry_run, int fatal) {
+        size_t ok = 0;
+
+        for (size_t i = 0; i < n; i++) {
+                const struct run *run = &runs[entry_run[i]];
+                uint64_t bytes = zsw_swapfile_entry_bytes(lens[i]);
+
+                if (slots[i] == ZSW_SWAPFILE_NO_SLOT) {
+                        errors[i] = -ENOSPC;
+                        STAT_ADD(sf, err_nospace, 1);
+                } else if (fatal == 0 && slots[i] * SECTOR + bytes <= run->off + run->done) {
+                        errors[i] = 0;
+                        STAT_ADD(sf, pages_written, 1);
+                        STAT_ADD(sf, bytes_written, bytes);
+                        STAT_ADD(sf, payload_bytes, lens[i]);
+                        ok++;
+                } else {
+                        errors[i] = fatal < 0 ? fatal : run->err < 0 ? run->err : -EIO;
+                        STAT_ADD(sf, err_write_io, 1);
+                        (void) sectors_free(sf, slots[i], lens[i]);
+                        slots[i] = ZSW_SWAPFILE_NO_SLOT;
+                }
+        }
+        return ok;
+}
+
+static void batch_log(struct zsw_swapfile *sf, size_t ok, size_t n, const int *errors) {
+        int err = 0;
+
+        for (size_t i = 0; i < n && err == 0; i++)
+                err = errors[i];
+        if (err == 0) {
+                sf->failing = false;
+                return;
+        }
+        /* Once per burst of failures: the shrinker backs off and retries. */
+        if (!sf->failing)
+                zsw_log_errno(sf->log, LOG_WARNING, err,
+                              "Swapfile write failed for %zu of %zu entries, keeping them in memory: %m",
+                              n - ok, n);
+        sf->failing = true;
+}
+
+static size_t write_round(struct zsw_swapfile *sf, const void *const *payloads,
+                          const uint32_t *lens, size_t n, uint64_t *slots, int *errors) {
+        struct run runs[ZSW_SWAPFILE_BATCH_MAX];
+        uint8_t entry_run[ZSW_SWAPFILE_BATCH_MAX] = {};
+        unsigned nruns;
+        size_t ok;
+        int fatal = 0;
+
+        if (batch_alloc(sf, lens, n, slots) == 0) {
+                runs[0] = (struct run) {};
+                ok = batch_settle(sf, lens, n, slots, errors, runs, entry_run, 0);
+                batch_log(sf, ok, n, errors);
+                return ok;
+        }
+        nruns = stage_batch(sf, payloads, lens, n, slots, runs, entry_run);
+        fatal = runs_execute(sf, runs, nruns, true);
+        if (fatal == 0 && !sf->direct)
+                fatal = batch_sync(sf);
+        if (fatal > 0)
+                fatal = 0;
+        ok = batch_settle(sf, lens, n, slots, errors, runs, entry_run, fatal);
+        if (ok > 0)
+                STAT_ADD(sf, write_batches, 1);
+        batch_log(sf, ok, n, errors);
+        return ok;
+}
+
+int zsw_swapfile_write_batch(struct zsw_swapfile *sf, const void *const *payloads,
+                             const uint32_t *lens, size_t n, uint64_t *ret_slots,
+                             int *ret_errors) {
+        uint64_t slots[ZSW_SWAPFILE_BATCH_MAX];
+        int errors[ZSW_SWAPFILE_BATCH_MAX];
+        size_t ok = 0;
+
+        if (!sf || (n > 0 && (!payloads || !lens || !ret_slots)))
+                return -EINVAL;
+        for (size_t i = 0; i < n; i++)
+                if (!payloads[i] || lens[i] == 0 || lens[i] > ZSW_SWAPFILE_ENTRY_MAX)
+                        return -EINVAL;
+
+        pthread_mutex_lock(&sf->write_lock);
+        for (size_t done = 0; done < n; done += ZSW_SWAPFILE_BATCH_MAX) {
+                size_t m = MIN(n - done, (size_t) ZSW_SWAPFILE_BATCH_MAX);
+
+                ok += write_round(sf, payloads + done, lens + done, m, slots, errors);
+                memcpy(ret_slots + done, slots, m * sizeof(*slots));
+                if (ret_errors)
+                        memcpy(ret_errors + done, errors, m * sizeof(*errors));
+        }
+        pthread_mutex_unlock(&sf->write_lock);
+        return (int) ok;
+}
+
+/* ---- reads -------------------------------------------------------------- */
+
+static int read_check(struct zsw_swapfile *sf, uint64_t slot, uint32_t len) {
+        if (len == 0 || len > ZSW_SWAPFILE_ENTRY_MAX || slot >= sf->max_sectors ||
+            sectors_of(len) > sf->max_sectors - slot)
+                return -EINVAL;
+        return 0;
+}
+
+static int read_failed(struct zsw_swapfile *sf, int err, uint64_t off) {
+        if (err == -ENODATA) {
+                STAT_ADD(sf, err_short_read, 1);
+                err = -EIO;
+        } else
+                STAT_ADD(sf, err_read_io, 1);
+        return zsw_log_errno(sf->log, LOG_ERR, err, "Swapfile read at offset %" PRIu64 " failed: %m", off);
+}
+
+int zsw_swapfile_read(struct zsw_swapfile *sf, uint64_t slot, uint32_t len, void *buf) {
+        /* Sector-aligned for O_DIRECT; one entry is at most a page. */
+        _Alignas(STAGING_ALIGN) uint8_t tmp[ZSW_SWAPFILE_ENTRY_MAX];
+        uint32_t bytes, done = 0;
+        uint64_t off = slot * SECTOR;
+
+        if (!sf || !buf || read_check(sf, slot, len) < 0)
+                return -EINVAL;
+        bytes = (uint32_t) zsw_swapfile_entry_bytes(len);
+        while (done < bytes) {
+                ssize_t r = pread(sf->fd, tmp + done, bytes - done, (off_t) (off + done));
+
+                STAT_ADD(sf, read_requests, 1);
+                if (r < 0 && errno == EINTR)
+                        continue;
+                if (r < 0)
+                        return read_failed(sf, -errno, off);
+                if (r == 0)     /* end of file: never hand out a partial entry */
+                        return read_failed(sf, -ENODATA, off);
+                done += (uint32_t) r;
+        }
+        memcpy(buf, tmp, len);
+        STAT_ADD(sf, reads, 1);
+        STAT_ADD(sf, read_bytes, bytes);
+        return 0;
+}
+
+int zsw_swapfile_read_batch(struct zsw_swapfile *sf, const uint64_t *slots, const uint32_t *lens,
+                            size_t n, void *const *bufs) {
+        struct run runs[ZSW_SWAPFILE_BATCH_MAX];
+        uint32_t staged = 0;
+        unsigned nruns = 0;
+        int r = 0;
+
+        if (!sf || n > ZSW_SWAPFILE_BATCH_MAX || (n > 0 && (!slots || !lens || !bufs)))
+                return -EINVAL;
+        for (size_t i = 0; i < n; i++) {
+                uint32_t bytes;
+
+                if (!bufs[i] || read_check(sf, slots[i], lens[i]) < 0)
+                        return -EINVAL;
+                bytes = (uint32_t) zsw_swapfile_entry_bytes(lens[i]);
+                if (nruns > 0 && runs[nruns - 1].off + runs[nruns - 1].len == slots[i] * SECTOR)
+                        runs[nruns - 1].len += bytes;
+                else
+                        runs[nruns++] = (struct run) { .off = slots[i] * SECTOR,
+                                                       .staged = staged, .len = bytes };
+                staged += bytes;
+        }
+
+        pthread_mutex_lock(&sf->read_lock);
+        r = runs_execute(sf, runs, nruns, false);
+        for (unsigned i = 0; i < nruns && r == 0; i++)
+                if (runs[i].err < 0 || runs[i].done < runs[i].len)
+                        r = read_failed(sf, runs[i].err < 0 ? runs[i].err : -ENODATA, runs[i].off);
+        if (r == 0) {
+                staged = 0;
+                for (size_t i = 0; i < n; i++) {
+                        memcpy(bufs[i], sf->rstaging + staged, lens[i]);
+                        staged += (uint32_t) zsw_swapfile_entry_bytes(lens[i]);
+                        STAT_ADD(sf, read_bytes, zsw_swapfile_entry_bytes(lens[i]));
+                }
+                STAT_ADD(sf, reads, n);
+        }
+        pthread_mutex_unlock(&sf->read_lock);
+        return r;
+}
