@@ -41,7 +41,7 @@ struct payloads {
 };
 
 static void payloads_make(struct payloads *p, size_t n, uint64_t seed) {
-        p->n = n;
+        *p = (struct payloads) { .n = n };
         p->pages = malloc((size_t) n * PAGE);
         p->data = calloc(n, sizeof(*p->data));
         p->lens = calloc(n, sizeof(*p->lens));
@@ -464,35 +464,44 @@ static int run(const char *cmd) {
         return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-/* An ext4 of 64 MiB on a loop device, mounted on dir; returns the device. */
-static char *ext4_on_loop(const char *dir, const char *image) {
+/* An ext4 of 64 MiB on a loop device, mounted on dir. The loop device
+ * clears itself when unmounted and the image is unlinked at once, so even a
+ * test that aborts leaves nothing behind: its mount namespace dies with it. */
+static bool ext4_on_loop(const char *dir, const char *image) {
         char cmd[PATH_MAX + 128], dev[64] = "";
+        struct loop_info64 info;
+        bool ok = false;
         FILE *f;
         int fd;
 
-        fd = open(image, O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+        fd = open(image, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
         ASSERT_GE(fd, 0);
         ASSERT_OK(ftruncate(fd, 64 << 20));
         close(fd);
         snprintf(cmd, sizeof(cmd), "losetup --find --show %s 2>/dev/null", image);
         f = popen(cmd, "r");
-        if (!f || !fgets(dev, sizeof(dev), f) || pclose(f) != 0 || dev[0] != '/')
-                return NULL;
-        dev[strcspn(dev, "\n")] = 0;
-        snprintf(cmd, sizeof(cmd), "mkfs.ext4 -q -F %s >/dev/null 2>&1", dev);
-        if (run(cmd) != 0 || mount(dev, dir, "ext4", 0, NULL) < 0) {
-                snprintf(cmd, sizeof(cmd), "losetup -d %s", dev);
-                run(cmd);
-                return NULL;
+        if (f && fgets(dev, sizeof(dev), f) && dev[0] == '/') {
+                dev[strcspn(dev, "\n")] = 0;
+                snprintf(cmd, sizeof(cmd), "mkfs.ext4 -q -F %s >/dev/null 2>&1", dev);
+                ok = run(cmd) == 0 && mount(dev, dir, "ext4", 0, NULL) >= 0;
+                fd = open(dev, O_RDONLY | O_CLOEXEC);
+                ASSERT_GE(fd, 0);
+                ASSERT_OK(ioctl(fd, LOOP_GET_STATUS64, &info));
+                info.lo_flags |= LO_FLAGS_AUTOCLEAR;
+                ASSERT_OK(ioctl(fd, LOOP_SET_STATUS64, &info));
+                close(fd);
         }
-        return strdup(dev);
+        if (f)
+                pclose(f);
+        unlink(image);
+        return ok;
 }
 
 TEST(io_errors_fail_cleanly) {
-        _cleanup_free_ char *dir = make_dir(), *dev = NULL;
+        _cleanup_free_ char *dir = make_dir();
         _cleanup_(zsw_swapfile_closep) struct zsw_swapfile *sf = NULL;
         struct zsw_swapfile_stats st, before;
-        char image[PATH_MAX], cmd[PATH_MAX + 32];
+        char image[PATH_MAX];
         struct payloads p;
         uint8_t buf[PAGE], *bufs[BATCH];
         int errors[BATCH], fd;
@@ -500,11 +509,8 @@ TEST(io_errors_fail_cleanly) {
 
         private_mounts();
         snprintf(image, sizeof(image), "%s.img", dir);
-        dev = ext4_on_loop(dir, image);
-        if (!dev) {
-                unlink(image);
+        if (!ext4_on_loop(dir, image))
                 TEST_SKIP("no loop device with ext4 here");
-        }
         payloads_make(&p, 3 * BATCH, 6);
         ASSERT_OK(zsw_swapfile_open(dir, 32 << 20, NULL, &sf));
         ASSERT_EQ(write_range(sf, &p, 0, BATCH, NULL), BATCH);
@@ -543,8 +549,63 @@ TEST(io_errors_fail_cleanly) {
         payloads_done(&p);
         sf = zsw_swapfile_close(sf);
         ASSERT_OK(umount(dir));
-        snprintf(cmd, sizeof(cmd), "losetup -d %s", dev);
-        ASSERT_EQ(run(cmd), 0);
-        ASSERT_OK(unlink(image));
+        ASSERT_OK(rmdir(dir));
+}
+
+/* One writer and two fault threads at once: readers only touch entries
+ * whose batch the writer has published. */
+struct concurrent {
+        struct zsw_swapfile *sf;
+        struct payloads *p;
+        size_t published;       /* entries written, release/acquire */
+        bool done;
+        uint64_t reads;
+};
+
+static void *concurrent_reader(void *arg) {
+        struct concurrent *c = arg;
+        uint64_t rng = (uintptr_t) &rng, reads = 0;
+
+        while (!__atomic_load_n(&c->done, __ATOMIC_ACQUIRE) || reads < 1000) {
+                size_t n = __atomic_load_n(&c->published, __ATOMIC_ACQUIRE);
+
+                if (n == 0)
+                        continue;
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                read_check(c->sf, c->p, (rng >> 33) % n);
+                reads++;
+        }
+        __atomic_fetch_add(&c->reads, reads, __ATOMIC_RELAXED);
+        return NULL;
+}
+
+TEST(concurrent_writer_and_readers) {
+        _cleanup_free_ char *dir = make_dir();
+        _cleanup_(zsw_swapfile_closep) struct zsw_swapfile *sf = NULL;
+        struct zsw_swapfile_stats st;
+        struct payloads p;
+        struct concurrent c = { .p = &p };
+        pthread_t readers[2];
+        const size_t n = 64 * BATCH;
+
+        payloads_make(&p, n, 7);
+        ASSERT_OK(zsw_swapfile_open(dir, 64 << 20, NULL, &sf));
+        c.sf = sf;
+        for (size_t i = 0; i < ARRAY_SIZE(readers); i++)
+                ASSERT_EQ(pthread_create(&readers[i], NULL, concurrent_reader, &c), 0);
+        for (size_t b = 0; b < n; b += BATCH) {
+                ASSERT_EQ(write_range(sf, &p, b, BATCH, NULL), BATCH);
+                __atomic_store_n(&c.published, b + BATCH, __ATOMIC_RELEASE);
+        }
+        __atomic_store_n(&c.done, true, __ATOMIC_RELEASE);
+        for (size_t i = 0; i < ARRAY_SIZE(readers); i++)
+                ASSERT_EQ(pthread_join(readers[i], NULL), 0);
+        zsw_swapfile_get_stats(sf, &st);
+        ASSERT_EQ(st.reads, c.reads);
+        ASSERT_EQ(st.pages_written, n);
+        for (size_t i = 0; i < n; i++)
+                ASSERT_OK(zsw_swapfile_free(sf, p.slots[i], p.lens[i]));
+        payloads_done(&p);
+        sf = zsw_swapfile_close(sf);
         ASSERT_OK(rmdir(dir));
 }
