@@ -23,6 +23,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,6 +56,7 @@ struct zsw_swapfile_stats {
         uint64_t disk_bytes_in_use;     /* allocated sectors, in bytes */
         uint64_t file_bytes_reserved;   /* bytes reserved with fallocate */
         uint64_t file_bytes_max;        /* the cap given at open */
+        uint64_t direct_io;             /* 1 if the file is written with O_DIRECT */
 };
 
 /* Opens a backing file of at most max_bytes (rounded down to 4 KiB; at least
@@ -110,5 +112,14 @@ int zsw_swapfile_read_batch(struct zsw_swapfile *sf, const uint64_t *slots, cons
  * allocator. Returns 0, or -EINVAL when any of those sectors is not allocated
  * (nothing is freed then). */
 int zsw_swapfile_free(struct zsw_swapfile *sf, uint64_t slot, uint32_t len);
+
+/* For comparisons: with merge off, every entry of a batch is a write request
+ * of its own (all of a round still in flight together, as kernel zswap's
+ * writeback issues them). On by default. */
+void zsw_swapfile_set_merge(struct zsw_swapfile *sf, bool merge);
+
+/* Makes the next reads come from the disk: syncs and drops the file's
+ * cached pages (only buffered mode has any). For benchmarks. */
+int zsw_swapfile_drop_cache(struct zsw_swapfile *sf);
 
 void zsw_swapfile_get_stats(struct zsw_swapfile *sf, struct zsw_swapfile_stats *ret);
