@@ -51,6 +51,7 @@ struct zsw_swapfile {
         uint64_t reserved_sectors;      /* prefix of the file reserved with fallocate */
         uint64_t cursor;                /* next-fit start */
         uint64_t used_sectors;
+        uint64_t grow_failed;           /* least growth refused in this batch: no retry per entry */
 
         pthread_mutex_t write_lock;     /* one write round at a time */
         struct io_uring wring;
@@ -263,7 +264,7 @@ static uint64_t run_find_take(struct zsw_swapfile *sf, uint64_t need) {
  * Called by the writer with alloc_lock held, which it drops while the file
  * grows so that fault threads freeing entries do not wait for the disk. */
 static uint64_t run_alloc(struct zsw_swapfile *sf, uint64_t need) {
-        uint64_t s = run_find_take(sf, need), tail = sf->reserved_sectors;
+        uint64_t s = run_find_take(sf, need), tail = sf->reserved_sectors, more;
         int r;
 
         if (s != UINT64_MAX)
@@ -271,10 +272,17 @@ static uint64_t run_alloc(struct zsw_swapfile *sf, uint64_t need) {
         /* A free tail of the reservation joins the new space. */
         while (tail > 0 && sf->reserved_sectors - tail < need && !bit_test(sf->bitmap, tail - 1))
                 tail--;
+        more = need - (sf->reserved_sectors - tail);
+        if (more >= sf->grow_failed)
+                return UINT64_MAX;
         pthread_mutex_unlock(&sf->alloc_lock);
-        r = reserve_more(sf, need - (sf->reserved_sectors - tail));
+        r = reserve_more(sf, more);
         pthread_mutex_lock(&sf->alloc_lock);
-        return r < 0 ? UINT64_MAX : run_find_take(sf, need);
+        if (r < 0) {
+                sf->grow_failed = more;
+                return UINT64_MAX;
+        }
+        return run_find_take(sf, need);
 }
 
 /* Slots for a batch: one run for all if possible, else greedy runs that
@@ -288,6 +296,7 @@ static size_t batch_alloc(struct zsw_swapfile *sf, const uint32_t *lens, size_t 
                 total += sectors_of(lens[i]);
 
         pthread_mutex_lock(&sf->alloc_lock);
+        sf->grow_failed = UINT64_MAX;
         uint64_t s = run_alloc(sf, total);
         if (s != UINT64_MAX) {
                 for (size_t i = 0; i < n; i++) {
@@ -514,10 +523,10 @@ static int runs_execute(struct zsw_swapfile *sf, struct run *runs, unsigned nrun
         unsigned inflight = nruns;
         int r;
 
-        for (unsigned i = 0; i < nruns; i++)
-                run_prep(sf, runs, i, write);
         if (*ring_broken(sf, ring))
                 return -EIO;
+        for (unsigned i = 0; i < nruns; i++)
+                run_prep(sf, runs, i, write);
         r = ring_submit(sf, ring);
         if (r < 0)
                 return r;

@@ -103,8 +103,8 @@ int zsw_swapfile_read(struct zsw_swapfile *sf, uint64_t slot, uint32_t len, void
 
 /* Reads n entries (at most ZSW_SWAPFILE_BATCH_MAX) into bufs[i]; entries on
  * consecutive sectors (neighbours written in one batch) come in one read
- * request through io_uring. All or nothing: returns 0, or a negative errno
- * and no buffer is written. */
+ * request through io_uring. Concurrent calls share one ring and take turns.
+ * All or nothing: returns 0, or a negative errno and no buffer is written. */
 int zsw_swapfile_read_batch(struct zsw_swapfile *sf, const uint64_t *slots, const uint32_t *lens,
                             size_t n, void *const *bufs);
 
