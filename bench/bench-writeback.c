@@ -161,12 +161,12 @@ static void print_result(const struct result *r) {
         double payload = (double) st->payload_bytes / (double) st->pages_written;
 
         if (arg_json) {
-                printf("{\"bench\":\"writeback\",\"mode\":\"%s\",\"mib\":%u,\"direct_io\":%s,"
+                printf("{\"bench\":\"writeback\",\"mode\":\"%s\",\"mib\":%u,"
                        "\"writeback_mb_s\":%.1f,\"pages_per_write\":%.2f,"
                        "\"disk_bytes_per_page\":%.1f,\"payload_bytes_per_page\":%.1f,"
                        "\"read_p50_us\":%.1f,\"read_p99_us\":%.1f,"
                        "\"read_uring_p50_us\":%.1f,\"read_uring_p99_us\":%.1f}\n",
-                       r->mode, arg_mib, st->direct_io ? "true" : "false", r->writeback_mb_s,
+                       r->mode, arg_mib, r->writeback_mb_s,
                        ppw, disk, payload, r->pread_p50_us, r->pread_p99_us, r->uring_p50_us,
                        r->uring_p99_us);
                 return;

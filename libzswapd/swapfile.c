@@ -41,7 +41,6 @@
 
 struct zsw_swapfile {
         int fd;
-        bool direct;            /* O_DIRECT; otherwise each batch ends with fdatasync */
         char *unlink_path;      /* named file to remove on close; NULL for O_TMPFILE */
         const struct zsw_log *log;
 
@@ -231,11 +230,9 @@ static int reserve_more(struct zsw_swapfile *sf, uint64_t need) {
                         return -errno;
                 grow = exact;
         }
-        if (sf->direct) {
-                r = reserve_zero(sf, start, grow);
-                if (r < 0)
-                        zsw_log_errno(sf->log, LOG_DEBUG, r, "Failed to zero reserved space, ignoring: %m");
-        }
+        r = reserve_zero(sf, start, grow);
+        if (r < 0)
+                zsw_log_errno(sf->log, LOG_DEBUG, r, "Failed to zero reserved space, ignoring: %m");
         pthread_mutex_lock(&sf->alloc_lock);
         sf->reserved_sectors += grow;
         pthread_mutex_unlock(&sf->alloc_lock);
@@ -347,7 +344,10 @@ int zsw_swapfile_free(struct zsw_swapfile *sf, uint64_t slot, uint32_t len) {
 
 /* ---- open / close ------------------------------------------------------- */
 
-static int file_open(const char *path, char **ret_unlink, bool *ret_direct) {
+/* O_DIRECT is required: through the page cache, a written-back entry would
+ * stay in memory until the kernel flushed it, and a write error would
+ * surface later at fsync, detached from the entries it lost. */
+static int file_open(const char *path, char **ret_unlink) {
         struct stat st;
         int flags = O_RDWR | O_CLOEXEC | O_DIRECT, fd;
         bool tmp = stat(path, &st) >= 0 && S_ISDIR(st.st_mode);
@@ -360,8 +360,11 @@ static int file_open(const char *path, char **ret_unlink, bool *ret_direct) {
 
         fd = open(path, flags, 0600);
         if (fd < 0 && errno == EINVAL) {
-                flags &= ~O_DIRECT;
-                fd = open(path, flags, 0600);
+                /* No O_DIRECT here. The kernel refuses it only after creating
+                 * the file, which O_EXCL says is ours to remove. */
+                if (!tmp)
+                        unlink(path);
+                return -EOPNOTSUPP;
         }
         if (fd < 0)
                 return -errno;
@@ -373,7 +376,6 @@ static int file_open(const char *path, char **ret_unlink, bool *ret_direct) {
                         return -ENOMEM;
                 }
         }
-        *ret_direct = flags & O_DIRECT;
         return fd;
 }
 
@@ -440,7 +442,7 @@ int zsw_swapfile_open(const char *path, uint64_t max_bytes, const struct zsw_log
         if (!sf->bitmap)
                 return -ENOMEM;
 
-        sf->fd = file_open(path, &sf->unlink_path, &sf->direct);
+        sf->fd = file_open(path, &sf->unlink_path);
         if (sf->fd < 0)
                 return zsw_log_errno(log, LOG_ERR, sf->fd, "Failed to create swapfile in %s: %m", path);
 
@@ -459,9 +461,8 @@ int zsw_swapfile_open(const char *path, uint64_t max_bytes, const struct zsw_log
                 free(TAKE_PTR(sf->rstaging));
                 return zsw_log_errno(log, LOG_ERR, r, "Failed to set up the read io_uring: %m");
         }
-        sf->stats.direct_io = sf->direct;
-        zsw_log(log, LOG_DEBUG, "Swapfile in %s: cap %" PRIu64 " bytes, %s I/O", path,
-                sf->stats.file_bytes_max, sf->direct ? "direct" : "buffered");
+        zsw_log(log, LOG_DEBUG, "Swapfile in %s: cap %" PRIu64 " bytes", path,
+                sf->stats.file_bytes_max);
         *ret = TAKE_PTR(sf);
         return 0;
 }
@@ -590,28 +591,6 @@ static unsigned stage_batch(struct zsw_swapfile *sf, const void *const *payloads
         return nruns;
 }
 
-/* Without O_DIRECT, a write completion only means "in the page cache": the
- * batch counts as written once fdatasync says the disk has it. */
-static int batch_sync(struct zsw_swapfile *sf) {
-        struct io_uring_sqe *sqe;
-        struct io_uring_cqe *cqe;
-        int r;
-
-        if (sf->wbroken)
-                return -EIO;
-        sqe = io_uring_get_sqe(&sf->wring);
-        io_uring_prep_fsync(sqe, sf->fd, IORING_FSYNC_DATASYNC);
-        r = ring_submit(sf, &sf->wring);
-        if (r < 0)
-                return r;
-        r = ring_wait(sf, &sf->wring, &cqe);
-        if (r < 0)
-                return r;
-        r = cqe->res;
-        io_uring_cqe_seen(&sf->wring, cqe);
-        return r;
-}
-
 /* Settles each entry: written (all of its bytes acknowledged), or failed
  * with its sectors back in the allocator. Returns the entries written. */
 static size_t batch_settle(struct zsw_swapfile *sf, const uint32_t *lens, size_t n,
@@ -675,10 +654,6 @@ static size_t write_round(struct zsw_swapfile *sf, const void *const *payloads,
         }
         nruns = stage_batch(sf, payloads, lens, n, slots, runs, entry_run);
         fatal = runs_execute(sf, runs, nruns, true);
-        if (fatal == 0 && !sf->direct)
-                fatal = batch_sync(sf);
-        if (fatal > 0)
-                fatal = 0;
         ok = batch_settle(sf, lens, n, slots, errors, runs, entry_run, fatal);
         if (ok > 0)
                 STAT_ADD(sf, write_batches, 1);

@@ -10,10 +10,8 @@
  * a fault (a direct pread, the cheapest path for one small read) or together
  * with the neighbours written in the same batch (one read request).
  *
- * The file is opened with O_DIRECT where the filesystem supports it, so that
- * written-back entries leave memory for real and a write error reaches the
- * entry it belongs to; elsewhere it is written through the page cache and
- * every batch ends with an fdatasync whose failure fails the whole batch.
+ * The file is opened with O_DIRECT, so that written-back entries leave
+ * memory for real and a write error reaches the entries it belongs to.
  * Space is reserved with fallocate ahead of the writes, so a full disk shows
  * up as ENOSPC at allocation, never as a lost write.
  *
@@ -56,7 +54,6 @@ struct zsw_swapfile_stats {
         uint64_t disk_bytes_in_use;     /* allocated sectors, in bytes */
         uint64_t file_bytes_reserved;   /* bytes reserved with fallocate */
         uint64_t file_bytes_max;        /* the cap given at open */
-        uint64_t direct_io;             /* 1 if the file is written with O_DIRECT */
 };
 
 /* Opens a backing file of at most max_bytes (rounded down to 4 KiB; at least
@@ -64,7 +61,8 @@ struct zsw_swapfile_stats {
  * mode 0600, gone when closed (or when the process dies). Otherwise path is
  * created (it must not exist) mode 0600 and unlinked by zsw_swapfile_close;
  * a crash leaves it behind. log may be NULL and must outlive the swapfile.
- * Returns 0, or -EINVAL, -EEXIST, -ENOMEM, an open(2) or io_uring error. */
+ * Returns 0, or -EINVAL, -EEXIST, -ENOMEM, -EOPNOTSUPP (no O_DIRECT or no
+ * O_TMPFILE on that filesystem), an open(2) or io_uring error. */
 int zsw_swapfile_open(const char *path, uint64_t max_bytes, const struct zsw_log *log,
                       struct zsw_swapfile **ret);
 
@@ -118,8 +116,9 @@ int zsw_swapfile_free(struct zsw_swapfile *sf, uint64_t slot, uint32_t len);
  * writeback issues them). On by default. */
 void zsw_swapfile_set_merge(struct zsw_swapfile *sf, bool merge);
 
-/* Makes the next reads come from the disk: syncs and drops the file's
- * cached pages (only buffered mode has any). For benchmarks. */
+/* Makes the next reads come from the disk: syncs and drops any cached pages
+ * of the file (direct I/O leaves none, unless someone else read it through
+ * the page cache). For benchmarks. */
 int zsw_swapfile_drop_cache(struct zsw_swapfile *sf);
 
 void zsw_swapfile_get_stats(struct zsw_swapfile *sf, struct zsw_swapfile_stats *ret);

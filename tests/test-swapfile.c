@@ -609,3 +609,21 @@ TEST(concurrent_writer_and_readers) {
         sf = zsw_swapfile_close(sf);
         ASSERT_OK(rmdir(dir));
 }
+
+TEST(no_direct_io_is_refused_cleanly) {
+        _cleanup_free_ char *dir = make_dir();
+        struct zsw_swapfile *sf = NULL;
+        char path[PATH_MAX];
+
+        private_mounts();
+        /* ramfs has no O_DIRECT: entries would only move from memory to memory. */
+        if (mount("ramfs", dir, "ramfs", 0, "mode=0700") < 0)
+                TEST_SKIP("cannot mount a ramfs: %m");
+        ASSERT_ERRNO(zsw_swapfile_open(dir, 1 << 20, NULL, &sf), EOPNOTSUPP);
+        snprintf(path, sizeof(path), "%s/swap", dir);
+        ASSERT_ERRNO(zsw_swapfile_open(path, 1 << 20, NULL, &sf), EOPNOTSUPP);
+        ASSERT_TRUE(sf == NULL);
+        ASSERT_EQ(dir_entries(dir), 0);
+        ASSERT_OK(umount(dir));
+        ASSERT_OK(rmdir(dir));
+}
