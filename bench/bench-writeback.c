@@ -42,6 +42,7 @@ struct result {
         struct zsw_swapfile_stats st;
         double pread_p50_us, pread_p99_us;
         double uring_p50_us, uring_p99_us;
+        double batch_p50_us, batch_p99_us;     /* read_batch of a whole write batch */
 };
 
 static int corpus_make(struct corpus *c, size_t n) {
@@ -125,6 +126,45 @@ static int measure_reads(struct zsw_swapfile *sf, const struct corpus *c, bool u
         return 0;
 }
 
+/* Whole write batches read back at once (fault-time prefetch of the
+ * neighbours): one request each when the batch was written as one run. */
+static int measure_batch_reads(struct zsw_swapfile *sf, const struct corpus *c, double *ret_p50,
+                               double *ret_p99) {
+        unsigned count = MAX(arg_reads / 10, 10u);
+        _cleanup_free_ uint64_t *ns = calloc(count, sizeof(uint64_t));
+        _cleanup_free_ uint8_t *mem = malloc(ZSW_SWAPFILE_BATCH_MAX * PAGE);
+        void *bufs[ZSW_SWAPFILE_BATCH_MAX];
+        uint64_t rng = 11;
+        int r;
+
+        if (!ns || !mem)
+                return -ENOMEM;
+        for (size_t i = 0; i < ZSW_SWAPFILE_BATCH_MAX; i++)
+                bufs[i] = mem + i * PAGE;
+        r = zsw_swapfile_drop_cache(sf);
+        if (r < 0)
+                return r;
+        for (unsigned k = 0; k < count; k++) {
+                size_t first, n;
+                uint64_t t0;
+
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                first = (rng >> 33) % (c->n / ZSW_SWAPFILE_BATCH_MAX) * ZSW_SWAPFILE_BATCH_MAX;
+                n = MIN((size_t) ZSW_SWAPFILE_BATCH_MAX, c->n - first);
+                t0 = zsw_now_ns();
+                r = zsw_swapfile_read_batch(sf, c->slots + first, c->lens + first, n, bufs);
+                ns[k] = zsw_now_ns() - t0;
+                if (r < 0)
+                        return r;
+                for (size_t i = 0; i < n; i++)
+                        if (memcmp(bufs[i], c->data[first + i], c->lens[first + i]) != 0)
+                                return -EBADMSG;
+        }
+        *ret_p50 = percentile_us(ns, count, 50);
+        *ret_p99 = percentile_us(ns, count, 99);
+        return 0;
+}
+
 static int run_mode(const struct corpus *c, size_t batch, bool merge, struct result *res) {
         _cleanup_(zsw_swapfile_closep) struct zsw_swapfile *sf = NULL;
         uint64_t t0, elapsed;
@@ -151,7 +191,10 @@ static int run_mode(const struct corpus *c, size_t batch, bool merge, struct res
         r = measure_reads(sf, c, false, &res->pread_p50_us, &res->pread_p99_us);
         if (r < 0)
                 return r;
-        return measure_reads(sf, c, true, &res->uring_p50_us, &res->uring_p99_us);
+        r = measure_reads(sf, c, true, &res->uring_p50_us, &res->uring_p99_us);
+        if (r < 0)
+                return r;
+        return measure_batch_reads(sf, c, &res->batch_p50_us, &res->batch_p99_us);
 }
 
 static void print_result(const struct result *r) {
@@ -165,16 +208,18 @@ static void print_result(const struct result *r) {
                        "\"writeback_mb_s\":%.1f,\"pages_per_write\":%.2f,"
                        "\"disk_bytes_per_page\":%.1f,\"payload_bytes_per_page\":%.1f,"
                        "\"read_p50_us\":%.1f,\"read_p99_us\":%.1f,"
-                       "\"read_uring_p50_us\":%.1f,\"read_uring_p99_us\":%.1f}\n",
+                       "\"read_uring_p50_us\":%.1f,\"read_uring_p99_us\":%.1f,"
+                       "\"read_batch32_p50_us\":%.1f,\"read_batch32_p99_us\":%.1f}\n",
                        r->mode, arg_mib, r->writeback_mb_s,
                        ppw, disk, payload, r->pread_p50_us, r->pread_p99_us, r->uring_p50_us,
-                       r->uring_p99_us);
+                       r->uring_p99_us, r->batch_p50_us, r->batch_p99_us);
                 return;
         }
-        printf("%-14s writeback %7.1f MB/s  %5.2f pages/write  disk %6.1f B/page (payload %6.1f)"
-               "  read pread p50 %6.1f us p99 %6.1f us, io_uring p50 %6.1f us p99 %6.1f us\n",
-               r->mode, r->writeback_mb_s, ppw, disk, payload, r->pread_p50_us, r->pread_p99_us,
-               r->uring_p50_us, r->uring_p99_us);
+        printf("%-14s writeback %7.1f MB/s  %5.2f pages/write  disk %6.1f B/page (payload %6.1f)\n"
+               "%-14s read one: pread p50 %6.1f p99 %7.1f us, io_uring p50 %6.1f p99 %7.1f us;"
+               " 32 neighbours p50 %6.1f p99 %7.1f us\n",
+               r->mode, r->writeback_mb_s, ppw, disk, payload, "", r->pread_p50_us,
+               r->pread_p99_us, r->uring_p50_us, r->uring_p99_us, r->batch_p50_us, r->batch_p99_us);
 }
 
 static void help(void) {

@@ -1,17 +1,23 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * Writeback I/O: the backing file, its sector allocator and the batched
+ * Writeback I/O: the backing file, its block allocator and the batched
  * io_uring writes (see swapfile.h for the contract).
  *
- * Allocation is a bitmap of 512-byte sectors with a next-fit cursor: fresh
+ * The allocation block is the smallest direct-I/O unit of the file (statx
+ * STATX_DIOALIGN): 512 bytes on most disks, 4 KiB on 4Kn devices such as
+ * zram, where entries then cannot share blocks (no read-modify-write: a
+ * failed write must never take a neighbour entry with it). Slots in the API
+ * count 512-byte sectors either way.
+ *
+ * Allocation is a bitmap of blocks with a next-fit cursor: fresh
  * batches land right after the previous one, so the file fills front to back
  * and a batch almost always finds one run for all of its entries. Only when
  * no run fits anywhere does a batch fall back to a run per group of entries.
  * The bitmap covers the whole cap; the part searched is the reserved prefix,
  * grown by fallocate in chunks when a batch does not fit in it.
  *
- * Writes use O_DIRECT, whose buffers and lengths must be sector aligned
- * (512 here on ext4/virtio) while pool payloads sit at arbitrary addresses
+ * Writes use O_DIRECT, whose buffers and lengths must be block aligned
+ * (512 bytes here on ext4/virtio) while pool payloads sit at arbitrary addresses
  * with arbitrary lengths. So a batch is copied into one registered, aligned
  * staging buffer laid out exactly like its disk runs (zero padding included),
  * and each run is one IORING_OP_WRITE_FIXED. The copy (<= 128 KiB) costs a
@@ -30,7 +36,6 @@
 
 #include "swapfile.h"
 
-#define SECTOR ZSW_SWAPFILE_SECTOR
 #define BITS_PER_WORD 64u
 /* Reservation grows by this much at a time: large enough that fallocate is
  * rare, small enough that an idle daemon does not hold much disk. */
@@ -44,12 +49,15 @@ struct zsw_swapfile {
         char *unlink_path;      /* named file to remove on close; NULL for O_TMPFILE */
         const struct zsw_log *log;
 
+        uint32_t block;                 /* allocation and I/O unit, bytes */
+        uint32_t block_sectors;         /* 512-byte slot units per block */
+
         pthread_mutex_t alloc_lock;     /* bitmap, cursor, reservation */
-        uint64_t *bitmap;               /* one bit per sector of the cap, 1 = in use */
-        uint64_t max_sectors;
-        uint64_t reserved_sectors;      /* prefix of the file reserved with fallocate */
+        uint64_t *bitmap;               /* one bit per block of the cap, 1 = in use */
+        uint64_t max_blocks;
+        uint64_t reserved_blocks;       /* prefix of the file reserved with fallocate */
         uint64_t cursor;                /* next-fit start */
-        uint64_t used_sectors;
+        uint64_t used_blocks;
         uint64_t grow_failed;           /* least growth refused in this batch: no retry per entry */
 
         pthread_mutex_t write_lock;     /* one write round at a time */
@@ -69,8 +77,28 @@ struct zsw_swapfile {
 
 #define STAT_ADD(sf, field, v) __atomic_fetch_add(&(sf)->stats.field, (v), __ATOMIC_RELAXED)
 
-static uint32_t sectors_of(uint32_t len) {
-        return DIV_ROUND_UP(len, SECTOR);
+static uint32_t blocks_of(const struct zsw_swapfile *sf, uint32_t len) {
+        return DIV_ROUND_UP(len, sf->block);
+}
+
+static uint32_t entry_bytes(const struct zsw_swapfile *sf, uint32_t len) {
+        return blocks_of(sf, len) * sf->block;
+}
+
+uint64_t zsw_swapfile_entry_bytes(const struct zsw_swapfile *sf, uint32_t len) {
+        return entry_bytes(sf, len);
+}
+
+/* Slots count 512-byte sectors; blocks may be larger. */
+static uint64_t slot_of(const struct zsw_swapfile *sf, uint64_t block) {
+        return block == ZSW_SWAPFILE_NO_SLOT ? block : block * sf->block_sectors;
+}
+
+static int block_of(const struct zsw_swapfile *sf, uint64_t slot, uint64_t *ret) {
+        if (slot % sf->block_sectors != 0)
+                return -EINVAL;
+        *ret = slot / sf->block_sectors;
+        return 0;
 }
 
 /* ---- ring plumbing ------------------------------------------------------ */
@@ -129,7 +157,7 @@ static int ring_reap(struct zsw_swapfile *sf, struct io_uring *ring, unsigned n)
         return err;
 }
 
-/* ---- sector bitmap (callers hold alloc_lock) ---------------------------- */
+/* ---- block bitmap (callers hold alloc_lock) ---------------------------- */
 
 static bool bit_test(const uint64_t *map, uint64_t i) {
         return map[i / BITS_PER_WORD] & (1ull << (i % BITS_PER_WORD));
@@ -146,8 +174,8 @@ static void bits_assign(uint64_t *map, uint64_t start, uint64_t count, bool set)
         }
 }
 
-/* First sector in [from, end) whose bit equals want, or end. Skips whole
- * words, so scanning a full or an empty region costs a word per 64 sectors. */
+/* First block in [from, end) whose bit equals want, or end. Skips whole
+ * words, so scanning a full or an empty region costs a word per 64 blocks. */
 static uint64_t bit_find(const uint64_t *map, uint64_t from, uint64_t end, bool want) {
         uint64_t i = from;
 
@@ -164,7 +192,7 @@ static uint64_t bit_find(const uint64_t *map, uint64_t from, uint64_t end, bool 
         return end;
 }
 
-/* First free run of need sectors inside [from, end), or UINT64_MAX. */
+/* First free run of need blocks inside [from, end), or UINT64_MAX. */
 static uint64_t run_find(const uint64_t *map, uint64_t from, uint64_t end, uint64_t need) {
         while (from + need <= end) {
                 uint64_t start = bit_find(map, from, end, false);
@@ -186,7 +214,7 @@ static uint64_t run_find(const uint64_t *map, uint64_t from, uint64_t end, uint6
  * later entry write a plain overwrite (measured: 2-3x the write rate, and far
  * lower read tails). Best effort: the space is usable either way. */
 static int reserve_zero(struct zsw_swapfile *sf, uint64_t start, uint64_t count) {
-        uint64_t off = start * SECTOR, end = (start + count) * SECTOR;
+        uint64_t off = start * sf->block, end = (start + count) * sf->block;
 
         if (sf->wbroken)
                 return -EIO;
@@ -211,21 +239,22 @@ static int reserve_zero(struct zsw_swapfile *sf, uint64_t start, uint64_t count)
         return 0;
 }
 
-/* Grows the reservation by at least need sectors: a whole chunk if the disk
+/* Grows the reservation by at least need blocks: a whole chunk if the disk
  * has it, else just what is needed. Only the writer calls this, without
- * alloc_lock: the new sectors are invisible to everybody else until
- * reserved_sectors moves. */
+ * alloc_lock: the new blocks are invisible to everybody else until
+ * reserved_blocks moves. */
 static int reserve_more(struct zsw_swapfile *sf, uint64_t need) {
-        uint64_t start = sf->reserved_sectors;
-        uint64_t room = sf->max_sectors - start;
-        uint64_t chunk = MIN(room, RESERVE_CHUNK / SECTOR);
-        uint64_t exact = DIV_ROUND_UP(need, 8) * 8;     /* whole 4 KiB blocks */
+        uint64_t start = sf->reserved_blocks;
+        uint64_t room = sf->max_blocks - start;
+        uint64_t chunk = MIN(room, RESERVE_CHUNK / sf->block);
+        uint64_t per_page = 4096 / sf->block;
+        uint64_t exact = DIV_ROUND_UP(need, per_page) * per_page;     /* whole 4 KiB pages */
         uint64_t grow = MAX(chunk, exact);
         int r;
 
         if (need > room)
                 return -ENOSPC;
-        while (fallocate(sf->fd, 0, (off_t) (start * SECTOR), (off_t) (grow * SECTOR)) < 0) {
+        while (fallocate(sf->fd, 0, (off_t) (start * sf->block), (off_t) (grow * sf->block)) < 0) {
                 if (errno != ENOSPC || grow == exact)
                         return -errno;
                 grow = exact;
@@ -234,42 +263,42 @@ static int reserve_more(struct zsw_swapfile *sf, uint64_t need) {
         if (r < 0)
                 zsw_log_errno(sf->log, LOG_DEBUG, r, "Failed to zero reserved space, ignoring: %m");
         pthread_mutex_lock(&sf->alloc_lock);
-        sf->reserved_sectors += grow;
+        sf->reserved_blocks += grow;
         pthread_mutex_unlock(&sf->alloc_lock);
-        STAT_ADD(sf, file_bytes_reserved, grow * SECTOR);
+        STAT_ADD(sf, file_bytes_reserved, grow * sf->block);
         return 0;
 }
 
 static void run_take(struct zsw_swapfile *sf, uint64_t start, uint64_t count) {
         bits_assign(sf->bitmap, start, count, true);
-        sf->used_sectors += count;
+        sf->used_blocks += count;
         sf->cursor = start + count;
 }
 
-/* Finds and takes one free run of need sectors, next-fit. */
+/* Finds and takes one free run of need blocks, next-fit. */
 static uint64_t run_find_take(struct zsw_swapfile *sf, uint64_t need) {
-        uint64_t s = run_find(sf->bitmap, sf->cursor, sf->reserved_sectors, need);
+        uint64_t s = run_find(sf->bitmap, sf->cursor, sf->reserved_blocks, need);
 
         if (s == UINT64_MAX)
-                s = run_find(sf->bitmap, 0, MIN(sf->cursor + need, sf->reserved_sectors), need);
+                s = run_find(sf->bitmap, 0, MIN(sf->cursor + need, sf->reserved_blocks), need);
         if (s != UINT64_MAX)
                 run_take(sf, s, need);
         return s;
 }
 
-/* One run of need sectors, growing the reservation when none is free.
+/* One run of need blocks, growing the reservation when none is free.
  * Called by the writer with alloc_lock held, which it drops while the file
  * grows so that fault threads freeing entries do not wait for the disk. */
 static uint64_t run_alloc(struct zsw_swapfile *sf, uint64_t need) {
-        uint64_t s = run_find_take(sf, need), tail = sf->reserved_sectors, more;
+        uint64_t s = run_find_take(sf, need), tail = sf->reserved_blocks, more;
         int r;
 
         if (s != UINT64_MAX)
                 return s;
         /* A free tail of the reservation joins the new space. */
-        while (tail > 0 && sf->reserved_sectors - tail < need && !bit_test(sf->bitmap, tail - 1))
+        while (tail > 0 && sf->reserved_blocks - tail < need && !bit_test(sf->bitmap, tail - 1))
                 tail--;
-        more = need - (sf->reserved_sectors - tail);
+        more = need - (sf->reserved_blocks - tail);
         if (more >= sf->grow_failed)
                 return UINT64_MAX;
         pthread_mutex_unlock(&sf->alloc_lock);
@@ -283,14 +312,14 @@ static uint64_t run_alloc(struct zsw_swapfile *sf, uint64_t need) {
 }
 
 /* Slots for a batch: one run for all if possible, else greedy runs that
- * extend the previous entry's run when its next sectors are free. Entries
+ * extend the previous entry's run when its next blocks are free. Entries
  * that fit nowhere get ZSW_SWAPFILE_NO_SLOT. Returns the entries placed. */
 static size_t batch_alloc(struct zsw_swapfile *sf, const uint32_t *lens, size_t n, uint64_t *slots) {
         uint64_t total = 0;
         size_t placed = 0;
 
         for (size_t i = 0; i < n; i++)
-                total += sectors_of(lens[i]);
+                total += blocks_of(sf, lens[i]);
 
         pthread_mutex_lock(&sf->alloc_lock);
         sf->grow_failed = UINT64_MAX;
@@ -298,14 +327,14 @@ static size_t batch_alloc(struct zsw_swapfile *sf, const uint32_t *lens, size_t 
         if (s != UINT64_MAX) {
                 for (size_t i = 0; i < n; i++) {
                         slots[i] = s;
-                        s += sectors_of(lens[i]);
+                        s += blocks_of(sf, lens[i]);
                 }
                 placed = n;
         } else
                 for (size_t i = 0; i < n; i++) {
-                        uint64_t need = sectors_of(lens[i]), next = sf->cursor;
+                        uint64_t need = blocks_of(sf, lens[i]), next = sf->cursor;
 
-                        if (next + need <= sf->reserved_sectors &&
+                        if (next + need <= sf->reserved_blocks &&
                             bit_find(sf->bitmap, next, next + need, true) == next + need) {
                                 run_take(sf, next, need);
                                 slots[i] = next;
@@ -313,23 +342,23 @@ static size_t batch_alloc(struct zsw_swapfile *sf, const uint32_t *lens, size_t 
                                 slots[i] = run_alloc(sf, need);
                         placed += slots[i] != ZSW_SWAPFILE_NO_SLOT;
                 }
-        __atomic_store_n(&sf->stats.disk_bytes_in_use, sf->used_sectors * SECTOR, __ATOMIC_RELAXED);
+        __atomic_store_n(&sf->stats.disk_bytes_in_use, sf->used_blocks * sf->block, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&sf->alloc_lock);
         return placed;
 }
 
-static int sectors_free(struct zsw_swapfile *sf, uint64_t slot, uint32_t len) {
-        uint64_t count = sectors_of(len);
+static int blocks_free(struct zsw_swapfile *sf, uint64_t block, uint32_t len) {
+        uint64_t count = blocks_of(sf, len);
         int r = 0;
 
         pthread_mutex_lock(&sf->alloc_lock);
-        if (slot >= sf->reserved_sectors || count > sf->reserved_sectors - slot ||
-            bit_find(sf->bitmap, slot, slot + count, false) != slot + count)
+        if (block >= sf->reserved_blocks || count > sf->reserved_blocks - block ||
+            bit_find(sf->bitmap, block, block + count, false) != block + count)
                 r = -EINVAL;
         else {
-                bits_assign(sf->bitmap, slot, count, false);
-                sf->used_sectors -= count;
-                __atomic_store_n(&sf->stats.disk_bytes_in_use, sf->used_sectors * SECTOR,
+                bits_assign(sf->bitmap, block, count, false);
+                sf->used_blocks -= count;
+                __atomic_store_n(&sf->stats.disk_bytes_in_use, sf->used_blocks * sf->block,
                                  __ATOMIC_RELAXED);
         }
         pthread_mutex_unlock(&sf->alloc_lock);
@@ -337,9 +366,11 @@ static int sectors_free(struct zsw_swapfile *sf, uint64_t slot, uint32_t len) {
 }
 
 int zsw_swapfile_free(struct zsw_swapfile *sf, uint64_t slot, uint32_t len) {
-        if (!sf || len == 0 || len > ZSW_SWAPFILE_ENTRY_MAX)
+        uint64_t block;
+
+        if (!sf || len == 0 || len > ZSW_SWAPFILE_ENTRY_MAX || block_of(sf, slot, &block) < 0)
                 return -EINVAL;
-        return sectors_free(sf, slot, len);
+        return blocks_free(sf, block, len);
 }
 
 /* ---- open / close ------------------------------------------------------- */
@@ -377,6 +408,23 @@ static int file_open(const char *path, char **ret_unlink) {
                 }
         }
         return fd;
+}
+
+/* The direct-I/O unit of the file: offsets and lengths must be multiples
+ * of it. Filesystems that do not report one (tmpfs) take any 512 multiple. */
+static int dio_block(int fd) {
+        struct statx stx;
+        uint32_t block = ZSW_SWAPFILE_SECTOR;
+
+        if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) < 0)
+                return -errno;
+        if ((stx.stx_mask & STATX_DIOALIGN) && stx.stx_dio_offset_align > block)
+                block = stx.stx_dio_offset_align;
+        /* An entry must fit one staging slot, and blocks are powers of two. */
+        if (block > 4096 || (block & (block - 1)) != 0 ||
+            ((stx.stx_mask & STATX_DIOALIGN) && stx.stx_dio_mem_align > STAGING_ALIGN))
+                return -EOPNOTSUPP;
+        return (int) block;
 }
 
 static int ring_setup(struct io_uring *ring, unsigned entries, void *buf, size_t size) {
@@ -436,15 +484,20 @@ int zsw_swapfile_open(const char *path, uint64_t max_bytes, const struct zsw_log
         pthread_mutex_init(&sf->write_lock, NULL);
         pthread_mutex_init(&sf->read_lock, NULL);
 
-        sf->max_sectors = max_bytes / 4096 * (4096 / SECTOR);
-        sf->stats.file_bytes_max = sf->max_sectors * SECTOR;
-        sf->bitmap = calloc(DIV_ROUND_UP(sf->max_sectors, BITS_PER_WORD), sizeof(uint64_t));
-        if (!sf->bitmap)
-                return -ENOMEM;
-
         sf->fd = file_open(path, &sf->unlink_path);
         if (sf->fd < 0)
                 return zsw_log_errno(log, LOG_ERR, sf->fd, "Failed to create swapfile in %s: %m", path);
+        r = dio_block(sf->fd);
+        if (r < 0)
+                return zsw_log_errno(log, LOG_ERR, r, "Unsupported direct I/O alignment in %s: %m", path);
+        sf->block = (uint32_t) r;
+        sf->block_sectors = sf->block / ZSW_SWAPFILE_SECTOR;
+
+        sf->max_blocks = max_bytes / 4096 * (4096 / sf->block);
+        sf->stats.file_bytes_max = sf->max_blocks * sf->block;
+        sf->bitmap = calloc(DIV_ROUND_UP(sf->max_blocks, BITS_PER_WORD), sizeof(uint64_t));
+        if (!sf->bitmap)
+                return -ENOMEM;
 
         if (posix_memalign((void **) &sf->wstaging, STAGING_ALIGN, STAGING_BYTES) != 0 ||
             posix_memalign((void **) &sf->rstaging, STAGING_ALIGN, STAGING_BYTES) != 0 ||
@@ -492,7 +545,7 @@ void zsw_swapfile_get_stats(struct zsw_swapfile *sf, struct zsw_swapfile_stats *
 
 /* ---- batched writes ----------------------------------------------------- */
 
-/* One write request: a range of consecutive sectors, staged contiguously. */
+/* One request: a range of consecutive blocks, staged contiguously. */
 struct run {
         uint64_t off;           /* file offset */
         uint32_t staged;        /* offset in the staging buffer */
@@ -565,7 +618,7 @@ static int runs_execute(struct zsw_swapfile *sf, struct run *runs, unsigned nrun
 }
 
 /* Copies the placed entries into the staging buffer in disk order and cuts
- * them into runs of consecutive sectors. Returns the number of runs. */
+ * them into runs of consecutive blocks. Returns the number of runs. */
 static unsigned stage_batch(struct zsw_swapfile *sf, const void *const *payloads,
                             const uint32_t *lens, size_t n, const uint64_t *slots,
                             struct run *runs, uint8_t *entry_run) {
@@ -573,17 +626,17 @@ static unsigned stage_batch(struct zsw_swapfile *sf, const void *const *payloads
         uint32_t staged = 0;
 
         for (size_t i = 0; i < n; i++) {
-                uint32_t bytes = (uint32_t) zsw_swapfile_entry_bytes(lens[i]);
+                uint32_t bytes = entry_bytes(sf, lens[i]);
                 struct run *last = nruns > 0 ? &runs[nruns - 1] : NULL;
 
                 if (slots[i] == ZSW_SWAPFILE_NO_SLOT)
                         continue;
                 memcpy(sf->wstaging + staged, payloads[i], lens[i]);
                 memset(sf->wstaging + staged + lens[i], 0, bytes - lens[i]);
-                if (last && last->off + last->len == slots[i] * SECTOR && !sf->no_merge)
+                if (last && last->off + last->len == slots[i] * sf->block && !sf->no_merge)
                         last->len += bytes;
                 else
-                        runs[nruns++] = (struct run) { .off = slots[i] * SECTOR,
+                        runs[nruns++] = (struct run) { .off = slots[i] * sf->block,
                                                        .staged = staged, .len = bytes };
                 entry_run[i] = nruns - 1;
                 staged += bytes;
@@ -592,7 +645,7 @@ static unsigned stage_batch(struct zsw_swapfile *sf, const void *const *payloads
 }
 
 /* Settles each entry: written (all of its bytes acknowledged), or failed
- * with its sectors back in the allocator. Returns the entries written. */
+ * with its blocks back in the allocator. Returns the entries written. */
 static size_t batch_settle(struct zsw_swapfile *sf, const uint32_t *lens, size_t n,
                            uint64_t *slots, int *errors, const struct run *runs,
                            const uint8_t *entry_run, int fatal) {
@@ -600,12 +653,12 @@ static size_t batch_settle(struct zsw_swapfile *sf, const uint32_t *lens, size_t
 
         for (size_t i = 0; i < n; i++) {
                 const struct run *run = &runs[entry_run[i]];
-                uint64_t bytes = zsw_swapfile_entry_bytes(lens[i]);
+                uint64_t bytes = entry_bytes(sf, lens[i]);
 
                 if (slots[i] == ZSW_SWAPFILE_NO_SLOT) {
                         errors[i] = -ENOSPC;
                         STAT_ADD(sf, err_nospace, 1);
-                } else if (fatal == 0 && slots[i] * SECTOR + bytes <= run->off + run->done) {
+                } else if (fatal == 0 && slots[i] * sf->block + bytes <= run->off + run->done) {
                         errors[i] = 0;
                         STAT_ADD(sf, pages_written, 1);
                         STAT_ADD(sf, bytes_written, bytes);
@@ -614,7 +667,7 @@ static size_t batch_settle(struct zsw_swapfile *sf, const uint32_t *lens, size_t
                 } else {
                         errors[i] = fatal < 0 ? fatal : run->err < 0 ? run->err : -EIO;
                         STAT_ADD(sf, err_write_io, 1);
-                        (void) sectors_free(sf, slots[i], lens[i]);
+                        (void) blocks_free(sf, slots[i], lens[i]);
                         slots[i] = ZSW_SWAPFILE_NO_SLOT;
                 }
         }
@@ -679,7 +732,8 @@ int zsw_swapfile_write_batch(struct zsw_swapfile *sf, const void *const *payload
                 size_t m = MIN(n - done, (size_t) ZSW_SWAPFILE_BATCH_MAX);
 
                 ok += write_round(sf, payloads + done, lens + done, m, slots, errors);
-                memcpy(ret_slots + done, slots, m * sizeof(*slots));
+                for (size_t i = 0; i < m; i++)
+                        ret_slots[done + i] = slot_of(sf, slots[i]);
                 if (ret_errors)
                         memcpy(ret_errors + done, errors, m * sizeof(*errors));
         }
@@ -689,10 +743,14 @@ int zsw_swapfile_write_batch(struct zsw_swapfile *sf, const void *const *payload
 
 /* ---- reads -------------------------------------------------------------- */
 
-static int read_check(struct zsw_swapfile *sf, uint64_t slot, uint32_t len) {
-        if (len == 0 || len > ZSW_SWAPFILE_ENTRY_MAX || slot >= sf->max_sectors ||
-            sectors_of(len) > sf->max_sectors - slot)
+/* Converts a slot to its block, checking that the entry lies in the cap. */
+static int read_check(struct zsw_swapfile *sf, uint64_t slot, uint32_t len, uint64_t *ret_block) {
+        uint64_t block;
+
+        if (len == 0 || len > ZSW_SWAPFILE_ENTRY_MAX || block_of(sf, slot, &block) < 0 ||
+            block >= sf->max_blocks || blocks_of(sf, len) > sf->max_blocks - block)
                 return -EINVAL;
+        *ret_block = block;
         return 0;
 }
 
@@ -706,14 +764,15 @@ static int read_failed(struct zsw_swapfile *sf, int err, uint64_t off) {
 }
 
 int zsw_swapfile_read(struct zsw_swapfile *sf, uint64_t slot, uint32_t len, void *buf) {
-        /* Sector-aligned for O_DIRECT; one entry is at most a page. */
+        /* Aligned for O_DIRECT; one entry is at most a page, blocks too. */
         _Alignas(STAGING_ALIGN) uint8_t tmp[ZSW_SWAPFILE_ENTRY_MAX];
         uint32_t bytes, done = 0;
-        uint64_t off = slot * SECTOR;
+        uint64_t block, off;
 
-        if (!sf || !buf || read_check(sf, slot, len) < 0)
+        if (!sf || !buf || read_check(sf, slot, len, &block) < 0)
                 return -EINVAL;
-        bytes = (uint32_t) zsw_swapfile_entry_bytes(len);
+        off = block * sf->block;
+        bytes = entry_bytes(sf, len);
         while (done < bytes) {
                 ssize_t r = pread(sf->fd, tmp + done, bytes - done, (off_t) (off + done));
 
@@ -743,14 +802,15 @@ int zsw_swapfile_read_batch(struct zsw_swapfile *sf, const uint64_t *slots, cons
                 return -EINVAL;
         for (size_t i = 0; i < n; i++) {
                 uint32_t bytes;
+                uint64_t block;
 
-                if (!bufs[i] || read_check(sf, slots[i], lens[i]) < 0)
+                if (!bufs[i] || read_check(sf, slots[i], lens[i], &block) < 0)
                         return -EINVAL;
-                bytes = (uint32_t) zsw_swapfile_entry_bytes(lens[i]);
-                if (nruns > 0 && runs[nruns - 1].off + runs[nruns - 1].len == slots[i] * SECTOR)
+                bytes = entry_bytes(sf, lens[i]);
+                if (nruns > 0 && runs[nruns - 1].off + runs[nruns - 1].len == block * sf->block)
                         runs[nruns - 1].len += bytes;
                 else
-                        runs[nruns++] = (struct run) { .off = slots[i] * SECTOR,
+                        runs[nruns++] = (struct run) { .off = block * sf->block,
                                                        .staged = staged, .len = bytes };
                 staged += bytes;
         }
@@ -764,8 +824,8 @@ int zsw_swapfile_read_batch(struct zsw_swapfile *sf, const uint64_t *slots, cons
                 staged = 0;
                 for (size_t i = 0; i < n; i++) {
                         memcpy(bufs[i], sf->rstaging + staged, lens[i]);
-                        staged += (uint32_t) zsw_swapfile_entry_bytes(lens[i]);
-                        STAT_ADD(sf, read_bytes, zsw_swapfile_entry_bytes(lens[i]));
+                        staged += entry_bytes(sf, lens[i]);
+                        STAT_ADD(sf, read_bytes, entry_bytes(sf, lens[i]));
                 }
                 STAT_ADD(sf, reads, n);
         }

@@ -4,7 +4,8 @@
  * allocator over it, and batched io_uring writes of compressed entries.
  *
  * The shrinker hands over up to ZSW_SWAPFILE_BATCH_MAX cold compressed
- * payloads at a time; each takes ceil(len / 512) sectors, the batch takes one
+ * payloads at a time; each takes ceil(len / 512) sectors (whole blocks on
+ * devices whose direct-I/O unit is larger), the batch takes one
  * run of consecutive sectors whenever the file has one, and every run goes
  * to the disk as a single write request. Entries come back one at a time for
  * a fault (a direct pread, the cheapest path for one small read) or together
@@ -27,6 +28,7 @@
 
 #include "util.h"
 
+/* Slots count sectors of this size: an entry lives at byte slot * 512. */
 #define ZSW_SWAPFILE_SECTOR 512u
 /* Largest payload of one entry: a compressed page never exceeds a page. */
 #define ZSW_SWAPFILE_ENTRY_MAX 4096u
@@ -71,10 +73,10 @@ int zsw_swapfile_open(const char *path, uint64_t max_bytes, const struct zsw_log
 struct zsw_swapfile *zsw_swapfile_close(struct zsw_swapfile *sf);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_swapfile *, zsw_swapfile_close);
 
-/* Disk bytes an entry of len bytes takes. */
-static inline uint64_t zsw_swapfile_entry_bytes(uint32_t len) {
-        return (uint64_t) DIV_ROUND_UP(len, ZSW_SWAPFILE_SECTOR) * ZSW_SWAPFILE_SECTOR;
-}
+/* Disk bytes an entry of len bytes takes in this file: len rounded up to
+ * 512 bytes, or to the device's direct-I/O unit when that is larger (4 KiB
+ * on 4Kn devices). */
+uint64_t zsw_swapfile_entry_bytes(const struct zsw_swapfile *sf, uint32_t len);
 
 /* Writes n entries, payload i of lens[i] bytes (1 ..  ZSW_SWAPFILE_ENTRY_MAX).
  * Synchronous: every completion is reaped before it returns and the payloads

@@ -197,7 +197,7 @@ TEST(round_trip_many_batches) {
                 for (size_t i = b; i < b + BATCH; i++) {
                         ASSERT_EQ(errors[i - b], 0);
                         ASSERT_NE(p.slots[i], ZSW_SWAPFILE_NO_SLOT);
-                        padded += zsw_swapfile_entry_bytes(p.lens[i]);
+                        padded += zsw_swapfile_entry_bytes(sf, p.lens[i]);
                         payload += p.lens[i];
                 }
         }
@@ -244,58 +244,69 @@ TEST(round_trip_many_batches) {
         ASSERT_OK(rmdir(dir));
 }
 
+/* The allocation block of swapfiles in dir: 512 bytes, or the device's
+ * direct-I/O unit when that is larger. */
+static uint32_t block_size(const char *dir) {
+        _cleanup_(zsw_swapfile_closep) struct zsw_swapfile *sf = NULL;
+
+        ASSERT_OK(zsw_swapfile_open(dir, 1 << 20, NULL, &sf));
+        return (uint32_t) zsw_swapfile_entry_bytes(sf, 1);
+}
+
 TEST(free_reuse_and_fragmentation) {
         _cleanup_free_ char *dir = make_dir();
         _cleanup_(zsw_swapfile_closep) struct zsw_swapfile *sf = NULL;
         struct zsw_swapfile_stats st;
         struct payloads p;
-        const size_t cap_sectors = 256, n = cap_sectors + 2 * BATCH;
+        const uint32_t bs = block_size(dir), spb = bs / ZSW_SWAPFILE_SECTOR;
+        const size_t cap = 256, n = cap + 2 * BATCH;
         int errors[BATCH];
         size_t filled = 0;
         uint64_t requests;
 
-        /* Entries of one sector each, so the layout is known exactly. */
+        /* Entries of one block each, so the layout is known exactly. */
         payloads_make(&p, n, 2);
         for (size_t i = 0; i < n; i++)
-                p.lens[i] = MIN(p.lens[i], ZSW_SWAPFILE_SECTOR);
+                p.lens[i] = MIN(p.lens[i], bs);
         p.cut = true;
-        ASSERT_OK(zsw_swapfile_open(dir, cap_sectors * ZSW_SWAPFILE_SECTOR, NULL, &sf));
+        ASSERT_OK(zsw_swapfile_open(dir, cap * bs, NULL, &sf));
 
         /* Fill the whole cap; one more entry does not fit. */
-        for (; filled < cap_sectors; filled += BATCH)
+        for (; filled < cap; filled += BATCH)
                 ASSERT_EQ(write_range(sf, &p, filled, BATCH, NULL), BATCH);
         ASSERT_EQ(write_range(sf, &p, filled, 1, errors), 0);
         ASSERT_EQ(errors[0], -ENOSPC);
         ASSERT_EQ(p.slots[filled], ZSW_SWAPFILE_NO_SLOT);
 
-        /* Free every other sector: 128 holes, no two adjacent. */
-        for (size_t i = 0; i < cap_sectors; i += 2)
+        /* Free every other block: 128 holes, no two adjacent. */
+        for (size_t i = 0; i < cap; i += 2)
                 ASSERT_OK(zsw_swapfile_free(sf, p.slots[i], p.lens[i]));
         zsw_swapfile_get_stats(sf, &st);
-        ASSERT_EQ(st.disk_bytes_in_use, cap_sectors / 2 * ZSW_SWAPFILE_SECTOR);
+        ASSERT_EQ(st.disk_bytes_in_use, cap / 2 * bs);
         requests = st.write_requests;
 
         /* A batch of 32 cannot have one run: it scatters into the holes. */
-        ASSERT_EQ(write_range(sf, &p, cap_sectors, BATCH, errors), BATCH);
+        ASSERT_EQ(write_range(sf, &p, cap, BATCH, errors), BATCH);
         zsw_swapfile_get_stats(sf, &st);
         ASSERT_EQ(st.write_requests - requests, BATCH);
-        for (size_t i = cap_sectors; i < cap_sectors + BATCH; i++) {
-                ASSERT_EQ(errors[i - cap_sectors], 0);
-                ASSERT_EQ(p.slots[i] % 2, 0);
+        for (size_t i = cap; i < cap + BATCH; i++) {
+                ASSERT_EQ(errors[i - cap], 0);
+                ASSERT_EQ(p.slots[i] % (2 * spb), 0);
         }
-        for (size_t i = 1; i < cap_sectors + BATCH; i += i < cap_sectors ? 2 : 1)
+        for (size_t i = 1; i < cap + BATCH; i += i < cap ? 2 : 1)
                 read_check(sf, &p, i);
 
-        /* Two-sector entries fit nowhere: refused, nothing held. */
-        {
-                static uint8_t big[1000];
+        /* Two-block entries fit nowhere: refused, nothing held. */
+        if (2 * bs - 24 <= ZSW_SWAPFILE_ENTRY_MAX) {
+                static uint8_t big[ZSW_SWAPFILE_ENTRY_MAX];
                 const void *pl[2] = { big, big };
-                const uint32_t lens[2] = { sizeof(big), sizeof(big) };
+                const uint32_t lens[2] = { bs + 1, 2 * bs - 24 };
                 uint64_t slots[2];
                 uint64_t in_use = st.disk_bytes_in_use;
 
                 ASSERT_EQ(zsw_swapfile_write_batch(sf, pl, lens, 2, slots, errors), 0);
                 ASSERT_EQ(errors[0], -ENOSPC);
+                ASSERT_EQ(errors[1], -ENOSPC);
                 ASSERT_EQ(slots[1], ZSW_SWAPFILE_NO_SLOT);
                 zsw_swapfile_get_stats(sf, &st);
                 ASSERT_EQ(st.disk_bytes_in_use, in_use);
@@ -304,10 +315,18 @@ TEST(free_reuse_and_fragmentation) {
 
         /* Freeing a neighbour pair makes room for a run again. */
         ASSERT_OK(zsw_swapfile_free(sf, p.slots[1], p.lens[1]));
-        ASSERT_OK(zsw_swapfile_free(sf, p.slots[cap_sectors], p.lens[cap_sectors]));
-        ASSERT_EQ(write_range(sf, &p, cap_sectors + BATCH, 2, NULL), 2);
-        read_check(sf, &p, cap_sectors + BATCH);
-        read_check(sf, &p, cap_sectors + BATCH + 1);
+        ASSERT_OK(zsw_swapfile_free(sf, p.slots[cap], p.lens[cap]));
+        requests = st.write_requests;
+        ASSERT_EQ(write_range(sf, &p, cap + BATCH, 2, NULL), 2);
+        zsw_swapfile_get_stats(sf, &st);
+        ASSERT_EQ(st.write_requests - requests, 1);
+        ASSERT_EQ(p.slots[cap + BATCH + 1], p.slots[cap + BATCH] + spb);
+        read_check(sf, &p, cap + BATCH);
+        read_check(sf, &p, cap + BATCH + 1);
+        /* A hole the scatter did not reach is free already: refused. */
+        ASSERT_ERRNO(zsw_swapfile_free(sf, p.slots[200], p.lens[200]), EINVAL);
+        zsw_swapfile_get_stats(sf, &st);
+        ASSERT_EQ(st.disk_bytes_in_use, (cap / 2 + BATCH) * bs);
         payloads_done(&p);
         sf = zsw_swapfile_close(sf);
         ASSERT_OK(rmdir(dir));
@@ -402,7 +421,7 @@ TEST(short_write_resubmitted_then_failed) {
                 if (below) {
                         ASSERT_EQ(errors[i - BATCH], 0);
                         ASSERT_LE(p.slots[i] * ZSW_SWAPFILE_SECTOR +
-                                  zsw_swapfile_entry_bytes(p.lens[i]), limit);
+                                  zsw_swapfile_entry_bytes(sf, p.lens[i]), limit);
                         read_check(sf, &p, i);
                         ok++;
                 } else
@@ -626,4 +645,112 @@ TEST(no_direct_io_is_refused_cleanly) {
         ASSERT_EQ(dir_entries(dir), 0);
         ASSERT_OK(umount(dir));
         ASSERT_OK(rmdir(dir));
+}
+
+/* ---- EIO from the block device ----------------------------------------- */
+
+static int write_sysfs(const char *path, const char *value) {
+        int fd = open(path, O_WRONLY | O_CLOEXEC), r = 0;
+
+        if (fd < 0)
+                return -errno;
+        if (write(fd, value, strlen(value)) < 0)
+                r = -errno;
+        close(fd);
+        return r;
+}
+
+/* With mem_limit reached, zram fails every write that needs new memory with
+ * BLK_STS_IOERR: a real device error below ext4, per bio. Runs in a child
+ * (own mount namespace) so that the parent removes the device even when the
+ * test aborts. */
+static void zram_eio_body(int id, const char *dir) {
+        _cleanup_(zsw_swapfile_closep) struct zsw_swapfile *sf = NULL;
+        struct zsw_swapfile_stats st;
+        char path[128], cmd[128], value[64];
+        uint64_t in_use = 0;
+        size_t written = 0, failed = 0;
+        struct payloads p;
+        FILE *f;
+
+        private_mounts();
+        snprintf(path, sizeof(path), "/sys/block/zram%d/disksize", id);
+        ASSERT_OK(write_sysfs(path, "64M"));
+        snprintf(cmd, sizeof(cmd), "mkfs.ext4 -q -F /dev/zram%d >/dev/null 2>&1", id);
+        ASSERT_EQ(run(cmd), 0);
+        snprintf(path, sizeof(path), "/dev/zram%d", id);
+        ASSERT_OK(mount(path, dir, "ext4", 0, NULL));
+
+        payloads_make(&p, 16 * BATCH, 8);
+        ASSERT_OK(zsw_swapfile_open(dir, 32 << 20, NULL, &sf));
+        /* zram is a 4Kn device: entries cannot share its blocks. */
+        ASSERT_EQ(zsw_swapfile_entry_bytes(sf, 1), 4096);
+        for (size_t b = 0; b < 4 * BATCH; b += BATCH)
+                ASSERT_EQ(write_range(sf, &p, b, BATCH, NULL), BATCH);
+
+        /* No memory for anything new. */
+        snprintf(path, sizeof(path), "/sys/block/zram%d/mm_stat", id);
+        f = fopen(path, "re");
+        ASSERT_TRUE(f && fscanf(f, "%*s %*s %63s", value) == 1);
+        fclose(f);
+        snprintf(path, sizeof(path), "/sys/block/zram%d/mem_limit", id);
+        ASSERT_OK(write_sysfs(path, value));
+
+        for (size_t b = 4 * BATCH; b < 16 * BATCH; b += BATCH) {
+                int errors[BATCH];
+
+                ASSERT_GE(write_range(sf, &p, b, BATCH, errors), 0);
+                for (size_t i = b; i < b + BATCH; i++)
+                        if (errors[i - b] == 0)
+                                written++;
+                        else {
+                                ASSERT_EQ(errors[i - b], -EIO);
+                                ASSERT_EQ(p.slots[i], ZSW_SWAPFILE_NO_SLOT);
+                                failed++;
+                        }
+        }
+        ASSERT_GT(failed, 0);
+        zsw_swapfile_get_stats(sf, &st);
+        ASSERT_EQ(st.err_write_io, failed);
+        ASSERT_EQ(st.pages_written, 4 * BATCH + written);
+        /* What was reported written is on the disk, byte for byte. */
+        for (size_t i = 0; i < p.n; i++)
+                if (p.slots[i] != ZSW_SWAPFILE_NO_SLOT) {
+                        read_check(sf, &p, i);
+                        in_use += zsw_swapfile_entry_bytes(sf, p.lens[i]);
+                }
+        ASSERT_EQ(st.disk_bytes_in_use, in_use);
+        payloads_done(&p);
+        sf = zsw_swapfile_close(sf);
+        ASSERT_OK(umount(dir));
+}
+
+TEST(device_write_errors_lose_nothing) {
+        _cleanup_free_ char *dir = make_dir();
+        char buf[16] = "";
+        int fd, id, status;
+        ssize_t l;
+        pid_t pid;
+
+        fd = open("/sys/class/zram-control/hot_add", O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                TEST_SKIP("no zram hot_add here: %m");
+        l = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (l <= 0)
+                TEST_SKIP("cannot add a zram device");
+        id = atoi(buf);
+
+        pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+                zram_eio_body(id, dir);
+                _exit(EXIT_SUCCESS);
+        }
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        snprintf(buf, sizeof(buf), "%d", id);
+        ASSERT_OK(write_sysfs("/sys/class/zram-control/hot_remove", buf));
+        ASSERT_OK(rmdir(dir));
+        ASSERT_TRUE(WIFEXITED(status));
+        ASSERT_EQ(WEXITSTATUS(status), EXIT_SUCCESS);
 }
