@@ -59,6 +59,7 @@ struct zsw_swapfile {
         uint64_t cursor;                /* next-fit start */
         uint64_t used_blocks;
         uint64_t grow_failed;           /* least growth refused in this batch: no retry per entry */
+        int grow_err;                   /* why: -ENOSPC (cap or disk), or fallocate's error */
 
         pthread_mutex_t write_lock;     /* one write round at a time */
         struct io_uring wring;
@@ -306,6 +307,7 @@ static uint64_t run_alloc(struct zsw_swapfile *sf, uint64_t need) {
         pthread_mutex_lock(&sf->alloc_lock);
         if (r < 0) {
                 sf->grow_failed = more;
+                sf->grow_err = r;
                 return UINT64_MAX;
         }
         return run_find_take(sf, need);
@@ -323,6 +325,7 @@ static size_t batch_alloc(struct zsw_swapfile *sf, const uint32_t *lens, size_t 
 
         pthread_mutex_lock(&sf->alloc_lock);
         sf->grow_failed = UINT64_MAX;
+        sf->grow_err = -ENOSPC;
         uint64_t s = run_alloc(sf, total);
         if (s != UINT64_MAX) {
                 for (size_t i = 0; i < n; i++) {
@@ -656,8 +659,11 @@ static size_t batch_settle(struct zsw_swapfile *sf, const uint32_t *lens, size_t
                 uint64_t bytes = entry_bytes(sf, lens[i]);
 
                 if (slots[i] == ZSW_SWAPFILE_NO_SLOT) {
-                        errors[i] = -ENOSPC;
-                        STAT_ADD(sf, err_nospace, 1);
+                        errors[i] = sf->grow_err;
+                        if (sf->grow_err == -ENOSPC)
+                                STAT_ADD(sf, err_nospace, 1);
+                        else
+                                STAT_ADD(sf, err_write_io, 1);
                 } else if (fatal == 0 && slots[i] * sf->block + bytes <= run->off + run->done) {
                         errors[i] = 0;
                         STAT_ADD(sf, pages_written, 1);

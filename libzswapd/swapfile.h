@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * The I/O layer of the writeback tier: one private backing file, a sector
+ * The I/O layer of the writeback tier: one private backing file, a block
  * allocator over it, and batched io_uring writes of compressed entries.
  *
  * The shrinker hands over up to ZSW_SWAPFILE_BATCH_MAX cold compressed
@@ -43,17 +43,17 @@ struct zsw_swapfile_stats {
         uint64_t write_batches;         /* write_batch rounds that wrote something */
         uint64_t write_requests;        /* write SQEs completed, resubmissions included */
         uint64_t pages_written;         /* entries written and reported as written */
-        uint64_t bytes_written;         /* sector-padded bytes of those entries */
+        uint64_t bytes_written;         /* block-padded bytes of those entries */
         uint64_t payload_bytes;         /* their payload bytes */
         uint64_t reads;                 /* entries read back successfully */
         uint64_t read_requests;         /* read syscalls or SQEs issued */
-        uint64_t read_bytes;            /* sector-padded bytes read */
+        uint64_t read_bytes;            /* block-padded bytes read */
         uint64_t err_nospace;           /* entries refused: no space (file cap or disk) */
-        uint64_t err_write_io;          /* entries failed by a write or sync error */
+        uint64_t err_write_io;          /* entries failed by a write (or fallocate) error */
         uint64_t err_short_write;       /* short write completions (the rest was resubmitted) */
         uint64_t err_read_io;           /* read calls failed by an I/O error */
         uint64_t err_short_read;        /* read calls failed by reaching end of file */
-        uint64_t disk_bytes_in_use;     /* allocated sectors, in bytes */
+        uint64_t disk_bytes_in_use;     /* allocated blocks, in bytes */
         uint64_t file_bytes_reserved;   /* bytes reserved with fallocate */
         uint64_t file_bytes_max;        /* the cap given at open */
 };
@@ -78,18 +78,18 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_swapfile *, zsw_swapfile_close);
  * on 4Kn devices). */
 uint64_t zsw_swapfile_entry_bytes(const struct zsw_swapfile *sf, uint32_t len);
 
-/* Writes n entries, payload i of lens[i] bytes (1 ..  ZSW_SWAPFILE_ENTRY_MAX).
+/* Writes n entries, payload i of lens[i] bytes (1 .. ZSW_SWAPFILE_ENTRY_MAX).
  * Synchronous: every completion is reaped before it returns and the payloads
  * are copied out before the first request is submitted, so the caller may
  * free or reuse the payload memory as soon as it returns.
  *
  * Per entry, ret_slots[i] gets its slot, or ZSW_SWAPFILE_NO_SLOT when it was
  * not written (no space, I/O error); ret_errors[i] (optional, may be NULL)
- * gets 0 or that negative errno. A failed entry holds no sectors and the
+ * gets 0 or that negative errno. A failed entry holds no blocks and the
  * caller keeps it in memory: an entry is reported written only after the
  * disk acknowledged all of its bytes.
  *
- * Returns the number of entries written (0 ..  n), or -EINVAL for bad
+ * Returns the number of entries written (0 .. n), or -EINVAL for bad
  * arguments, with the outputs untouched. */
 int zsw_swapfile_write_batch(struct zsw_swapfile *sf, const void *const *payloads,
                              const uint32_t *lens, size_t n, uint64_t *ret_slots,
@@ -108,9 +108,9 @@ int zsw_swapfile_read(struct zsw_swapfile *sf, uint64_t slot, uint32_t len, void
 int zsw_swapfile_read_batch(struct zsw_swapfile *sf, const uint64_t *slots, const uint32_t *lens,
                             size_t n, void *const *bufs);
 
-/* Returns the sectors of an entry (loaded back or invalidated) to the
- * allocator. Returns 0, or -EINVAL when any of those sectors is not allocated
- * (nothing is freed then). */
+/* Returns the blocks of an entry (loaded back or invalidated) to the
+ * allocator; any thread. Returns 0, or -EINVAL when any of them is not
+ * allocated (nothing is freed then). */
 int zsw_swapfile_free(struct zsw_swapfile *sf, uint64_t slot, uint32_t len);
 
 /* For comparisons: with merge off, every entry of a batch is a write request
@@ -123,4 +123,6 @@ void zsw_swapfile_set_merge(struct zsw_swapfile *sf, bool merge);
  * the page cache). For benchmarks. */
 int zsw_swapfile_drop_cache(struct zsw_swapfile *sf);
 
+/* A snapshot of the counters; any thread. Each counter is read atomically,
+ * not the set as a whole. */
 void zsw_swapfile_get_stats(struct zsw_swapfile *sf, struct zsw_swapfile_stats *ret);
