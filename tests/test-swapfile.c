@@ -112,6 +112,13 @@ static char *make_dir(void) {
         return d;
 }
 
+/* Counts warnings and worse: failures are logged once per burst. */
+static void count_log(void *userdata, int priority, const char *file, int line,
+                      const char *func, const char *format, va_list ap) {
+        if (priority <= LOG_WARNING)
+                (*(unsigned *) userdata)++;
+}
+
 static size_t dir_entries(const char *path) {
         DIR *d = opendir(path);
         struct dirent *de;
@@ -345,13 +352,15 @@ TEST(disk_full_on_small_tmpfs) {
         struct payloads p;
         const size_t n = 32 * BATCH;
         size_t written = 0, failed = 0;
+        unsigned warnings = 0;
+        struct zsw_log log = { .fn = count_log, .userdata = &warnings, .max_priority = LOG_DEBUG };
 
         private_mounts();
         if (mount("tmpfs", dir, "tmpfs", 0, "size=256k,mode=0700") < 0)
                 TEST_SKIP("cannot mount a tmpfs: %m");
         payloads_make(&p, n, 3);
         /* The cap is far above what the filesystem has. */
-        ASSERT_OK(zsw_swapfile_open(dir, 64 << 20, NULL, &sf));
+        ASSERT_OK(zsw_swapfile_open(dir, 64 << 20, &log, &sf));
         for (size_t b = 0; b < n; b += BATCH) {
                 int errors[BATCH];
                 int r = write_range(sf, &p, b, BATCH, errors);
@@ -374,6 +383,8 @@ TEST(disk_full_on_small_tmpfs) {
         ASSERT_EQ(st.err_nospace, failed);
         ASSERT_EQ(st.err_write_io, 0);
         ASSERT_LE(st.file_bytes_reserved, 256 << 10);
+        /* One burst of failing batches, one warning. */
+        ASSERT_EQ(warnings, 1);
         for (size_t i = 0; i < n; i++)
                 if (p.slots[i] != ZSW_SWAPFILE_NO_SLOT)
                         read_check(sf, &p, i);
@@ -519,6 +530,7 @@ static bool ext4_on_loop(const char *dir, const char *image) {
 TEST(io_errors_fail_cleanly) {
         _cleanup_free_ char *dir = make_dir();
         _cleanup_(zsw_swapfile_closep) struct zsw_swapfile *sf = NULL;
+        _cleanup_(zsw_swapfile_closep) struct zsw_swapfile *fresh = NULL;
         struct zsw_swapfile_stats st, before;
         char image[PATH_MAX];
         struct payloads p;
@@ -534,6 +546,8 @@ TEST(io_errors_fail_cleanly) {
         ASSERT_OK(zsw_swapfile_open(dir, 32 << 20, NULL, &sf));
         ASSERT_EQ(write_range(sf, &p, 0, BATCH, NULL), BATCH);
         read_check(sf, &p, 0);
+        /* A second one that has reserved nothing yet. */
+        ASSERT_OK(zsw_swapfile_open(dir, 32 << 20, NULL, &fresh));
 
         fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         ASSERT_GE(fd, 0);
@@ -564,6 +578,16 @@ TEST(io_errors_fail_cleanly) {
         ASSERT_EQ(st.err_read_io - before.err_read_io, 2);
         ASSERT_EQ(st.pages_written, before.pages_written);
         ASSERT_EQ(st.disk_bytes_in_use, before.disk_bytes_in_use);
+
+        /* fallocate fails with EIO too: an I/O error, not "disk full". */
+        ASSERT_EQ(write_range(fresh, &p, 2 * BATCH, BATCH, errors), 0);
+        for (size_t i = 0; i < BATCH; i++)
+                ASSERT_EQ(errors[i], -EIO);
+        zsw_swapfile_get_stats(fresh, &st);
+        ASSERT_EQ(st.err_write_io, BATCH);
+        ASSERT_EQ(st.err_nospace, 0);
+        ASSERT_EQ(st.file_bytes_reserved, 0);
+        fresh = zsw_swapfile_close(fresh);
 
         payloads_done(&p);
         sf = zsw_swapfile_close(sf);
