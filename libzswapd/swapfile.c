@@ -117,19 +117,24 @@ static int ring_fail(struct zsw_swapfile *sf, struct io_uring *ring, int r) {
                              ring == &sf->wring ? "write" : "read");
 }
 
+/* Submits everything queued. The kernel may consume fewer SQEs than queued
+ * (short of memory for a moment); the rest must go too, or their
+ * completions would be waited for forever. */
 static int ring_submit(struct zsw_swapfile *sf, struct io_uring *ring) {
-        for (unsigned tries = 0;; tries++) {
+        unsigned tries = 0;
+
+        while (io_uring_sq_ready(ring) > 0) {
                 int r = io_uring_submit(ring);
 
-                if (r >= 0)
-                        return r;
-                /* Transient: the kernel is short of memory for a moment. */
-                if ((r == -EINTR || r == -EAGAIN || r == -EBUSY) && tries < 1000) {
+                if (r > 0)
+                        continue;
+                if ((r == 0 || r == -EINTR || r == -EAGAIN || r == -EBUSY) && tries++ < 1000) {
                         sched_yield();
                         continue;
                 }
-                return ring_fail(sf, ring, r);
+                return ring_fail(sf, ring, r < 0 ? r : -EAGAIN);
         }
+        return 0;
 }
 
 static int ring_wait(struct zsw_swapfile *sf, struct io_uring *ring, struct io_uring_cqe **ret) {
