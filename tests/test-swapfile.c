@@ -595,8 +595,10 @@ TEST(io_errors_fail_cleanly) {
         ASSERT_OK(rmdir(dir));
 }
 
-/* One writer and two fault threads at once: readers only touch entries
- * whose batch the writer has published. */
+/* One writer and two fault threads at once. Readers only touch entries
+ * whose batch the writer has published: one reads even entries at random,
+ * the other loads odd entries in order and frees them (the allocator is then
+ * shared by the writer and a freeing thread). */
 struct concurrent {
         struct zsw_swapfile *sf;
         struct payloads *p;
@@ -605,17 +607,37 @@ struct concurrent {
         uint64_t reads;
 };
 
-static void *concurrent_reader(void *arg) {
+static size_t wait_published(struct concurrent *c, size_t min) {
+        size_t n;
+
+        while ((n = __atomic_load_n(&c->published, __ATOMIC_ACQUIRE)) < min)
+                sched_yield();
+        return n;
+}
+
+static void *random_reader(void *arg) {
         struct concurrent *c = arg;
-        uint64_t rng = (uintptr_t) &rng, reads = 0;
+        uint64_t rng = 12345, reads = 0;
 
         while (!__atomic_load_n(&c->done, __ATOMIC_ACQUIRE) || reads < 1000) {
-                size_t n = __atomic_load_n(&c->published, __ATOMIC_ACQUIRE);
+                size_t n = wait_published(c, BATCH);
 
-                if (n == 0)
-                        continue;
                 rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-                read_check(c->sf, c->p, (rng >> 33) % n);
+                read_check(c->sf, c->p, (rng >> 33) % n & ~(size_t) 1);
+                reads++;
+        }
+        __atomic_fetch_add(&c->reads, reads, __ATOMIC_RELAXED);
+        return NULL;
+}
+
+static void *loading_reader(void *arg) {
+        struct concurrent *c = arg;
+        uint64_t reads = 0;
+
+        for (size_t i = 1; i < c->p->n; i += 2) {
+                wait_published(c, i + 1);
+                read_check(c->sf, c->p, i);
+                ASSERT_OK(zsw_swapfile_free(c->sf, c->p->slots[i], c->p->lens[i]));
                 reads++;
         }
         __atomic_fetch_add(&c->reads, reads, __ATOMIC_RELAXED);
@@ -634,8 +656,8 @@ TEST(concurrent_writer_and_readers) {
         payloads_make(&p, n, 7);
         ASSERT_OK(zsw_swapfile_open(dir, 64 << 20, NULL, &sf));
         c.sf = sf;
-        for (size_t i = 0; i < ARRAY_SIZE(readers); i++)
-                ASSERT_EQ(pthread_create(&readers[i], NULL, concurrent_reader, &c), 0);
+        ASSERT_EQ(pthread_create(&readers[0], NULL, random_reader, &c), 0);
+        ASSERT_EQ(pthread_create(&readers[1], NULL, loading_reader, &c), 0);
         for (size_t b = 0; b < n; b += BATCH) {
                 ASSERT_EQ(write_range(sf, &p, b, BATCH, NULL), BATCH);
                 __atomic_store_n(&c.published, b + BATCH, __ATOMIC_RELEASE);
@@ -646,8 +668,10 @@ TEST(concurrent_writer_and_readers) {
         zsw_swapfile_get_stats(sf, &st);
         ASSERT_EQ(st.reads, c.reads);
         ASSERT_EQ(st.pages_written, n);
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i += 2)
                 ASSERT_OK(zsw_swapfile_free(sf, p.slots[i], p.lens[i]));
+        zsw_swapfile_get_stats(sf, &st);
+        ASSERT_EQ(st.disk_bytes_in_use, 0);
         payloads_done(&p);
         sf = zsw_swapfile_close(sf);
         ASSERT_OK(rmdir(dir));
