@@ -251,6 +251,29 @@ TEST(round_trip_many_batches) {
         ASSERT_OK(rmdir(dir));
 }
 
+TEST(unmerged_batches_for_comparison) {
+        _cleanup_free_ char *dir = make_dir();
+        _cleanup_(zsw_swapfile_closep) struct zsw_swapfile *sf = NULL;
+        struct zsw_swapfile_stats st;
+        struct payloads p;
+
+        payloads_make(&p, 4 * BATCH, 9);
+        ASSERT_OK(zsw_swapfile_open(dir, 16 << 20, NULL, &sf));
+        zsw_swapfile_set_merge(sf, false);
+        ASSERT_EQ(write_range(sf, &p, 0, 2 * BATCH, NULL), 2 * BATCH);
+        zsw_swapfile_get_stats(sf, &st);
+        ASSERT_EQ(st.write_requests, 2 * BATCH);
+        zsw_swapfile_set_merge(sf, true);
+        ASSERT_EQ(write_range(sf, &p, 2 * BATCH, 2 * BATCH, NULL), 2 * BATCH);
+        zsw_swapfile_get_stats(sf, &st);
+        ASSERT_EQ(st.write_requests, 2 * BATCH + 2);
+        for (size_t i = 0; i < p.n; i++)
+                read_check(sf, &p, i);
+        payloads_done(&p);
+        sf = zsw_swapfile_close(sf);
+        ASSERT_OK(rmdir(dir));
+}
+
 /* The allocation block of swapfiles in dir: 512 bytes, or the device's
  * direct-I/O unit when that is larger. */
 static uint32_t block_size(const char *dir) {
