@@ -4,7 +4,8 @@
 set -eu
 
 PKGS="build-essential meson ninja-build pkg-config liburing-dev libzstd-dev liblz4-dev
-libcgroup-dev libsystemd-dev stress-ng clang libclang-rt-14-dev util-linux systemd"
+libcgroup-dev libsystemd-dev stress-ng clang libclang-rt-14-dev util-linux systemd
+e2fsprogs"
 
 missing=""
 for p in $PKGS; do
