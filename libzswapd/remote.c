@@ -469,6 +469,8 @@ int zsw_remote_syscall(struct zsw_remote *r, long nr, const unsigned long args[6
                 }
                 /* A signal interrupted our call; we suppress signals, so
                  * restart it the way the kernel would have. */
+                zsw_log(r->log, LOG_DEBUG, "Restarting injected syscall %ld in %d (%ld)", nr, r->tid,
+                        result);
                 zsw_arch_prepare_syscall(&regs, r->insn,
                                          result == -ERESTART_RESTARTBLOCK ? SYS_restart_syscall : nr,
                                          args);

@@ -443,6 +443,71 @@ TEST(two_signals_during_injection_delivered_after_release) {
         signals_arrive_after_release(2);
 }
 
+/* Our own injected call, blocked and hit by a signal, restarts instead of
+ * returning -ERESTARTSYS or -EINTR; the signal waits for release. */
+TEST(injected_call_restarts_after_signal) {
+        int hold[2], inj[2];
+        uint64_t scratch;
+        pid_t pid, helper;
+        char c = 0;
+
+        ASSERT_OK(pipe2(hold, O_CLOEXEC));
+        ASSERT_OK(pipe2(inj, O_CLOEXEC));
+        pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+                signal(SIGUSR1, SIG_IGN); /* the restart must not depend on a handler */
+                signal(SIGUSR2, SIG_DFL);
+                _exit(read(hold[0], &c, 1) == 1 ? 0 : 70);
+        }
+        wait_in_syscall(pid, pid, (const long[]) { SYS_read }, 1);
+
+        _cleanup_remote_ struct zsw_remote *r = NULL;
+        ASSERT_OK(zsw_remote_seize(pid, &test_log, &r));
+        ASSERT_OK(zsw_remote_map_scratch(r, PAGE, &scratch));
+
+        helper = fork();
+        ASSERT_GE(helper, 0);
+        if (helper == 0) {
+                char path[64], buf[256];
+
+                /* Once the injected read(inj[0]) sleeps: a signal, then data. */
+                snprintf(path, sizeof(path), "/proc/%d/syscall", pid);
+                for (unsigned tries = 0; tries < 20000; tries++) {
+                        FILE *f = fopen(path, "re");
+                        long nr = -1, fd = -1;
+
+                        if (f && fgets(buf, sizeof(buf), f) &&
+                            sscanf(buf, "%ld 0x%lx", &nr, &fd) == 2 && nr == SYS_read && fd == inj[0]) {
+                                fclose(f);
+                                kill(pid, SIGUSR2);
+                                usleep(50000);
+                                _exit(write(inj[1], "z", 1) == 1 ? 0 : 71);
+                        }
+                        if (f)
+                                fclose(f);
+                        usleep(1000);
+                }
+                _exit(72);
+        }
+        ASSERT_EQ(remote(r, SYS_read, (unsigned long[6]) { (unsigned long) inj[0], scratch, 1 }), 1);
+        ASSERT_EQ(wait_exit_code(helper), 0);
+        ASSERT_OK(zsw_remote_read(r, scratch, &c, 1));
+        ASSERT_EQ(c, 'z');
+        ASSERT_EQ(zsw_remote_deferred_signals(r), 1u);
+        ASSERT_OK(zsw_remote_unmap(r, scratch, PAGE));
+        r = zsw_remote_release(r);
+
+        /* SIGUSR2's default action ends the child once it runs again. */
+        int status;
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGUSR2);
+        close(hold[0]);
+        close(hold[1]);
+        close(inj[0]);
+        close(inj[1]);
+}
+
 /* ---- userfaultfd --------------------------------------------------------- */
 
 static unsigned count_fds(pid_t pid) {
