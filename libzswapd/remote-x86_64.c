@@ -7,14 +7,29 @@
  */
 #include "remote-arch.h"
 
-#if defined(__x86_64__)
+#if ZSW_ARCH_REMOTE && defined(__x86_64__)
+#include <elf.h>
+#include <errno.h>
+#include <sys/ptrace.h>
+#include <sys/uio.h>
 
 const uint8_t zsw_arch_syscall_insn[] = { 0x0f, 0x05 };
 const size_t zsw_arch_syscall_insn_len = sizeof(zsw_arch_syscall_insn);
 const size_t zsw_arch_syscall_insn_align = 1;
 
-bool zsw_arch_regs_native(size_t regset_len) {
-        return regset_len == sizeof(zsw_arch_regs);
+int zsw_arch_get_regs(pid_t tid, zsw_arch_regs *regs) {
+        struct iovec iov = { .iov_base = regs, .iov_len = sizeof(*regs) };
+
+        if (ptrace(PTRACE_GETREGSET, tid, (void *) NT_PRSTATUS, &iov) < 0)
+                return -errno;
+        /* A 32-bit task answers with the smaller compat layout. */
+        return iov.iov_len == sizeof(*regs) ? 0 : -EOPNOTSUPP;
+}
+
+int zsw_arch_set_regs(pid_t tid, const zsw_arch_regs *regs) {
+        struct iovec iov = { .iov_base = (void *) regs, .iov_len = sizeof(*regs) };
+
+        return ptrace(PTRACE_SETREGSET, tid, (void *) NT_PRSTATUS, &iov) < 0 ? -errno : 0;
 }
 
 void zsw_arch_prepare_syscall(zsw_arch_regs *regs, uint64_t insn, long nr,

@@ -30,7 +30,6 @@
  * dequeues them again.
  */
 #include <dirent.h>
-#include <elf.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -184,21 +183,11 @@ static int pick_thread(pid_t pid, const struct zsw_log *log, pid_t *ret_tid) {
 /* ---- ptrace primitives --------------------------------------------------- */
 
 static int get_regs(struct zsw_remote *r, zsw_arch_regs *regs) {
-        struct iovec iov = { .iov_base = regs, .iov_len = sizeof(*regs) };
-
-        if (ptrace(PTRACE_GETREGSET, r->tid, (void *) NT_PRSTATUS, &iov) < 0)
-                return -errno;
-        if (!zsw_arch_regs_native(iov.iov_len))
-                return -EOPNOTSUPP;
-        return 0;
+        return zsw_arch_get_regs(r->tid, regs);
 }
 
 static int set_regs(struct zsw_remote *r, const zsw_arch_regs *regs) {
-        struct iovec iov = { .iov_base = (void *) regs, .iov_len = sizeof(*regs) };
-
-        if (ptrace(PTRACE_SETREGSET, r->tid, (void *) NT_PRSTATUS, &iov) < 0)
-                return -errno;
-        return 0;
+        return zsw_arch_set_regs(r->tid, regs);
 }
 
 /* Waits for the next stop of our thread. -ESRCH once it has exited. */
@@ -351,8 +340,9 @@ int zsw_remote_seize(pid_t pid, const struct zsw_log *log, struct zsw_remote **r
 
         r->pidfd = open_pidfd(pid);
         if (r->pidfd < 0)
+                /* EINVAL: pid names a thread, not a process. */
                 return zsw_log_errno(log, LOG_DEBUG, r->pidfd == -EINVAL ? -ESRCH : r->pidfd,
-                                     "Failed to open a pidfd for %d: %m", pid);
+                                     "Failed to open a pidfd for %d (not a process?): %m", pid);
 
         k = attach(r);
         if (k < 0)
@@ -450,8 +440,13 @@ int zsw_remote_syscall(struct zsw_remote *r, long nr, const unsigned long args[6
         for (;;) {
                 long result;
 
-                if (ptrace(PTRACE_SINGLESTEP, r->tid, NULL, NULL) < 0)
-                        return zsw_log_errno(r->log, LOG_ERR, errno, "Failed to step %d: %m", r->tid);
+                if (ptrace(PTRACE_SINGLESTEP, r->tid, NULL, NULL) < 0) {
+                        k = -errno;
+                        /* ESRCH: SIGKILLed, so no longer in a stop; reap the news. */
+                        if (k == -ESRCH && wait_stop(r, &status) == -ESRCH)
+                                return -ESRCH;
+                        return zsw_log_errno(r->log, LOG_ERR, k, "Failed to step %d: %m", r->tid);
+                }
                 k = wait_stop(r, &status);
                 if (k < 0)
                         return zsw_log_errno(r->log, LOG_DEBUG, k, "Thread %d died during injection",

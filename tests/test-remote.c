@@ -360,6 +360,52 @@ TEST(leader_gone_uses_another_thread) {
         close(p[1]);
 }
 
+static char proc_state(pid_t pid) {
+        char path[64], buf[512], state = 0;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+        f = fopen(path, "re");
+        ASSERT_TRUE(f);
+        if (fgets(buf, sizeof(buf), f))
+                sscanf(strrchr(buf, ')') + 1, " %c", &state);
+        fclose(f);
+        return state;
+}
+
+/* A process stopped by SIGSTOP is served and stays stopped. */
+TEST(stopped_process_stays_stopped) {
+        int p[2];
+        pid_t pid;
+
+        ASSERT_OK(pipe2(p, O_CLOEXEC));
+        pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+                char c = 0;
+
+                _exit(read(p[0], &c, 1) == 1 && c == 's' ? 0 : 80);
+        }
+        wait_in_syscall(pid, pid, (const long[]) { SYS_read }, 1);
+        ASSERT_OK(kill(pid, SIGSTOP));
+        for (unsigned tries = 0; tries < 10000 && proc_state(pid) != 'T'; tries++)
+                usleep(1000);
+        ASSERT_EQ(proc_state(pid), 'T');
+        {
+                _cleanup_remote_ struct zsw_remote *r = NULL;
+
+                ASSERT_OK(zsw_remote_seize(pid, &test_log, &r));
+                ASSERT_EQ(remote(r, SYS_getpid, no_args), pid);
+        }
+        usleep(50000);
+        ASSERT_EQ(proc_state(pid), 'T');
+        ASSERT_OK(kill(pid, SIGCONT));
+        ASSERT_EQ(write(p[1], "s", 1), 1);
+        ASSERT_EQ(wait_exit_code(pid), 0);
+        close(p[0]);
+        close(p[1]);
+}
+
 /* ---- signals during injection ------------------------------------------------ */
 
 struct sigrecord {
