@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -65,6 +66,16 @@ static void wait_in_syscall(pid_t pid, pid_t tid, const long *nrs, size_t n) {
         TEST_FAIL("thread %d never blocked in the expected syscall (last: %s)", tid, buf);
 }
 
+/* A child that does not outlive a failed (aborted) test. */
+static pid_t fork_child(void) {
+        pid_t parent = getpid(), pid = fork();
+
+        ASSERT_GE(pid, 0);
+        if (pid == 0 && (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent))
+                _exit(99);
+        return pid;
+}
+
 static int wait_exit_code(pid_t pid) {
         int status;
 
@@ -95,7 +106,7 @@ TEST(blocked_read_resumes_after_madvise) {
         ASSERT_TRUE(buf != MAP_FAILED && back);
         memset(buf, 0xab, len);
         ASSERT_OK(pipe2(p, O_CLOEXEC));
-        pid = fork();
+        pid = fork_child();
         ASSERT_GE(pid, 0);
         if (pid == 0) {
                 char c = 0;
@@ -161,7 +172,7 @@ static int64_t mono_ns(void) {
 
 TEST(nanosleep_continues) {
         const int64_t sleep_ns = 500 * 1000000LL;
-        pid_t pid = fork();
+        pid_t pid = fork_child();
 
         ASSERT_GE(pid, 0);
         if (pid == 0) {
@@ -193,7 +204,7 @@ static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct tim
 
 TEST(futex_wait_continues) {
         _Atomic uint32_t *words = map_shared(PAGE);
-        pid_t pid = fork();
+        pid_t pid = fork_child();
 
         ASSERT_GE(pid, 0);
         if (pid == 0) {
@@ -270,7 +281,7 @@ static void wait_counter_beyond(struct busy *b, unsigned i, uint64_t v) {
 TEST(busy_threads_keep_running) {
         struct busy *b = map_shared(PAGE);
         uint64_t before[BUSY_THREADS];
-        pid_t pid = fork();
+        pid_t pid = fork_child();
 
         ASSERT_GE(pid, 0);
         if (pid == 0) {
@@ -324,7 +335,7 @@ TEST(leader_gone_uses_another_thread) {
         pid_t pid;
 
         ASSERT_OK(pipe2(p, O_CLOEXEC));
-        pid = fork();
+        pid = fork_child();
         ASSERT_GE(pid, 0);
         if (pid == 0) {
                 pthread_t t;
@@ -379,7 +390,7 @@ TEST(stopped_process_stays_stopped) {
         pid_t pid;
 
         ASSERT_OK(pipe2(p, O_CLOEXEC));
-        pid = fork();
+        pid = fork_child();
         ASSERT_GE(pid, 0);
         if (pid == 0) {
                 char c = 0;
@@ -430,7 +441,7 @@ static void signals_arrive_after_release(int nsignals) {
 
         sigrec = map_shared(PAGE);
         ASSERT_OK(pipe2(p, O_CLOEXEC));
-        pid = fork();
+        pid = fork_child();
         ASSERT_GE(pid, 0);
         if (pid == 0) {
                 struct sigaction sa = { .sa_sigaction = record_signal,
@@ -499,7 +510,7 @@ TEST(injected_call_restarts_after_signal) {
 
         ASSERT_OK(pipe2(hold, O_CLOEXEC));
         ASSERT_OK(pipe2(inj, O_CLOEXEC));
-        pid = fork();
+        pid = fork_child();
         ASSERT_GE(pid, 0);
         if (pid == 0) {
                 signal(SIGUSR1, SIG_IGN); /* the restart must not depend on a handler */
@@ -512,7 +523,7 @@ TEST(injected_call_restarts_after_signal) {
         ASSERT_OK(zsw_remote_seize(pid, &test_log, &r));
         ASSERT_OK(zsw_remote_map_scratch(r, PAGE, &scratch));
 
-        helper = fork();
+        helper = fork_child();
         ASSERT_GE(helper, 0);
         if (helper == 0) {
                 char path[64], buf[256];
@@ -575,6 +586,28 @@ static void fill(uint8_t *page, uint8_t seed) {
                 page[i] = (uint8_t) (seed + i * 13);
 }
 
+static const char uffd_data[16] = "kernel-mode read";
+
+/* Waits for ctl, then reads into a page that is missing until served. */
+static void uffd_child(bool unprivileged, uint8_t *region, int ctl, int dp) {
+        uint8_t page[PAGE];
+        char c;
+
+        if (unprivileged && (setresgid(65534, 65534, 65534) < 0 ||
+                             setresuid(65534, 65534, 65534) < 0))
+                _exit(50);
+        if (read(ctl, &c, 1) != 1)
+                _exit(51);
+        if (read(dp, region + PAGE, sizeof(uffd_data)) != (ssize_t) sizeof(uffd_data))
+                _exit(errno == EFAULT ? 52 : 53);
+        fill(page, 1);
+        if (memcmp(region, page, PAGE) != 0)
+                _exit(54);
+        fill(page, 2);
+        memcpy(page, uffd_data, sizeof(uffd_data));
+        _exit(memcmp(region + PAGE, page, PAGE) == 0 ? 0 : 55);
+}
+
 /*
  * The child reads from a pipe into a registered page that is missing: the
  * fault is taken by the kernel's copy_to_user(), which only a full
@@ -583,7 +616,6 @@ static void fill(uint8_t *page, uint8_t seed) {
 static void uffd_serves_child(bool unprivileged) {
         uint8_t *region = mmap(NULL, 2 * PAGE, PROT_READ | PROT_WRITE,
                                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        static const char data[16] = "kernel-mode read";
         uint8_t page[PAGE], back[PAGE];
         int ctl[2], dp[2], tfd = -1, lfd = -1;
         unsigned fds_before;
@@ -593,25 +625,10 @@ static void uffd_serves_child(bool unprivileged) {
         ASSERT_TRUE(region != MAP_FAILED);
         ASSERT_OK(pipe2(ctl, O_CLOEXEC));
         ASSERT_OK(pipe2(dp, O_CLOEXEC));
-        pid = fork();
+        pid = fork_child();
         ASSERT_GE(pid, 0);
-        if (pid == 0) {
-                char c;
-
-                if (unprivileged && (setresgid(65534, 65534, 65534) < 0 ||
-                                     setresuid(65534, 65534, 65534) < 0))
-                        _exit(50);
-                if (read(ctl[0], &c, 1) != 1)
-                        _exit(51);
-                if (read(dp[0], region + PAGE, sizeof(data)) != (ssize_t) sizeof(data))
-                        _exit(errno == EFAULT ? 52 : 53);
-                fill(page, 1);
-                if (memcmp(region, page, PAGE) != 0)
-                        _exit(54);
-                fill(page, 2);
-                memcpy(page, data, sizeof(data));
-                _exit(memcmp(region + PAGE, page, PAGE) == 0 ? 0 : 55);
-        }
+        if (pid == 0)
+                uffd_child(unprivileged, region, ctl[0], dp[0]);
         wait_in_syscall(pid, pid, (const long[]) { SYS_read }, 1);
         fds_before = count_fds(pid);
         {
@@ -643,7 +660,7 @@ static void uffd_serves_child(bool unprivileged) {
         ASSERT_MEMEQ(back, page, PAGE);
 
         /* Page 1: the child's read(2) faults on it in kernel mode. */
-        ASSERT_EQ(write(dp[1], data, sizeof(data)), (ssize_t) sizeof(data));
+        ASSERT_EQ(write(dp[1], uffd_data, sizeof(uffd_data)), (ssize_t) sizeof(uffd_data));
         ASSERT_EQ(write(ctl[1], "g", 1), 1);
         struct pollfd pfd = { .fd = lfd, .events = POLLIN };
         ASSERT_EQ(poll(&pfd, 1, 30000), 1);
@@ -684,7 +701,7 @@ TEST(refuses_what_it_cannot_borrow) {
         ASSERT_ERRNO(zsw_remote_seize(getpid(), &test_log, &r), EINVAL);
         ASSERT_ERRNO(zsw_remote_seize(2, &test_log, &r), EINVAL); /* kthreadd */
 
-        pid = fork();
+        pid = fork_child();
         ASSERT_GE(pid, 0);
         if (pid == 0)
                 _exit(0);
@@ -697,13 +714,13 @@ TEST(refuses_what_it_cannot_borrow) {
 
         /* Traced by someone else already. */
         ASSERT_OK(pipe2(go, O_CLOEXEC));
-        pid = fork();
+        pid = fork_child();
         ASSERT_GE(pid, 0);
         if (pid == 0) {
                 pause();
                 _exit(0);
         }
-        tracer = fork();
+        tracer = fork_child();
         ASSERT_GE(tracer, 0);
         if (tracer == 0) {
                 if (ptrace(PTRACE_SEIZE, pid, NULL, NULL) < 0)
