@@ -140,12 +140,20 @@ static bool state_alive(char state) {
         return state != 'Z' && state != 'X' && state != 'x';
 }
 
-/* The leader if it still runs, else any live thread. */
+/* A thread in uninterruptible sleep (D: vfork() parent, I/O) takes
+ * PTRACE_INTERRUPT only when it wakes up, which may be much later. */
+static bool state_interruptible(char state) {
+        return state_alive(state) && state != 'D';
+}
+
+/* The leader if it runs and can be stopped now, else another thread that
+ * can, else any live thread. */
 static int pick_thread(pid_t pid, const struct zsw_log *log, pid_t *ret_tid) {
         _cleanup_(closedirp) DIR *d = NULL;
         char path[64], state;
         unsigned long flags;
         struct dirent *de;
+        pid_t fallback = 0;
         int r;
 
         snprintf(path, sizeof(path), "/proc/%d/stat", pid);
@@ -157,27 +165,34 @@ static int pick_thread(pid_t pid, const struct zsw_log *log, pid_t *ret_tid) {
         if (flags & PF_KTHREAD)
                 return zsw_log_errno(log, LOG_DEBUG, EINVAL,
                                      "Process %d is a kernel thread: it has no user memory", pid);
-        if (state_alive(state)) {
+        if (state_interruptible(state)) {
                 *ret_tid = pid;
                 return 0;
         }
+        if (state_alive(state))
+                fallback = pid;
 
         snprintf(path, sizeof(path), "/proc/%d/task", pid);
         d = opendir(path);
-        if (!d)
-                return zsw_log_errno(log, LOG_DEBUG, ESRCH, "Process %d has exited", pid);
-        while ((de = readdir(d))) {
+        while (d && (de = readdir(d))) {
                 pid_t tid = (pid_t) strtol(de->d_name, NULL, 10);
 
-                if (tid <= 0)
+                if (tid <= 0 || tid == pid)
                         continue;
                 snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
-                if (read_proc_stat(path, &state, &flags) >= 0 && state_alive(state)) {
+                if (read_proc_stat(path, &state, &flags) < 0)
+                        continue;
+                if (state_interruptible(state)) {
                         *ret_tid = tid;
                         return 0;
                 }
+                if (state_alive(state) && fallback == 0)
+                        fallback = tid;
         }
-        return zsw_log_errno(log, LOG_DEBUG, ESRCH, "Process %d has exited (zombie)", pid);
+        if (fallback == 0)
+                return zsw_log_errno(log, LOG_DEBUG, ESRCH, "Process %d has exited (zombie)", pid);
+        *ret_tid = fallback;
+        return 0;
 }
 
 /* ---- ptrace primitives --------------------------------------------------- */

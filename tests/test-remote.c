@@ -417,6 +417,53 @@ TEST(stopped_process_stays_stopped) {
         close(p[1]);
 }
 
+static void *blocked_reader(void *arg) {
+        int fd = (int) (intptr_t) arg;
+        char c;
+
+        (void) read(fd, &c, 1);
+        return NULL;
+}
+
+/* A leader in uninterruptible sleep (a vfork() parent) would hold up
+ * PTRACE_INTERRUPT until it wakes: another thread is borrowed instead. */
+TEST(uninterruptible_leader_is_passed_over) {
+        int vp[2], tp[2];
+        pid_t pid;
+
+        ASSERT_OK(pipe2(vp, O_CLOEXEC));
+        ASSERT_OK(pipe2(tp, O_CLOEXEC));
+        pid = fork_child();
+        if (pid == 0) {
+                pthread_t t;
+                char c;
+
+                if (pthread_create(&t, NULL, blocked_reader, (void *) (intptr_t) tp[0]) != 0)
+                        _exit(90);
+                if (vfork() == 0)
+                        _exit(read(vp[0], &c, 1) == 1 ? 0 : 1);
+                pthread_join(t, NULL);
+                _exit(0);
+        }
+        for (unsigned tries = 0; tries < 10000 && proc_state(pid) != 'D'; tries++)
+                usleep(1000);
+        ASSERT_EQ(proc_state(pid), 'D');
+        {
+                _cleanup_remote_ struct zsw_remote *r = NULL;
+
+                ASSERT_OK(zsw_remote_seize(pid, &test_log, &r));
+                ASSERT_NE(zsw_remote_tid(r), pid);
+                ASSERT_EQ(remote(r, SYS_getpid, no_args), pid);
+        }
+        ASSERT_EQ(write(vp[1], "v", 1), 1);
+        ASSERT_EQ(write(tp[1], "t", 1), 1);
+        ASSERT_EQ(wait_exit_code(pid), 0);
+        close(vp[0]);
+        close(vp[1]);
+        close(tp[0]);
+        close(tp[1]);
+}
+
 /* ---- signals during injection ------------------------------------------------ */
 
 struct sigrecord {
