@@ -276,23 +276,27 @@ static int attach(struct zsw_remote *r) {
  * reading it through /proc/PID/mem cannot block on our own fault handling. */
 static int find_syscall_insn(struct zsw_remote *r) {
         _cleanup_free_ uint8_t *text = NULL;
+        _cleanup_free_ char *line = NULL;
         _cleanup_close_ int mem = -EBADF;
         unsigned long start = 0, end = 0;
-        char path[64], line[512];
+        size_t line_size = 0;
         bool found = false;
+        char path[64];
         FILE *f;
         ssize_t n;
 
-        /* The leader's files are empty once it has exited: ask our thread. */
+        /* The leader's files are empty once it has exited: ask our thread.
+         * Match the name field exactly: a file may be called "x [vdso]". */
         snprintf(path, sizeof(path), "/proc/%d/task/%d/maps", r->pid, r->tid);
         f = fopen(path, "re");
         if (!f)
                 return -errno;
-        while (fgets(line, sizeof(line), f))
-                if (strstr(line, "[vdso]") && sscanf(line, "%lx-%lx", &start, &end) == 2) {
-                        found = true;
-                        break;
-                }
+        while (!found && getline(&line, &line_size, f) > 0) {
+                int name = 0;
+
+                found = sscanf(line, "%lx-%lx %*s %*x %*x:%*x %*u %n", &start, &end, &name) == 2 &&
+                        name > 0 && strcmp(line + name, "[vdso]\n") == 0;
+        }
         fclose(f);
         if (!found || end <= start)
                 return zsw_log_errno(r->log, LOG_ERR, EOPNOTSUPP,
@@ -752,6 +756,18 @@ static long uffd_via_device(struct zsw_remote *r, int flags) {
         return tfd;
 }
 
+static bool is_userfaultfd(int fd) {
+        char path[64], link[64];
+        ssize_t n;
+
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        n = readlink(path, link, sizeof(link) - 1);
+        if (n < 0)
+                return false;
+        link[n] = 0;
+        return strcmp(link, "anon_inode:[userfaultfd]") == 0;
+}
+
 int zsw_remote_open_uffd(struct zsw_remote *r, int flags, int *ret_target_fd,
                          int *ret_local_fd) {
         long tfd;
@@ -776,6 +792,13 @@ int zsw_remote_open_uffd(struct zsw_remote *r, int flags, int *ret_target_fd,
 
                 (void) zsw_remote_close(r, (int) tfd);
                 return zsw_log_errno(r->log, LOG_ERR, k, "Failed to take the userfaultfd of %d: %m",
+                                     r->pid);
+        }
+        /* The number came out of the target's registers: make sure it names
+         * what we asked for before anyone trusts it. */
+        if (!is_userfaultfd(local)) {
+                safe_close(local);
+                return zsw_log_errno(r->log, LOG_ERR, EIO, "fd %ld of %d is not a userfaultfd", tfd,
                                      r->pid);
         }
         *ret_target_fd = (int) tfd;
