@@ -1,0 +1,873 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * ptrace injection: system calls run by one thread of a target process.
+ *
+ * How a thread is borrowed. PTRACE_SEIZE (no options that outlive us: never
+ * EXITKILL, the target must survive a daemon crash) and PTRACE_INTERRUPT
+ * stop the thread inside get_signal(). If it was blocked in a system call,
+ * that call has already returned a restart code (-ERESTARTSYS,
+ * -ERESTARTNOHAND, -ERESTART_RESTARTBLOCK, ...) in the saved registers and
+ * the kernel has not yet acted on it.
+ *
+ * How a call runs. The registers are set to "syscall instruction in the
+ * vDSO, number and arguments, orig_ax = -1" and the thread single-steps:
+ * the kernel reports the step at syscall exit as a SIGTRAP, so every later
+ * stop is again a signal-delivery stop inside get_signal(). That invariant
+ * is what makes release transparent: once the saved registers are back and
+ * the thread detached, get_signal() finds nothing to deliver and the arch
+ * code applies the usual restart rules to the *original* registers, so a
+ * read(2) restarts, a nanosleep(2) continues through restart_syscall with
+ * its absolute expiry (restart_block is untouched: no injected call here
+ * uses it). Stopping at a syscall-exit stop instead (PTRACE_SYSCALL) would
+ * let -ERESTARTSYS leak to the target as a return value.
+ *
+ * Signals. A signal dequeued while we step is suppressed, its siginfo kept,
+ * and queued again at release: one by detaching with it from the
+ * signal-delivery stop (siginfo intact), the others from outside with
+ * rt_tgsigqueueinfo() (intact for sigqueue()-style senders) or tgkill()
+ * (kill()-style and kernel siginfo cannot be forged: the sender becomes us).
+ * Queueing them from inside the target would not do: every later step
+ * dequeues them again.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+#include "linux-compat.h"
+#include "remote-arch.h"
+#include "remote.h"
+
+/* Kernel-internal restart codes a stopped thread's syscall may hold. */
+#define ERESTARTSYS 512
+#define ERESTARTNOINTR 513
+#define ERESTARTNOHAND 514
+#define ERESTART_RESTARTBLOCK 516
+
+#define PF_KTHREAD 0x00200000UL
+#define VDSO_MAX_SIZE (64 * 1024)
+#define DEFERRED_SIGNALS_MAX 64
+#define IOV_MAX_PER_CALL 1024 /* UIO_MAXIOV */
+
+struct zsw_remote {
+        const struct zsw_log *log;
+        pid_t pid;
+        pid_t tid;
+        int pidfd;
+        uint64_t insn;           /* a syscall instruction in the target's vDSO */
+        zsw_arch_regs saved;     /* the thread's own registers */
+        bool regs_dirty;         /* the thread runs on ours: restore at release */
+        bool at_signal_stop;     /* last stop was a signal-delivery stop */
+        bool seized;             /* we are its tracer */
+        bool gone;               /* exited or exec'd: nothing left to restore */
+        int madvise_self;        /* process_madvise on itself: -1 unknown, 0 no, 1 yes */
+        unsigned n_signals;
+        siginfo_t signals[DEFERRED_SIGNALS_MAX];
+};
+
+pid_t zsw_remote_pid(const struct zsw_remote *r) {
+        return r->pid;
+}
+
+pid_t zsw_remote_tid(const struct zsw_remote *r) {
+        return r->tid;
+}
+
+unsigned zsw_remote_deferred_signals(const struct zsw_remote *r) {
+        return r->n_signals;
+}
+
+/* ---- /proc ------------------------------------------------------------------ */
+
+static void closedirp(DIR **d) {
+        if (*d)
+                closedir(*d);
+}
+
+static int read_small_file(const char *path, char *buf, size_t size) {
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n;
+
+        if (fd < 0)
+                return -errno;
+        n = read(fd, buf, size - 1);
+        if (n < 0)
+                return -errno;
+        buf[n] = 0;
+        return 0;
+}
+
+/* State letter and PF_* flags from a /proc/.../stat file. */
+static int read_proc_stat(const char *path, char *ret_state, unsigned long *ret_flags) {
+        char buf[1024], state;
+        unsigned long flags;
+        const char *p;
+        int r;
+
+        r = read_small_file(path, buf, sizeof(buf));
+        if (r < 0)
+                return r == -ENOENT ? -ESRCH : r;
+        /* comm may hold spaces and parentheses: fields resume after the last ')'. */
+        p = strrchr(buf, ')');
+        if (!p || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2)
+                return -EIO;
+        *ret_state = state;
+        *ret_flags = flags;
+        return 0;
+}
+
+static pid_t read_tracer(pid_t pid, pid_t tid) {
+        char path[64], buf[4096];
+        const char *p;
+
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/status", pid, tid);
+        if (read_small_file(path, buf, sizeof(buf)) < 0)
+                return 0;
+        p = strstr(buf, "\nTracerPid:");
+        return p ? (pid_t) strtol(p + strlen("\nTracerPid:"), NULL, 10) : 0;
+}
+
+static bool state_alive(char state) {
+        return state != 'Z' && state != 'X' && state != 'x';
+}
+
+/* A thread in uninterruptible sleep (D: vfork() parent, I/O) takes
+ * PTRACE_INTERRUPT only when it wakes up, which may be much later. */
+static bool state_interruptible(char state) {
+        return state_alive(state) && state != 'D';
+}
+
+/* The leader if it runs and can be stopped now, else another thread that
+ * can, else any live thread. */
+static int pick_thread(pid_t pid, const struct zsw_log *log, pid_t *ret_tid) {
+        _cleanup_(closedirp) DIR *d = NULL;
+        char path[64], state;
+        unsigned long flags;
+        struct dirent *de;
+        pid_t fallback = 0;
+        int r;
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+        r = read_proc_stat(path, &state, &flags);
+        if (r == -ESRCH)
+                return zsw_log_errno(log, LOG_DEBUG, r, "No process %d", pid);
+        if (r < 0)
+                return zsw_log_errno(log, LOG_ERR, r, "Failed to read %s: %m", path);
+        if (flags & PF_KTHREAD)
+                return zsw_log_errno(log, LOG_DEBUG, EINVAL,
+                                     "Process %d is a kernel thread: it has no user memory", pid);
+        if (state_interruptible(state)) {
+                *ret_tid = pid;
+                return 0;
+        }
+        if (state_alive(state))
+                fallback = pid;
+
+        snprintf(path, sizeof(path), "/proc/%d/task", pid);
+        d = opendir(path);
+        while (d && (de = readdir(d))) {
+                pid_t tid = (pid_t) strtol(de->d_name, NULL, 10);
+
+                if (tid <= 0 || tid == pid)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
+                if (read_proc_stat(path, &state, &flags) < 0)
+                        continue;
+                if (state_interruptible(state)) {
+                        *ret_tid = tid;
+                        return 0;
+                }
+                if (state_alive(state) && fallback == 0)
+                        fallback = tid;
+        }
+        if (fallback == 0)
+                return zsw_log_errno(log, LOG_DEBUG, ESRCH, "Process %d has exited (zombie)", pid);
+        *ret_tid = fallback;
+        return 0;
+}
+
+/* ---- ptrace primitives --------------------------------------------------- */
+
+static int get_regs(struct zsw_remote *r, zsw_arch_regs *regs) {
+        return zsw_arch_get_regs(r->tid, regs);
+}
+
+static int set_regs(struct zsw_remote *r, const zsw_arch_regs *regs) {
+        return zsw_arch_set_regs(r->tid, regs);
+}
+
+/* Waits for the next stop of our thread. -ESRCH once it has exited. */
+static int wait_stop(struct zsw_remote *r, int *ret_status) {
+        int status;
+
+        for (;;) {
+                pid_t p = waitpid(r->tid, &status, __WALL);
+
+                if (p < 0 && errno == EINTR)
+                        continue;
+                if (p < 0)
+                        return -errno;
+                break;
+        }
+        if (WIFEXITED(status) || WIFSIGNALED(status)) {
+                r->gone = true;
+                return -ESRCH;
+        }
+        *ret_status = status;
+        return 0;
+}
+
+static int event_of(int status) {
+        return (unsigned) status >> 16;
+}
+
+/* Another thread exec'd: our thread now runs a new program (or is gone).
+ * The saved registers mean nothing there; let it go as it is. */
+static int lost_to_exec(struct zsw_remote *r) {
+        (void) ptrace(PTRACE_DETACH, r->tid, NULL, NULL);
+        r->gone = true;
+        return zsw_log_errno(r->log, LOG_DEBUG, ESRCH, "Process %d exec'd during injection", r->pid);
+}
+
+static int attach(struct zsw_remote *r) {
+        int status, k;
+
+        if (ptrace(PTRACE_SEIZE, r->tid, NULL, (void *) (long) PTRACE_O_TRACEEXEC) < 0) {
+                k = -errno;
+                if (k == -EPERM && read_tracer(r->pid, r->tid) > 0)
+                        return zsw_log_errno(r->log, LOG_DEBUG, EBUSY,
+                                             "Process %d is traced by process %d already",
+                                             r->pid, read_tracer(r->pid, r->tid));
+                return zsw_log_errno(r->log, LOG_DEBUG, k, "Failed to seize thread %d of %d: %m",
+                                     r->tid, r->pid);
+        }
+        r->seized = true;
+        if (ptrace(PTRACE_INTERRUPT, r->tid, NULL, NULL) < 0)
+                return zsw_log_errno(r->log, LOG_DEBUG, errno, "Failed to interrupt %d: %m", r->tid);
+
+        /* Signals dequeued before our stop are the target's business: pass
+         * them on unchanged; the interrupt stays pending meanwhile. */
+        for (;;) {
+                k = wait_stop(r, &status);
+                if (k < 0)
+                        return zsw_log_errno(r->log, LOG_DEBUG, k, "Thread %d exited while stopping",
+                                             r->tid);
+                if (event_of(status) == PTRACE_EVENT_STOP)
+                        return 0;
+                k = event_of(status) == 0 ? WSTOPSIG(status) : 0;
+                if (ptrace(PTRACE_CONT, r->tid, NULL, (void *) (long) k) < 0)
+                        return zsw_log_errno(r->log, LOG_DEBUG, errno, "Failed to resume %d: %m",
+                                             r->tid);
+        }
+}
+
+/* ---- vDSO ------------------------------------------------------------------ */
+
+/* The vDSO is mapped by the kernel and never userfaultfd-registered, so
+ * reading it through /proc/PID/mem cannot block on our own fault handling. */
+static int find_syscall_insn(struct zsw_remote *r) {
+        _cleanup_free_ uint8_t *text = NULL;
+        _cleanup_free_ char *line = NULL;
+        _cleanup_close_ int mem = -EBADF;
+        unsigned long start = 0, end = 0;
+        size_t line_size = 0;
+        bool found = false;
+        char path[64];
+        FILE *f;
+        ssize_t n;
+
+        /* The leader's files are empty once it has exited: ask our thread.
+         * Match the name field exactly: a file may be called "x [vdso]". */
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/maps", r->pid, r->tid);
+        f = fopen(path, "re");
+        if (!f)
+                return -errno;
+        while (!found && getline(&line, &line_size, f) > 0) {
+                int name = 0;
+
+                found = sscanf(line, "%lx-%lx %*s %*x %*x:%*x %*u %n", &start, &end, &name) == 2 &&
+                        name > 0 && strcmp(line + name, "[vdso]\n") == 0;
+        }
+        fclose(f);
+        if (!found || end <= start)
+                return zsw_log_errno(r->log, LOG_ERR, EOPNOTSUPP,
+                                     "Process %d has no vDSO to borrow a syscall instruction from",
+                                     r->pid);
+        end = MIN(end, start + VDSO_MAX_SIZE);
+
+        text = malloc(end - start);
+        if (!text)
+                return -ENOMEM;
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/mem", r->pid, r->tid);
+        mem = open(path, O_RDONLY | O_CLOEXEC);
+        if (mem < 0)
+                return zsw_log_errno(r->log, LOG_ERR, errno, "Failed to open %s: %m", path);
+        n = pread(mem, text, end - start, (off_t) start);
+        if (n < (ssize_t) zsw_arch_syscall_insn_len)
+                return zsw_log_errno(r->log, LOG_ERR, n < 0 ? errno : EIO,
+                                     "Failed to read the vDSO of %d: %m", r->pid);
+
+        for (size_t off = 0; off + zsw_arch_syscall_insn_len <= (size_t) n;
+             off += zsw_arch_syscall_insn_align)
+                if (memcmp(text + off, zsw_arch_syscall_insn, zsw_arch_syscall_insn_len) == 0) {
+                        r->insn = start + off;
+                        return 0;
+                }
+        return zsw_log_errno(r->log, LOG_ERR, EOPNOTSUPP,
+                             "No syscall instruction in the vDSO of %d", r->pid);
+}
+
+/* ---- seize and release ----------------------------------------------------- */
+
+static int open_pidfd(pid_t pid) {
+        int fd = (int) syscall(__NR_pidfd_open, pid, 0);
+
+        return fd < 0 ? -errno : fd;
+}
+
+int zsw_remote_seize(pid_t pid, const struct zsw_log *log, struct zsw_remote **ret) {
+        _cleanup_(zsw_remote_releasep) struct zsw_remote *r = NULL;
+        pid_t tid;
+        int k;
+
+        if (!ZSW_ARCH_REMOTE)
+                return zsw_log_errno(log, LOG_ERR, EOPNOTSUPP,
+                                     "ptrace injection is not implemented for this architecture");
+        if (pid <= 0)
+                return -EINVAL;
+        if (pid == getpid())
+                return zsw_log_errno(log, LOG_DEBUG, EINVAL, "Refusing to inject into ourselves");
+
+        k = pick_thread(pid, log, &tid);
+        if (k < 0)
+                return k;
+
+        r = calloc(1, sizeof(*r));
+        if (!r)
+                return -ENOMEM;
+        *r = (struct zsw_remote) { .log = log, .pid = pid, .tid = tid, .pidfd = -EBADF,
+                                   .madvise_self = -1 };
+
+        r->pidfd = open_pidfd(pid);
+        if (r->pidfd < 0)
+                /* EINVAL: pid names a thread, not a process. */
+                return zsw_log_errno(log, LOG_DEBUG, r->pidfd == -EINVAL ? -ESRCH : r->pidfd,
+                                     "Failed to open a pidfd for %d (not a process?): %m", pid);
+
+        k = attach(r);
+        if (k < 0)
+                return k;
+
+        k = get_regs(r, &r->saved);
+        if (k == -EOPNOTSUPP)
+                return zsw_log_errno(log, LOG_ERR, k, "Process %d is not a native 64-bit process", pid);
+        if (k < 0)
+                return zsw_log_errno(log, LOG_ERR, k, "Failed to read registers of %d: %m", tid);
+
+        k = find_syscall_insn(r);
+        if (k < 0)
+                return k;
+
+        zsw_log(log, LOG_DEBUG, "Seized thread %d of %d, syscall at 0x%llx", tid, pid,
+                (unsigned long long) r->insn);
+        *ret = TAKE_PTR(r);
+        return 0;
+}
+
+/* ---- running a call -------------------------------------------------------- */
+
+static bool is_restart_code(long v) {
+        return v == -ERESTARTSYS || v == -ERESTARTNOINTR || v == -ERESTARTNOHAND ||
+               v == -ERESTART_RESTARTBLOCK;
+}
+
+/* Keeps a signal we suppressed for release. Standard signals pending twice
+ * are one signal to the kernel too, so they are kept once. */
+static void defer_signal(struct zsw_remote *r) {
+        siginfo_t si;
+
+        if (ptrace(PTRACE_GETSIGINFO, r->tid, NULL, &si) < 0)
+                return;
+        if (si.si_signo < SIGRTMIN)
+                for (unsigned i = 0; i < r->n_signals; i++)
+                        if (r->signals[i].si_signo == si.si_signo)
+                                return;
+        if (r->n_signals >= DEFERRED_SIGNALS_MAX) {
+                zsw_log(r->log, LOG_WARNING, "Too many signals for %d during injection, dropping %d",
+                        r->tid, si.si_signo);
+                return;
+        }
+        zsw_log(r->log, LOG_DEBUG, "Deferring signal %d of %d until release", si.si_signo, r->tid);
+        r->signals[r->n_signals++] = si;
+}
+
+/* Classifies a stop while stepping: 1 when the syscall instruction has
+ * executed (its result in *regs), 0 to keep stepping. */
+static int classify_stop(struct zsw_remote *r, int status, zsw_arch_regs *regs) {
+        siginfo_t si;
+        int k;
+
+        r->at_signal_stop = false;
+        if (event_of(status) == PTRACE_EVENT_EXEC)
+                return lost_to_exec(r);
+        if (event_of(status) != 0)
+                return 0; /* a group-stop or interrupt: nothing to do with us */
+
+        r->at_signal_stop = true;
+        if (WSTOPSIG(status) == SIGTRAP && ptrace(PTRACE_GETSIGINFO, r->tid, NULL, &si) >= 0 &&
+            si.si_code > 0) {
+                /* Sent by the kernel (si_code > 0): our single-step report. */
+                k = get_regs(r, regs);
+                if (k < 0)
+                        return k;
+                if (zsw_arch_stepped_over(regs, r->insn))
+                        return 1;
+                if (zsw_arch_pc(regs) == r->insn)
+                        return 0;
+                return zsw_log_errno(r->log, LOG_ERR, EIO,
+                                     "Thread %d stepped to 0x%llx, not over our syscall", r->tid,
+                                     (unsigned long long) zsw_arch_pc(regs));
+        }
+        defer_signal(r);
+        return 0;
+}
+
+int zsw_remote_syscall(struct zsw_remote *r, long nr, const unsigned long args[6],
+                       long *ret_result) {
+        zsw_arch_regs regs;
+        int status, k;
+
+        if (r->gone)
+                return -ESRCH;
+
+        regs = r->saved;
+        zsw_arch_prepare_syscall(&regs, r->insn, nr, args);
+        k = set_regs(r, &regs);
+        if (k < 0)
+                return zsw_log_errno(r->log, LOG_ERR, k, "Failed to set registers of %d: %m", r->tid);
+        r->regs_dirty = true;
+
+        for (;;) {
+                long result;
+
+                if (ptrace(PTRACE_SINGLESTEP, r->tid, NULL, NULL) < 0) {
+                        k = -errno;
+                        /* ESRCH: SIGKILLed, so no longer in a stop; reap the news. */
+                        if (k == -ESRCH && wait_stop(r, &status) == -ESRCH)
+                                return -ESRCH;
+                        return zsw_log_errno(r->log, LOG_ERR, k, "Failed to step %d: %m", r->tid);
+                }
+                k = wait_stop(r, &status);
+                if (k < 0)
+                        return zsw_log_errno(r->log, LOG_DEBUG, k, "Thread %d died during injection",
+                                             r->tid);
+                k = classify_stop(r, status, &regs);
+                if (k < 0)
+                        return k;
+                if (k == 0)
+                        continue;
+
+                result = zsw_arch_syscall_result(&regs);
+                if (!is_restart_code(result)) {
+                        *ret_result = result;
+                        return 0;
+                }
+                /* A signal interrupted our call; we suppress signals, so
+                 * restart it the way the kernel would have. */
+                zsw_log(r->log, LOG_DEBUG, "Restarting injected syscall %ld in %d (%ld)", nr, r->tid,
+                        result);
+                zsw_arch_prepare_syscall(&regs, r->insn,
+                                         result == -ERESTART_RESTARTBLOCK ? SYS_restart_syscall : nr,
+                                         args);
+                k = set_regs(r, &regs);
+                if (k < 0)
+                        return k;
+        }
+}
+
+long zsw_remote_call(struct zsw_remote *r, long nr, const unsigned long args[6]) {
+        long result;
+        int k;
+
+        k = zsw_remote_syscall(r, nr, args, &result);
+        if (k < 0)
+                return k;
+        return result;
+}
+
+/* ---- release ---------------------------------------------------------------- */
+
+/* A siginfo only the kernel or the target itself may write (kill(),
+ * tgkill(), kernel-generated): from outside we can only send the bare
+ * signal, so these should ride on the detach. */
+static bool siginfo_unforgeable(const siginfo_t *si) {
+        return si->si_code >= 0 || si->si_code == SI_TKILL;
+}
+
+/* Queues every deferred signal but keep (the index the detach delivers, or
+ * -1) from outside; they stay pending until the thread runs again. */
+static void requeue_signals(struct zsw_remote *r, int keep) {
+        for (unsigned i = 0; i < r->n_signals; i++) {
+                siginfo_t *si = &r->signals[i];
+
+                if ((int) i == keep)
+                        continue;
+                if (!siginfo_unforgeable(si) &&
+                    syscall(SYS_rt_tgsigqueueinfo, r->pid, r->tid, si->si_signo, si) >= 0)
+                        continue;
+                zsw_log(r->log, LOG_DEBUG, "Re-sending signal %d to %d as our own", si->si_signo,
+                        r->tid);
+                if (syscall(SYS_tgkill, r->pid, r->tid, si->si_signo) < 0)
+                        zsw_log(r->log, LOG_ERR, "Failed to re-send signal %d to %d: %m",
+                                si->si_signo, r->tid);
+        }
+}
+
+/* Which deferred signal the detach delivers, siginfo intact: possible only
+ * from a signal-delivery stop; an unforgeable one if there is any. */
+static int pick_detach_signal(struct zsw_remote *r) {
+        if (!r->at_signal_stop || r->n_signals == 0)
+                return -1;
+        for (unsigned i = 0; i < r->n_signals; i++)
+                if (siginfo_unforgeable(&r->signals[i]))
+                        return (int) i;
+        return 0;
+}
+
+struct zsw_remote *zsw_remote_release(struct zsw_remote *r) {
+        int keep, sig = 0;
+
+        if (!r)
+                return NULL;
+        if (r->seized && !r->gone) {
+                if (r->regs_dirty && set_regs(r, &r->saved) < 0)
+                        zsw_log(r->log, LOG_ERR, "Failed to restore registers of %d: %m", r->tid);
+                keep = pick_detach_signal(r);
+                if (keep >= 0 && ptrace(PTRACE_SETSIGINFO, r->tid, NULL, &r->signals[keep]) < 0)
+                        keep = -1;
+                requeue_signals(r, keep);
+                if (keep >= 0)
+                        sig = r->signals[keep].si_signo;
+                /* From a stop inside get_signal(): it delivers sig, or finds
+                 * nothing and restarts the thread's own system call. */
+                if (ptrace(PTRACE_DETACH, r->tid, NULL, (void *) (long) sig) < 0)
+                        zsw_log(r->log, LOG_ERR, "Failed to detach from %d: %m", r->tid);
+        }
+        safe_close(r->pidfd);
+        free(r);
+        return NULL;
+}
+
+/* ---- memory and descriptors ------------------------------------------------ */
+
+int zsw_remote_map_scratch(struct zsw_remote *r, size_t size, uint64_t *ret_addr) {
+        unsigned long a[6] = { 0, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                               (unsigned long) -1, 0 };
+        long addr;
+
+        if (size == 0)
+                return -EINVAL;
+        addr = zsw_remote_call(r, SYS_mmap, a);
+        if (addr < 0 && addr >= -4095)
+                return zsw_log_errno(r->log, LOG_DEBUG, addr, "Failed to map scratch in %d: %m",
+                                     r->pid);
+        *ret_addr = (uint64_t) addr;
+        return 0;
+}
+
+int zsw_remote_unmap(struct zsw_remote *r, uint64_t addr, size_t size) {
+        unsigned long a[6] = { addr, size };
+        long k = zsw_remote_call(r, SYS_munmap, a);
+
+        return k < 0 ? (int) k : 0;
+}
+
+int zsw_remote_close(struct zsw_remote *r, int target_fd) {
+        unsigned long a[6] = { (unsigned long) target_fd };
+        long k = zsw_remote_call(r, SYS_close, a);
+
+        return k < 0 ? (int) k : 0;
+}
+
+static int transfer(struct zsw_remote *r, uint64_t addr, void *buf, size_t len, bool write) {
+        while (len > 0) {
+                struct iovec local = { .iov_base = buf, .iov_len = len };
+                struct iovec remote = { .iov_base = (void *) (uintptr_t) addr, .iov_len = len };
+                /* By tid: an exited leader has no memory left to name. */
+                ssize_t n = write ? process_vm_writev(r->tid, &local, 1, &remote, 1, 0)
+                                  : process_vm_readv(r->tid, &local, 1, &remote, 1, 0);
+
+                if (n < 0)
+                        return -errno;
+                if (n == 0)
+                        return -EFAULT;
+                buf = (uint8_t *) buf + n;
+                addr += (uint64_t) n;
+                len -= (size_t) n;
+        }
+        return 0;
+}
+
+int zsw_remote_write(struct zsw_remote *r, uint64_t addr, const void *buf, size_t len) {
+        return transfer(r, addr, (void *) buf, len, true);
+}
+
+int zsw_remote_read(struct zsw_remote *r, uint64_t addr, void *buf, size_t len) {
+        return transfer(r, addr, buf, len, false);
+}
+
+/* ---- userfaultfd ------------------------------------------------------------ */
+
+/* Where the fd-passing dance keeps its arguments in the target's scratch page. */
+struct fdpass_area {
+        struct sockaddr_un addr;
+        struct msghdr msg;
+        struct iovec iov;
+        char byte;
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int))];
+        } control;
+};
+
+/* Accepts the target's connection (and only the target's) and sends it fd. */
+static int send_fd_to_target(struct zsw_remote *r, int listener, int fd) {
+        for (;;) {
+                _cleanup_close_ int conn = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+                union {
+                        struct cmsghdr align;
+                        char buf[CMSG_SPACE(sizeof(int))];
+                } control = {};
+                char byte = 'U';
+                struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
+                struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
+                                      .msg_control = control.buf, .msg_controllen = sizeof(control.buf) };
+                struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+                struct ucred cred;
+                socklen_t len = sizeof(cred);
+
+                if (conn < 0)
+                        return errno == EAGAIN ? -ECONNREFUSED : -errno;
+                if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+                        return -errno;
+                if (cred.pid != r->pid) {
+                        zsw_log(r->log, LOG_WARNING, "Process %d connected to our fd socket, ignoring",
+                                cred.pid);
+                        continue;
+                }
+                cmsg->cmsg_level = SOL_SOCKET;
+                cmsg->cmsg_type = SCM_RIGHTS;
+                cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+                memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
+                if (sendmsg(conn, &msg, MSG_NOSIGNAL) != 1)
+                        return -errno;
+                return 0;
+        }
+}
+
+/* The target receives fd from us: returns its number in the target. The
+ * target's socket is non-blocking, so strangers filling our backlog make
+ * this fail rather than hang the target. */
+static long pass_fd(struct zsw_remote *r, uint64_t scratch, int fd) {
+        struct fdpass_area area = {}, *t = (struct fdpass_area *) (uintptr_t) scratch;
+        _cleanup_close_ int listener = -EBADF;
+        socklen_t alen = sizeof(area.addr);
+        long sock, k, result = -EIO;
+        struct cmsghdr *cmsg;
+
+        listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (listener < 0)
+                return -errno;
+        /* Binding just the family autobinds a fresh abstract name. */
+        area.addr.sun_family = AF_UNIX;
+        if (bind(listener, (struct sockaddr *) &area.addr, sizeof(sa_family_t)) < 0 ||
+            listen(listener, 4) < 0 ||
+            getsockname(listener, (struct sockaddr *) &area.addr, &alen) < 0)
+                return -errno;
+
+        sock = zsw_remote_call(r, SYS_socket, (unsigned long[6]) {
+                        AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK });
+        if (sock < 0)
+                return sock;
+
+        area.msg = (struct msghdr) { .msg_iov = &t->iov, .msg_iovlen = 1,
+                                     .msg_control = t->control.buf,
+                                     .msg_controllen = sizeof(area.control.buf) };
+        area.iov = (struct iovec) { .iov_base = &t->byte, .iov_len = 1 };
+        k = zsw_remote_write(r, scratch, &area, sizeof(area));
+        if (k >= 0)
+                k = zsw_remote_call(r, SYS_connect, (unsigned long[6]) {
+                                sock, (unsigned long) &t->addr, alen });
+        if (k >= 0)
+                k = send_fd_to_target(r, listener, fd);
+        if (k >= 0)
+                k = zsw_remote_call(r, SYS_recvmsg, (unsigned long[6]) {
+                                sock, (unsigned long) &t->msg, MSG_CMSG_CLOEXEC });
+        if (k >= 0)
+                k = zsw_remote_read(r, scratch, &area, sizeof(area));
+        if (k >= 0) {
+                area.msg.msg_control = area.control.buf;
+                cmsg = CMSG_FIRSTHDR(&area.msg);
+                if (cmsg && cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS &&
+                    cmsg->cmsg_len == CMSG_LEN(sizeof(int))) {
+                        int tfd;
+
+                        memcpy(&tfd, CMSG_DATA(cmsg), sizeof(int));
+                        result = tfd;
+                }
+        } else
+                result = k;
+        (void) zsw_remote_close(r, (int) sock);
+        return result;
+}
+
+/* A full userfaultfd for a target without CAP_SYS_PTRACE: it gets our
+ * /dev/userfaultfd and asks that for one (Linux >= 6.1). */
+static long uffd_via_device(struct zsw_remote *r, int flags) {
+        _cleanup_close_ int dev = -EBADF;
+        uint64_t scratch;
+        long tdev, tfd;
+        int k;
+
+        dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+        if (dev < 0)
+                return zsw_log_errno(r->log, LOG_ERR, errno, "Failed to open /dev/userfaultfd: %m");
+        k = zsw_remote_map_scratch(r, sizeof(struct fdpass_area), &scratch);
+        if (k < 0)
+                return k;
+        tdev = pass_fd(r, scratch, dev);
+        (void) zsw_remote_unmap(r, scratch, sizeof(struct fdpass_area));
+        if (tdev < 0)
+                return zsw_log_errno(r->log, LOG_ERR, tdev,
+                                     "Failed to hand /dev/userfaultfd to %d: %m", r->pid);
+
+        tfd = zsw_remote_call(r, SYS_ioctl, (unsigned long[6]) {
+                        tdev, USERFAULTFD_IOC_NEW, (unsigned long) flags });
+        (void) zsw_remote_close(r, (int) tdev);
+        return tfd;
+}
+
+static bool is_userfaultfd(int fd) {
+        char path[64], link[64];
+        ssize_t n;
+
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        n = readlink(path, link, sizeof(link) - 1);
+        if (n < 0)
+                return false;
+        link[n] = 0;
+        return strcmp(link, "anon_inode:[userfaultfd]") == 0;
+}
+
+int zsw_remote_open_uffd(struct zsw_remote *r, int flags, int *ret_target_fd,
+                         int *ret_local_fd) {
+        long tfd;
+        int local;
+
+        if (flags & ~(O_CLOEXEC | O_NONBLOCK))
+                return -EINVAL; /* UFFD_USER_MODE_ONLY above all: it cannot serve read(2) */
+
+        tfd = zsw_remote_call(r, SYS_userfaultfd, (unsigned long[6]) { (unsigned long) flags });
+        if (tfd == -EPERM) {
+                zsw_log(r->log, LOG_DEBUG, "Process %d may not call userfaultfd(2), using %s",
+                        r->pid, "/dev/userfaultfd");
+                tfd = uffd_via_device(r, flags);
+        }
+        if (tfd < 0)
+                return zsw_log_errno(r->log, LOG_ERR, tfd, "Failed to create a userfaultfd in %d: %m",
+                                     r->pid);
+
+        local = (int) syscall(__NR_pidfd_getfd, r->pidfd, (int) tfd, 0);
+        if (local < 0) {
+                int k = -errno;
+
+                (void) zsw_remote_close(r, (int) tfd);
+                return zsw_log_errno(r->log, LOG_ERR, k, "Failed to take the userfaultfd of %d: %m",
+                                     r->pid);
+        }
+        /* The number came out of the target's registers: make sure it names
+         * what we asked for before anyone trusts it. */
+        if (!is_userfaultfd(local)) {
+                safe_close(local);
+                return zsw_log_errno(r->log, LOG_ERR, EIO, "fd %ld of %d is not a userfaultfd", tfd,
+                                     r->pid);
+        }
+        *ret_target_fd = (int) tfd;
+        *ret_local_fd = local;
+        return 0;
+}
+
+/* ---- dropping pages --------------------------------------------------------- */
+
+/* One process_madvise() of the target on itself for up to n ranges.
+ * Returns how many ranges are done, or -EOPNOTSUPP if the kernel refuses. */
+static long madvise_self_batch(struct zsw_remote *r, uint64_t scratch, const struct iovec *ranges,
+                               size_t n, int advice) {
+        size_t total = 0, done = 0;
+        long k;
+
+        k = zsw_remote_write(r, scratch, ranges, n * sizeof(struct iovec));
+        if (k < 0)
+                return k;
+        k = zsw_remote_call(r, __NR_process_madvise, (unsigned long[6]) {
+                        (unsigned long) PIDFD_SELF_THREAD, scratch, n, (unsigned long) advice });
+        if (r->madvise_self < 0) {
+                /* EBADF: no PIDFD_SELF_THREAD (< 6.15); EINVAL: advice other than
+                 * COLD/PAGEOUT/WILLNEED/COLLAPSE (< 6.13); ENOSYS: < 5.10. */
+                r->madvise_self = !(k == -EBADF || k == -EINVAL || k == -ENOSYS || k == -EPERM);
+                zsw_log(r->log, LOG_DEBUG, "process_madvise(PIDFD_SELF_THREAD, %d) in %d: %ld",
+                        advice, r->pid, k);
+                if (!r->madvise_self)
+                        return -EOPNOTSUPP;
+        }
+        if (k < 0)
+                return 0; /* the per-range pass finds and reports the failure */
+
+        /* Partial: the kernel stops at the first range it could not advise. */
+        for (size_t i = 0; i < n; i++)
+                total += ranges[i].iov_len;
+        if ((size_t) k == total)
+                return (long) n;
+        for (size_t left = (size_t) k; done < n && left >= ranges[done].iov_len; done++)
+                left -= ranges[done].iov_len;
+        return (long) done;
+}
+
+int zsw_remote_madvise_ranges(struct zsw_remote *r, uint64_t scratch, size_t scratch_size,
+                              const struct iovec *ranges, size_t n, int advice) {
+        size_t per_call = MIN(scratch_size / sizeof(struct iovec), (size_t) IOV_MAX_PER_CALL);
+        size_t i = 0;
+
+        while (i < n && per_call > 0 && r->madvise_self != 0) {
+                size_t batch = MIN(per_call, n - i);
+                long done = madvise_self_batch(r, scratch, ranges + i, batch, advice);
+
+                if (done == -EOPNOTSUPP)
+                        break;
+                if (done < 0)
+                        return (int) done;
+                i += (size_t) done;
+                if ((size_t) done < batch)
+                        break;
+        }
+        for (; i < n; i++) {
+                long k = zsw_remote_call(r, SYS_madvise, (unsigned long[6]) {
+                                (unsigned long) ranges[i].iov_base, ranges[i].iov_len,
+                                (unsigned long) advice });
+
+                if (k < 0)
+                        return zsw_log_errno(r->log, LOG_DEBUG, k,
+                                             "madvise(%p, %zu, %d) in %d failed: %m",
+                                             ranges[i].iov_base, ranges[i].iov_len, advice, r->pid);
+        }
+        return 0;
+}

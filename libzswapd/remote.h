@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Running system calls inside another process (the target) with ptrace.
+ *
+ * zswapd needs a few things only the target itself may do: create the
+ * userfaultfd that serves its faults, and drop its pages (MADV_DONTNEED is
+ * refused from outside). zsw_remote_seize() stops one thread of the target
+ * inside the kernel's signal path, zsw_remote_syscall() makes that thread
+ * execute a `syscall` instruction that already exists in its vDSO (the
+ * target's code is never written: its other threads keep running it), and
+ * zsw_remote_release() puts the registers back and detaches. The thread's
+ * interrupted system call, if any, then restarts exactly as after a signal
+ * that was ignored; signals that arrived meanwhile are queued again.
+ *
+ * ptrace is held only between seize and release: do one batch of calls per
+ * seize. A handle belongs to the thread that created it (ptrace ties the
+ * tracee to the tracing thread), and nothing else in the process may wait
+ * for the traced thread (waitpid(-1, ..., __WALL) would steal its stops).
+ * If the daemon dies between seize and release, the thread resumes on
+ * registers that are not its own: keep that window short.
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "util.h"
+
+struct zsw_remote;
+
+/*
+ * Stops one live thread of process pid (its leader unless that has exited)
+ * for injection. Errors:
+ *   -ESRCH       no such process, or it has exited (zombie)
+ *   -EINVAL      a kernel thread (nothing to inject into), or ourselves
+ *   -EBUSY       traced already by someone else (a debugger, another zswapd)
+ *   -EPERM       not permitted to ptrace it
+ *   -EOPNOTSUPP  no injection on this CPU architecture, or a 32-bit target
+ * The log says which, and why.
+ */
+int zsw_remote_seize(pid_t pid, const struct zsw_log *log, struct zsw_remote **ret);
+
+/* Restores the thread and detaches. Accepts NULL, returns NULL. */
+struct zsw_remote *zsw_remote_release(struct zsw_remote *r);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_remote *, zsw_remote_release);
+#define _cleanup_remote_ _cleanup_(zsw_remote_releasep)
+
+pid_t zsw_remote_pid(const struct zsw_remote *r);
+/* The thread that runs the injected calls. */
+pid_t zsw_remote_tid(const struct zsw_remote *r);
+/* Signals that arrived during injection and will be queued again at release. */
+unsigned zsw_remote_deferred_signals(const struct zsw_remote *r);
+
+/*
+ * Runs system call nr with args inside the target and stores its raw result
+ * in *ret_result (-errno on failure, as the kernel returns it). Returns 0 if
+ * the call ran, or a negative errno if it could not be run: -ESRCH when the
+ * target died or exec'd meanwhile (every further call then fails the same
+ * way and release only detaches). Blocks as long as the call blocks.
+ */
+int zsw_remote_syscall(struct zsw_remote *r, long nr, const unsigned long args[6],
+                       long *ret_result);
+
+/* The same for callers that only need success or -errno: the call's own
+ * error and a failure to run it are folded into one negative errno. */
+long zsw_remote_call(struct zsw_remote *r, long nr, const unsigned long args[6]);
+
+/*
+ * A private anonymous read-write mapping of size bytes in the target, for
+ * arguments the injected calls take by pointer. The daemon fills and reads
+ * it with zsw_remote_write()/zsw_remote_read(). The caller must not
+ * userfaultfd-register it, and should unmap it before release.
+ */
+int zsw_remote_map_scratch(struct zsw_remote *r, size_t size, uint64_t *ret_addr);
+int zsw_remote_unmap(struct zsw_remote *r, uint64_t addr, size_t size);
+int zsw_remote_write(struct zsw_remote *r, uint64_t addr, const void *buf, size_t len);
+int zsw_remote_read(struct zsw_remote *r, uint64_t addr, void *buf, size_t len);
+
+int zsw_remote_close(struct zsw_remote *r, int target_fd);
+
+/*
+ * Creates a userfaultfd inside the target that handles faults taken in
+ * kernel mode too (never UFFD_USER_MODE_ONLY; flags: O_CLOEXEC, O_NONBLOCK),
+ * and a descriptor of the same file in this process. The target keeps its
+ * own (*ret_target_fd), so that if the daemon dies its faults wait for a
+ * new daemon instead of reading zeros. A target that may not call
+ * userfaultfd(2) (no CAP_SYS_PTRACE) gets /dev/userfaultfd from us over an
+ * abstract Unix socket and calls USERFAULTFD_IOC_NEW on it; that needs the
+ * target in our network namespace. Nothing else is left in its fd table.
+ */
+int zsw_remote_open_uffd(struct zsw_remote *r, int flags, int *ret_target_fd,
+                         int *ret_local_fd);
+
+/*
+ * Applies madvise(advice) to n ranges of the target's memory, in a single
+ * injected process_madvise(PIDFD_SELF_THREAD) per up to 1024 ranges
+ * when the kernel lets a process do that to itself with this advice
+ * (Linux >= 6.15; this 6.18 accepts every advice so), else one madvise per range; all within
+ * the current stop. scratch (scratch_size bytes, from
+ * zsw_remote_map_scratch()) carries the iovec array. Returns 0 when every
+ * range was advised, else the first failure.
+ */
+int zsw_remote_madvise_ranges(struct zsw_remote *r, uint64_t scratch, size_t scratch_size,
+                              const struct iovec *ranges, size_t n, int advice);
