@@ -28,6 +28,7 @@
 #include "engine.h"
 #include "histogram.h"
 #include "store.h"
+#include "vma.h"
 
 #define ZSW_EVICT_MAX_PAGES 512u        /* pages per eviction round: one ptrace stop */
 #define FAULT_PREFETCH_MAX 64u
@@ -49,6 +50,7 @@ struct evict_batch {
          * from the target's own. */
         const struct iovec *drops;
         size_t n_drops;
+        pid_t seized_tid;               /* the thread the drop runs in */
         /* Threads that wrote during the drop wait for it to finish. */
         bool wake_pending;
 };
@@ -56,6 +58,7 @@ struct evict_batch {
 struct zsw_target {
         struct zsw_engine *engine;
         pid_t pid;                      /* 0 while a fork child is unidentified */
+        pid_t parent_pid;               /* of a fork child still to be named */
         int pidfd;
         int uffd;                       /* the daemon's reference */
         int target_uffd;                /* the target's own reference, -1 for fork children */
@@ -125,9 +128,11 @@ void fault_threads_remove(struct zsw_engine *e, struct zsw_target *t);
 /* evict.c */
 int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
                  struct zsw_reclaim_result *res, struct zsw_engine_error *err);
-int evict_register_ranges(struct zsw_engine *e, struct zsw_target *t);
+int evict_register_ranges(struct zsw_engine *e, struct zsw_target *t, struct zsw_range **ret,
+                          size_t *ret_n);
+int target_read_vmas(struct zsw_target *t, struct zsw_vma_list *ret);
 /* Called by fault threads with serve_lock held. */
-bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr);
+bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr, pid_t tid);
 bool evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, bool unmap);
 
 /* engine.c */

@@ -11,6 +11,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -219,7 +220,7 @@ int zsw_engine_attach(struct zsw_engine *e, pid_t pid, struct zsw_engine_error *
                 r = zsw_remote_map_scratch(remote, SCRATCH_SIZE, &t->scratch);
                 if (r >= 0) {
                         t->scratch_size = SCRATCH_SIZE;
-                        r = zsw_remote_open_uffd(remote, 0, &t->target_uffd, &t->uffd);
+                        r = zsw_remote_open_uffd(remote, O_CLOEXEC | O_NONBLOCK, &t->target_uffd, &t->uffd);
                 }
                 if (r < 0) {
                         r = fail(err, r, "cannot create a userfaultfd inside process %d: %s", pid,
@@ -238,7 +239,7 @@ int zsw_engine_attach(struct zsw_engine *e, pid_t pid, struct zsw_engine_error *
         r = target_publish(e, t);
         if (r < 0)
                 goto out_remote;
-        r = evict_register_ranges(e, t);
+        r = evict_register_ranges(e, t, NULL, NULL);
         if (r < 0) {
                 target_unpublish(e, t);
                 goto out_remote;
@@ -297,14 +298,15 @@ static int copy_back(struct zsw_engine *e, struct zsw_target *t) {
 }
 
 static void unregister_all(struct zsw_engine *e, struct zsw_target *t) {
-        _cleanup_free_ struct zsw_vma *vmas = NULL;
-        size_t n = 0;
+        struct zsw_vma_list l = {};
 
-        if (zsw_vma_list_pid(t->pid, &vmas, &n) < 0)
+        if (target_read_vmas(t, &l) < 0)
                 return;
-        for (size_t i = 0; i < n; i++)
-                if (vmas[i].uffd_registered)
-                        zsw_uffd_unregister(t->uffd, vmas[i].start, vmas[i].end - vmas[i].start);
+        for (size_t i = 0; i < l.n; i++)
+                if (l.vmas[i].flags & ZSW_VMF_UFFD)
+                        zsw_uffd_unregister(t->uffd, l.vmas[i].start,
+                                            l.vmas[i].end - l.vmas[i].start);
+        zsw_vma_list_free(&l);
 }
 
 static int detach_locked(struct zsw_engine *e, struct zsw_target *t, struct zsw_engine_error *err) {
@@ -441,15 +443,16 @@ int engine_add_fork_child(struct zsw_engine *e, struct zsw_target *parent, int c
                 target_free(t);
                 return r;
         }
-        t->pid = find_new_child(e, parent->pid);
-        if (t->pid > 0)
-                t->pidfd = (int) syscall(SYS_pidfd_open, t->pid, 0);
+        /* The child is not in the parent's children list until its fork
+         * completes, which waits for us to finish reading this event: the
+         * reaper names it a moment later. */
+        t->parent_pid = parent->pid;
         r = target_publish(e, t);
         if (r < 0) {
                 target_free(t);
                 return r;
         }
-        zsw_log(e->log, LOG_INFO, "Process %d forked child %d; serving it too", parent->pid, t->pid);
+        zsw_log(e->log, LOG_INFO, "Process %d forked; serving its child too", parent->pid);
         return 0;
 }
 
@@ -468,6 +471,35 @@ static bool target_exec_ed(struct zsw_target *t) {
         if (t->target_uffd < 0 || t->pid <= 0)
                 return false;
         return syscall(SYS_kcmp, getpid(), t->pid, KCMP_FILE, t->uffd, t->target_uffd) != 0;
+}
+
+/* Names fork children (see engine_add_fork_child) and watches their exit. */
+static void name_children(struct zsw_engine *e) {
+        for (;;) {
+                struct epoll_event ev = { .events = EPOLLIN };
+                struct zsw_target *t;
+                pid_t pid;
+
+                pthread_mutex_lock(&e->table_lock);
+                for (t = e->targets; t; t = t->next)
+                        if (t->pid == 0 && t->parent_pid > 0 && !atomic_load(&t->dead))
+                                break;
+                pthread_mutex_unlock(&e->table_lock);
+                if (!t)
+                        return;
+                pid = find_new_child(e, t->parent_pid);
+                pthread_mutex_lock(&e->table_lock);
+                t->parent_pid = 0;      /* one try: a child gone already stays unnamed */
+                if (pid > 0) {
+                        t->pid = pid;
+                        t->pidfd = (int) syscall(SYS_pidfd_open, pid, 0);
+                        ev.data.ptr = t;
+                        if (t->pidfd >= 0)
+                                epoll_ctl(e->reaper_epfd, EPOLL_CTL_ADD, t->pidfd, &ev);
+                }
+                pthread_mutex_unlock(&e->table_lock);
+                zsw_log(e->log, LOG_DEBUG, "Fork child of %d is process %d", t->pid, pid);
+        }
 }
 
 static void reap(struct zsw_engine *e) {
@@ -504,6 +536,7 @@ static void *reaper_main(void *userdata) {
                 if (read(e->reaper_stop_fd, &v, sizeof(v)) == sizeof(v) && v >= (1ull << 32))
                         break;
                 pthread_mutex_lock(&e->control_lock);
+                name_children(e);
                 reap(e);
                 pthread_mutex_unlock(&e->control_lock);
         }

@@ -60,7 +60,7 @@ static void batch_cancel(struct evict_batch *b, size_t i) {
         }
 }
 
-bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr) {
+bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr, pid_t tid) {
         struct evict_batch *b = &t->batch;
         bool handled = false;
         ssize_t i;
@@ -68,7 +68,13 @@ bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr) {
         addr &= ~(uint64_t) (ZSW_PAGE_SIZE - 1);
         pthread_mutex_lock(&t->batch_lock);
         i = b->state == EVICT_IDLE ? -1 : batch_find(b, addr);
-        if (i >= 0 && b->state == EVICT_DROPPING && !b->cancelled[i]) {
+        if (i >= 0 && b->state == EVICT_DROPPING && tid == b->seized_tid) {
+                /* The injected thread writes only after its drop call has
+                 * returned: a page still protected then was not dropped
+                 * (the call failed part way). Keep it. */
+                batch_cancel(b, (size_t) i);
+                zsw_store_invalidate(t->owner, addr / ZSW_PAGE_SIZE, 1);
+        } else if (i >= 0 && b->state == EVICT_DROPPING && !b->cancelled[i]) {
                 /* Being dropped: let the writer wait for the drop, then
                  * fault the page back in from the store. */
                 b->wake_pending = true;
@@ -104,25 +110,50 @@ bool evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, bool un
 
 /* Registers every eligible mapping (new ones appear as the target maps
  * memory; registering a registered range again is harmless). */
-int evict_register_ranges(struct zsw_engine *e, struct zsw_target *t) {
-        _cleanup_free_ struct zsw_vma *vmas = NULL;
-        size_t n = 0;
+int target_read_vmas(struct zsw_target *t, struct zsw_vma_list *ret) {
+        _cleanup_close_ int dir = -EBADF;
+        char path[32];
+
+        if (t->pid <= 0)
+                return -ESRCH;
+        snprintf(path, sizeof(path), "/proc/%d", t->pid);
+        dir = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dir < 0)
+                return -errno;
+        return zsw_vma_list_read(dir, "smaps", t->engine->log, ret);
+}
+
+/* Registers every eligible mapping (new ones appear as the target maps
+ * memory; registering a registered range again is harmless) and returns
+ * the ranges now registered, if ret is not NULL. */
+int evict_register_ranges(struct zsw_engine *e, struct zsw_target *t, struct zsw_range **ret,
+                          size_t *ret_n) {
+        struct zsw_vma_list l = {};
+        _cleanup_free_ struct zsw_range *ranges = NULL;
+        struct zsw_range scratch = { t->scratch, t->scratch + t->scratch_size };
+        size_t n = 0, kept = 0;
         int r;
 
-        r = zsw_vma_list_pid(t->pid, &vmas, &n);
+        r = target_read_vmas(t, &l);
+        if (r < 0)
+                return r;
+        r = zsw_vma_eligible_ranges(&l, scratch, &ranges, &n);
+        zsw_vma_list_free(&l);
         if (r < 0)
                 return r;
         for (size_t i = 0; i < n; i++) {
-                if (!zsw_vma_eligible(&vmas[i]))
-                        continue;
-                if (t->scratch && vmas[i].start <= t->scratch && t->scratch < vmas[i].end)
-                        continue;
-                r = zsw_uffd_register(t->uffd, vmas[i].start, vmas[i].end - vmas[i].start,
+                r = zsw_uffd_register(t->uffd, ranges[i].start, ranges[i].end - ranges[i].start,
                                       UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP, NULL);
                 if (r < 0)
                         zsw_log(e->log, LOG_DEBUG,
                                 "Cannot register 0x%" PRIx64 "-0x%" PRIx64 " of %d (%s), skipping",
-                                vmas[i].start, vmas[i].end, t->pid, strerror(-r));
+                                ranges[i].start, ranges[i].end, t->pid, strerror(-r));
+                else
+                        ranges[kept++] = ranges[i];
+        }
+        if (ret) {
+                *ret = TAKE_PTR(ranges);
+                *ret_n = kept;
         }
         return 0;
 }
@@ -146,6 +177,8 @@ struct round {
         uint8_t *buf;                           /* ZSW_EVICT_MAX_PAGES pages */
         struct iovec runs[ZSW_EVICT_MAX_PAGES];
         size_t n_runs;
+        void *bufs[ZSW_EVICT_MAX_PAGES];
+        bool read_ok[ZSW_EVICT_MAX_PAGES];
         bool stored[ZSW_EVICT_MAX_PAGES];
 };
 
@@ -153,35 +186,46 @@ struct round {
 static int round_collect(struct zsw_engine *e, struct zsw_target *t, struct round *rd,
                          struct zsw_reclaim_result *res) {
         struct evict_batch *b = &t->batch;
-        size_t read_pages;
         int r;
 
         for (size_t i = 0; i < rd->n_runs; i++) {
                 r = zsw_uffd_writeprotect(t->uffd, (uint64_t) rd->runs[i].iov_base,
-                                          rd->runs[i].iov_len, true, true);
+                                          rd->runs[i].iov_len, true, false);
                 if (r < 0)
-                        return r;
+                        return zsw_log_errno(e->log, LOG_DEBUG, r,
+                                             "Cannot write-protect 0x%" PRIx64 "+%zu of %d: %m",
+                                             (uint64_t) rd->runs[i].iov_base, rd->runs[i].iov_len,
+                                             t->pid);
         }
 
-        r = zsw_vma_read_pages(t->pid, b->addrs, b->n, rd->buf, &read_pages);
+        for (size_t i = 0; i < b->n; i++)
+                rd->bufs[i] = rd->buf + i * ZSW_PAGE_SIZE;
+        r = zsw_vma_read_pages(t->pid, b->addrs, b->n, rd->bufs, rd->read_ok);
         if (r < 0)
-                return r;
+                return zsw_log_errno(e->log, LOG_DEBUG, r, "Cannot read pages of %d: %m", t->pid);
 
         memset(rd->stored, 0, sizeof(rd->stored));
-        for (size_t off = 0; off < read_pages; off += ZSW_STORE_BATCH_MAX) {
-                size_t n = MIN(ZSW_STORE_BATCH_MAX, read_pages - off);
+        for (size_t off = 0; off < b->n; off += ZSW_STORE_BATCH_MAX) {
+                size_t n = MIN(ZSW_STORE_BATCH_MAX, b->n - off), k = 0;
                 const void *pages[ZSW_STORE_BATCH_MAX];
                 uint64_t pgnos[ZSW_STORE_BATCH_MAX];
                 uint32_t mask = 0;
 
-                for (size_t i = 0; i < n; i++) {
-                        pages[i] = rd->buf + (off + i) * ZSW_PAGE_SIZE;
-                        pgnos[i] = b->addrs[off + i] / ZSW_PAGE_SIZE;
-                }
-                r = zsw_store_pages(e->worker, t->owner, pgnos, pages, n, &mask);
-                for (size_t i = 0; i < n; i++) {
-                        rd->stored[off + i] = r >= 0 && (mask & (1u << i));
-                        if (!rd->stored[off + i])
+                size_t idx[ZSW_STORE_BATCH_MAX];
+
+                /* Pages that vanished before the read are not stored. */
+                for (size_t i = off; i < off + n; i++)
+                        if (rd->read_ok[i]) {
+                                idx[k] = i;
+                                pages[k] = rd->bufs[i];
+                                pgnos[k++] = b->addrs[i] / ZSW_PAGE_SIZE;
+                        }
+                if (k == 0)
+                        continue;
+                r = zsw_store_pages(e->worker, t->owner, pgnos, pages, k, &mask);
+                for (size_t i = 0; i < k; i++) {
+                        rd->stored[idx[i]] = r >= 0 && (mask & (1u << i));
+                        if (!rd->stored[idx[i]])
                                 res->refused_pages++;
                 }
         }
@@ -205,13 +249,25 @@ static void round_unprotect_kept(struct zsw_target *t) {
                         zsw_uffd_writeprotect(t->uffd, b->addrs[i], ZSW_PAGE_SIZE, false, false);
 }
 
-/* Step 5: commit and drop. */
+/* Step 5: commit and drop.
+ *
+ * The thread we inject into is seized before the round is committed: a
+ * thread blocked on a WP fault of a committed round waits for the drop,
+ * and if it were the one we need to stop, it would wait for us while we
+ * wait for it (a fault taken in kernel mode, e.g. rseq's store to a
+ * thread's TLS on its way back to user space, sleeps killably, so
+ * PTRACE_INTERRUPT cannot break it). While COLLECTING, every WP fault is
+ * answered at once, so the seize always completes. */
 static int round_drop(struct zsw_engine *e, struct zsw_target *t, struct round *rd,
                       struct zsw_reclaim_result *res) {
         struct evict_batch *b = &t->batch;
         _cleanup_remote_ struct zsw_remote *remote = NULL;
         size_t dropped = 0;
         int r;
+
+        r = zsw_remote_seize(t->pid, e->log, &remote);
+        if (r < 0)
+                return r;
 
         pthread_mutex_lock(&t->batch_lock);
         for (size_t i = 0; i < b->n; i++)
@@ -220,13 +276,11 @@ static int round_drop(struct zsw_engine *e, struct zsw_target *t, struct round *
         rd->n_runs = collect_runs(b, rd->runs);
         b->drops = rd->runs;
         b->n_drops = rd->n_runs;
+        b->seized_tid = zsw_remote_tid(remote);
         b->state = EVICT_DROPPING;
         pthread_mutex_unlock(&t->batch_lock);
 
-        if (rd->n_runs == 0)
-                return 0;
-        r = zsw_remote_seize(t->pid, e->log, &remote);
-        if (r >= 0)
+        if (rd->n_runs > 0)
                 r = zsw_remote_madvise_ranges(remote, t->scratch, t->scratch_size, rd->runs,
                                               rd->n_runs, MADV_DONTNEED);
         remote = zsw_remote_release(remote);
@@ -251,7 +305,7 @@ static int round_drop(struct zsw_engine *e, struct zsw_target *t, struct round *
 }
 
 static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct round *rd,
-                       const struct page_region *regions, size_t n_regions,
+                       const struct zsw_page_run *regions, size_t n_regions,
                        struct zsw_reclaim_result *res) {
         struct evict_batch *b = &t->batch;
         bool wake;
@@ -287,6 +341,13 @@ static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct round 
                 r = round_drop(e, t, rd, res);
 
         round_unprotect_kept(t);
+        /* The drop returned once its UFFD_EVENT_REMOVEs were read, not once
+         * they were handled: a fault thread may still hold them, and must
+         * see the round DROPPING when it does, or it would take our own
+         * drop for the target's and forget the pages. Threads hold
+         * serve_lock from reading a message until it is handled. */
+        pthread_mutex_lock(&t->serve_lock);
+        pthread_mutex_unlock(&t->serve_lock);
         pthread_mutex_lock(&t->batch_lock);
         res->aborted_pages += b->n_cancelled;
         wake = b->wake_pending;
@@ -301,20 +362,51 @@ static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct round 
         return r;
 }
 
+/* Takes the next round's pages from [*cursor, end): present runs, the
+ * shared zero page left out (it costs no memory), at most max pages.
+ * Advances *cursor past what it took. Returns the number of regions. */
+static int next_round(int pagemap, uint64_t *cursor, uint64_t end, uint64_t max,
+                      struct zsw_page_run *regions, size_t n_max) {
+        struct zsw_page_run runs[64];
+        uint64_t next, pages = 0;
+        size_t n = 0;
+        int k, i;
+
+        k = zsw_vma_scan(pagemap, *cursor, end, PAGE_IS_PRESENT, runs,
+                         MIN(ARRAY_SIZE(runs), n_max), &next);
+        if (k <= 0) {
+                *cursor = end;
+                return k;
+        }
+        for (i = 0; i < k && pages < max; i++) {
+                uint64_t len;
+
+                if (runs[i].categories & PAGE_IS_PFNZERO)
+                        continue;
+                len = MIN((runs[i].end - runs[i].start) / ZSW_PAGE_SIZE, max - pages);
+                regions[n] = runs[i];
+                regions[n].end = runs[i].start + len * ZSW_PAGE_SIZE;
+                pages += len;
+                n++;
+        }
+        /* Cut short by max: resume right after what we took. */
+        if (n > 0 && (i < k || regions[n - 1].end < runs[k - 1].end))
+                next = regions[n - 1].end;
+        *cursor = next > *cursor ? next : end;
+        return (int) n;
+}
+
 int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
                  struct zsw_reclaim_result *res, struct zsw_engine_error *err) {
-        _cleanup_free_ struct zsw_vma *vmas = NULL;
+        _cleanup_free_ struct zsw_range *ranges = NULL;
         _cleanup_close_ int pagemap = -EBADF;
         struct round *rd = NULL;
         uint64_t budget = max_bytes / ZSW_PAGE_SIZE;
         char path[64];
-        size_t n_vmas = 0;
+        size_t n_ranges = 0;
         int r;
 
-        r = evict_register_ranges(e, t);
-        if (r < 0)
-                return r;
-        r = zsw_vma_list_pid(t->pid, &vmas, &n_vmas);
+        r = evict_register_ranges(e, t, &ranges, &n_ranges);
         if (r < 0)
                 return r;
         snprintf(path, sizeof(path), "/proc/%d/pagemap", t->pid);
@@ -329,31 +421,19 @@ int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
                 return -ENOMEM;
         }
 
-        for (size_t v = 0; v < n_vmas && r >= 0 && res->evicted_pages < budget; v++) {
-                uint64_t cursor = vmas[v].start;
+        for (size_t v = 0; v < n_ranges && r >= 0 && res->evicted_pages < budget; v++) {
+                uint64_t cursor = ranges[v].start;
 
-                if (!zsw_vma_eligible(&vmas[v]) || !vmas[v].uffd_registered)
-                        continue;
-                while (cursor < vmas[v].end && res->evicted_pages < budget) {
-                        struct page_region regions[64];
+                while (cursor < ranges[v].end && res->evicted_pages < budget) {
+                        struct zsw_page_run regions[64];
                         uint64_t want = MIN(budget - res->evicted_pages, ZSW_EVICT_MAX_PAGES);
-                        uint64_t walk_end;
-                        ssize_t n;
 
-                        n = zsw_pagemap_scan_present(pagemap, cursor, vmas[v].end, want, regions,
-                                                     ARRAY_SIZE(regions), &walk_end);
-                        if (n < 0) {
-                                r = (int) n;
+                        r = next_round(pagemap, &cursor, ranges[v].end, want, regions,
+                                       ARRAY_SIZE(regions));
+                        if (r > 0)
+                                r = evict_round(e, t, rd, regions, (size_t) r, res);
+                        if (r < 0)
                                 break;
-                        }
-                        if (n > 0) {
-                                r = evict_round(e, t, rd, regions, (size_t) n, res);
-                                if (r < 0)
-                                        break;
-                        }
-                        if (walk_end <= cursor)
-                                break;
-                        cursor = walk_end;
                 }
         }
         free(rd->buf);
@@ -362,5 +442,5 @@ int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
                 snprintf(err->message, sizeof(err->message),
                          "eviction of process %d stopped after %" PRIu64 " pages: %s", t->pid,
                          res->evicted_pages, strerror(-r));
-        return r;
+        return r < 0 ? r : 0;
 }

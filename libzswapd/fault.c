@@ -15,6 +15,7 @@
  * order the kernel queued them; see engine-internal.h for why.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
@@ -125,7 +126,8 @@ static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const stru
         switch (m->event) {
         case UFFD_EVENT_PAGEFAULT:
                 if (m->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP) {
-                        if (!evict_on_wp_fault(t, m->arg.pagefault.address))
+                        if (!evict_on_wp_fault(t, m->arg.pagefault.address,
+                                               (pid_t) m->arg.pagefault.feat.ptid))
                                 zsw_uffd_writeprotect(t->uffd,
                                                       m->arg.pagefault.address & ~(uint64_t) (ZSW_PAGE_SIZE - 1),
                                                       ZSW_PAGE_SIZE, false, false);
@@ -165,8 +167,11 @@ static void serve_target(struct fault_thread *ft, struct zsw_target *t) {
                 for (int i = 0; i < n; i++)
                         handle_msg(ft, t, &msgs[i]);
         pthread_mutex_unlock(&t->serve_lock);
-        if (n < 0 && n != -EAGAIN)
+        if (n < 0 && n != -EAGAIN) {
+                zsw_log(t->engine->log, LOG_DEBUG, "Reading the userfaultfd of %d failed: %s",
+                        t->pid, strerror(-n));
                 engine_mark_dead(t->engine, t);
+        }
 }
 
 static void *fault_thread_main(void *userdata) {

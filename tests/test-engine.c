@@ -1,0 +1,223 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The engine on real processes: a child with known content (per-page
+ * checksums) is attached, reclaimed, faulted back, forked, remapped and
+ * detached, and must read exactly what it wrote every time.
+ */
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "corpus.h"
+#include "engine.h"
+#include "test.h"
+
+#define PAGE 4096u
+
+struct child {
+        pid_t pid;
+        int cmd, reply;         /* pipes: commands to the child, answers back */
+};
+
+static uint64_t *sums;
+static uint8_t *buf;
+static size_t npages;
+
+/* Verifies every page, from the child. Returns the number of bad pages. */
+static size_t verify_all(void) {
+        size_t bad = 0;
+
+        for (size_t i = 0; i < npages; i++)
+                if (corpus_page_sum(buf + (size_t) i * PAGE) != sums[i]) {
+                        if (bad++ < 8)
+                                fprintf(stderr, "page %zu at %p is wrong%s\n", i,
+                                        (void *) (buf + i * PAGE),
+                                        corpus_page_sum(buf + i * PAGE) == corpus_page_sum((char[PAGE]){0}) ? " (zeros)" : "");
+                }
+        return bad;
+}
+
+/* The child's command loop: 'v' verify, 'w' rewrite every 7th page,
+ * 'f' fork and verify in the grandchild, 'q' quit. Answers a size_t. */
+static void child_loop(int cmd, int reply) {
+        char c;
+
+        while (read(cmd, &c, 1) == 1) {
+                size_t answer = 0;
+
+                switch (c) {
+                case 'v':
+                        answer = verify_all();
+                        break;
+                case 'w':
+                        for (size_t i = 0; i < npages; i += 7) {
+                                buf[(size_t) i * PAGE + 100] ^= 0x5a;
+                                sums[i] = corpus_page_sum(buf + (size_t) i * PAGE);
+                        }
+                        break;
+                case 'f': {
+                        pid_t p = fork();
+                        int status;
+
+                        if (p == 0)
+                                _exit(verify_all() == 0 ? 0 : 1);
+                        answer = waitpid(p, &status, 0) == p && WIFEXITED(status) ?
+                                         (size_t) WEXITSTATUS(status) : 99;
+                        break;
+                }
+                case 'q':
+                        _exit(0);
+                }
+                if (write(reply, &answer, sizeof(answer)) != sizeof(answer))
+                        _exit(2);
+        }
+        _exit(0);
+}
+
+static struct child child_start(size_t mib, unsigned zero_percent) {
+        int to[2], from[2];
+        struct child ch;
+
+        npages = mib * 256;
+        ASSERT_OK(pipe2(to, O_CLOEXEC));
+        ASSERT_OK(pipe2(from, O_CLOEXEC));
+        ch.pid = fork();
+        ASSERT_GE(ch.pid, 0);
+        if (ch.pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                buf = mmap(NULL, npages * PAGE, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                sums = calloc(npages, sizeof(uint64_t));
+                if (buf == MAP_FAILED || !sums || corpus_fill(buf, npages, zero_percent, 42) < 0)
+                        _exit(3);
+                for (size_t i = 0; i < npages; i++)
+                        sums[i] = corpus_page_sum(buf + i * PAGE);
+                close(to[1]);
+                close(from[0]);
+                child_loop(to[0], from[1]);
+        }
+        close(to[0]);
+        close(from[1]);
+        ch.cmd = to[1];
+        ch.reply = from[0];
+        return ch;
+}
+
+static size_t child_ask(struct child *ch, char c) {
+        size_t answer;
+
+        ASSERT_EQ(write(ch->cmd, &c, 1), 1);
+        ASSERT_EQ(read(ch->reply, &answer, sizeof(answer)), (ssize_t) sizeof(answer));
+        return answer;
+}
+
+static void child_stop(struct child *ch) {
+        int status;
+
+        ASSERT_EQ(write(ch->cmd, "q", 1), 1);
+        ASSERT_EQ(waitpid(ch->pid, &status, 0), ch->pid);
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        close(ch->cmd);
+        close(ch->reply);
+}
+
+static void log_stderr(void *userdata, int priority, const char *file, int line,
+                       const char *func, const char *format, va_list ap) {
+        fprintf(stderr, "<%d> %s:%d: ", priority, file, line);
+        vfprintf(stderr, format, ap);
+        fputc('\n', stderr);
+}
+
+static const struct zsw_log test_log = { .fn = log_stderr, .max_priority = LOG_DEBUG };
+
+static struct zsw_engine *engine_start(void) {
+        struct zsw_engine_config cfg = { .prefetch_window = 8, .log = &test_log };
+        struct zsw_engine *e;
+
+        if (geteuid() != 0)
+                TEST_SKIP("needs root for ptrace and userfaultfd");
+        ASSERT_OK(zsw_engine_new(&cfg, &e));
+        return e;
+}
+
+static uint64_t rss_kb(pid_t pid) {
+        char path[64];
+        unsigned long long size = 0, resident = 0;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/statm", pid);
+        f = fopen(path, "re");
+        ASSERT_TRUE(f);
+        ASSERT_EQ(fscanf(f, "%llu %llu", &size, &resident), 2);
+        fclose(f);
+        return resident * 4;
+}
+
+TEST(reclaim_fault_detach_round_trip) {
+        struct zsw_engine *e = engine_start();
+        struct child ch = child_start(32, 10);
+        struct zsw_reclaim_result res;
+        struct zsw_engine_error err = {};
+        struct zsw_target_stats ts;
+        uint64_t before;
+
+        ASSERT_EQ(child_ask(&ch, 'v'), 0);
+        before = rss_kb(ch.pid);
+        ASSERT_OK(zsw_engine_attach(e, ch.pid, &err));
+        if (zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err) < 0)
+                TEST_FAIL("reclaim: %s", err.message);
+        fprintf(stderr, "evicted %" PRIu64 " of %" PRIu64 " scanned, rss %" PRIu64 " -> %" PRIu64 " KiB\n",
+                res.evicted_pages, res.scanned_pages, before, rss_kb(ch.pid));
+        ASSERT_GE(res.evicted_pages, npages * 8 / 10);
+        ASSERT_LT(rss_kb(ch.pid), before - npages * 4 * 7 / 10);
+
+        /* Every page comes back through faults, byte for byte. */
+        ASSERT_EQ(child_ask(&ch, 'v'), 0);
+        ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &ts));
+        ASSERT_GE(ts.faults, 1);
+
+        /* Again, with writes after the reclaim, then detach while evicted. */
+        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
+        child_ask(&ch, 'w');
+        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, 16u << 20, &res, &err));
+        ASSERT_EQ(child_ask(&ch, 'v'), 0);
+        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, 16u << 20, &res, &err));
+        ASSERT_OK(zsw_engine_detach(e, ch.pid, &err));
+        ASSERT_EQ(child_ask(&ch, 'v'), 0);
+        ASSERT_ERRNO(zsw_engine_detach(e, ch.pid, &err), ENOENT);
+        child_stop(&ch);
+        zsw_engine_free(e);
+}
+
+TEST(fork_child_reads_evicted_pages) {
+        struct zsw_engine *e = engine_start();
+        struct child ch = child_start(16, 5);
+        struct zsw_reclaim_result res;
+
+        ASSERT_OK(zsw_engine_attach(e, ch.pid, NULL));
+        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, NULL));
+        ASSERT_GT(res.evicted_pages, 0);
+        ASSERT_EQ(child_ask(&ch, 'f'), 0);
+        ASSERT_EQ(child_ask(&ch, 'v'), 0);
+        child_stop(&ch);
+        zsw_engine_free(e);
+}
+
+TEST(bad_input_changes_nothing) {
+        struct zsw_engine *e = engine_start();
+        struct zsw_engine_error err = {};
+        struct child ch = child_start(1, 0);
+
+        ASSERT_ERRNO(zsw_engine_attach(e, 0x3fffffff, &err), ESRCH);
+        ASSERT_ERRNO(zsw_engine_attach(e, getpid(), &err), EINVAL);
+        ASSERT_ERRNO(zsw_engine_attach(e, 2, &err), EPERM);
+        ASSERT_OK(zsw_engine_attach(e, ch.pid, &err));
+        ASSERT_ERRNO(zsw_engine_attach(e, ch.pid, &err), EALREADY);
+        ASSERT_ERRNO(zsw_engine_reclaim(e, 0x3fffffff, 1, NULL, &err), ENOENT);
+        ASSERT_EQ(child_ask(&ch, 'v'), 0);
+        child_stop(&ch);
+        zsw_engine_free(e);
+}
