@@ -96,7 +96,9 @@ static int parse_argv(int argc, char *argv[]) {
 
         arg_socket = getenv("ZSWAPD_SOCKET") ?: CONTROL_SOCKET_DEFAULT;
 
-        while ((c = getopt_long(argc, argv, "s:h", options, NULL)) >= 0)
+        /* One line per error, in zswapctl's words, not getopt's. */
+        opterr = 0;
+        while ((c = getopt_long(argc, argv, ":s:h", options, NULL)) >= 0)
                 switch (c) {
                 case 's':
                         arg_socket = optarg;
@@ -119,8 +121,15 @@ static int parse_argv(int argc, char *argv[]) {
                 case ARG_VERSION:
                         printf("zswapctl %s\n", ZSWAPD_VERSION);
                         return 0;
+                case ':':
+                        return fail(EINVAL, "option '%s' needs a value; see 'zswapctl --help'",
+                                    argv[optind - 1]);
                 case '?':
-                        return -EINVAL;
+                        if (optopt)
+                                return fail(EINVAL, "unknown option '-%c'; see 'zswapctl --help'",
+                                            optopt);
+                        return fail(EINVAL, "unknown option '%s'; see 'zswapctl --help'",
+                                    argv[optind - 1]);
                 default:
                         return fail(EINVAL, "unknown option code %c", c);
                 }
@@ -242,7 +251,9 @@ static int run(int argc, char *argv[]) {
         r = connect_daemon(&fd);
         if (r < 0)
                 return r;
-        if (send(fd, req, n, MSG_NOSIGNAL) < 0)
+        /* A daemon that refuses the connection (too many clients) replies
+         * and closes at once: its reply is still there to read. */
+        if (send(fd, req, n, MSG_NOSIGNAL) < 0 && errno != EPIPE && errno != ECONNRESET)
                 return fail(errno, "cannot send the request to zswapd: %m");
         r = receive_reply(fd, &reply);
         if (r < 0)

@@ -21,9 +21,11 @@
  * "error EINVAL" and changes nothing. Requests longer than
  * CONTROL_REQUEST_MAX bytes get "error EMSGSIZE".
  *
- * Only root may ask: peers are checked with SO_PEERCRED when they connect,
- * and anybody else gets one "error EPERM" reply and is disconnected. The
- * socket is also created 0600, so this check is the second line.
+ * Only root may ask: peers' credentials are taken with SO_PEERCRED when they
+ * connect, and anybody else gets "error EPERM" as the reply to their first
+ * request and is disconnected. The socket is also created 0600, so this
+ * check is the second line. An empty message cannot be told from the end
+ * of the connection, so it ends it.
  *
  * Requests run on the daemon's main loop, one after the other; the engine
  * serves faults from its own threads, so a long reclaim delays other
@@ -47,6 +49,7 @@
 
 struct client {
         int fd;
+        struct ucred cred;
 };
 
 struct control {
@@ -493,6 +496,14 @@ static void client_process(struct control *c, struct client *cl, uint32_t events
                 client_close(c, cl);
                 return;
         }
+        if (cl->cred.uid != 0) {
+                log_notice("Refused a request from uid %u (pid %d): only root may control zswapd.",
+                           cl->cred.uid, cl->cred.pid);
+                reply_error(cl->fd, EPERM, "permission denied: only root may control zswapd "
+                                           "(run zswapctl as root)");
+                client_close(c, cl);
+                return;
+        }
         if ((size_t) n > CONTROL_REQUEST_MAX) {
                 reply_error(cl->fd, EMSGSIZE, "request of %zd bytes is longer than %d bytes", n,
                             CONTROL_REQUEST_MAX);
@@ -509,15 +520,6 @@ static void accept_one(struct control *c, int fd) {
 
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
                 log_warning_errno(errno, "Failed to get peer credentials, refusing: %m");
-                safe_close(fd);
-                return;
-        }
-        if (cred.uid != 0) {
-                log_notice("Refused a connection from uid %u (pid %d): only root may control "
-                           "zswapd.",
-                           cred.uid, cred.pid);
-                reply_error(fd, EPERM, "permission denied: only root may control zswapd "
-                                       "(run zswapctl as root)");
                 safe_close(fd);
                 return;
         }
@@ -539,6 +541,7 @@ static void accept_one(struct control *c, int fd) {
                 return;
         }
         cl->fd = fd;
+        cl->cred = cred;
         if (epoll_ctl(c->epoll_fd, EPOLL_CTL_ADD, fd,
                       &(struct epoll_event) { .events = EPOLLIN, .data.ptr = cl }) < 0) {
                 log_warning_errno(errno, "Failed to watch a connection, closing it: %m");
