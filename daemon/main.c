@@ -187,6 +187,8 @@ static int loop(struct zsw_engine *engine, struct control *control, int sfd, int
                                 r = control_process(control);
                                 if (r < 0)
                                         return log_error_errno(r, "Failed to serve the control socket: %m");
+                                /* Attach and detach change the summary at once. */
+                                notify_status(engine);
                         }
                 }
         }

@@ -8,6 +8,7 @@
  */
 #define TEST_NO_MAIN
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <sys/mman.h>
@@ -117,7 +118,11 @@ static pid_t spawn_daemon(const char *sock, const char *log, bool must_fail, int
 
                 child_setup();
                 dup2(fd, STDERR_FILENO);
-                execl(zswapd_path, zswapd_path, "--socket", sock, NULL);
+                if (getenv("ZSWAPD_TEST_CONFIG"))
+                        execl(zswapd_path, zswapd_path, "--socket", sock, "--config",
+                              getenv("ZSWAPD_TEST_CONFIG"), NULL);
+                else
+                        execl(zswapd_path, zswapd_path, "--socket", sock, NULL);
                 _exit(98);
         }
         if (must_fail) {
@@ -648,6 +653,87 @@ TEST(signals) {
         daemon_start(&d);
         ASSERT_EQ(daemon_stop(&d, SIGTERM), 0);
         ASSERT_FALSE(can_connect(d.sock));
+        daemon_cleanup(&d);
+}
+
+/* Waits for a notification datagram that contains what. */
+static void expect_notify(int fd, const char *what) {
+        char buf[4096];
+
+        for (;;) {
+                struct pollfd p = { .fd = fd, .events = POLLIN };
+                ssize_t n;
+
+                /* A generous bound, so that a daemon that never sends fails
+                 * the test instead of hanging it. */
+                if (poll(&p, 1, 60000) != 1)
+                        TEST_FAIL("no %s from zswapd", what);
+                n = recv(fd, buf, sizeof(buf) - 1, 0);
+                ASSERT_GT(n, 0);
+                buf[n] = 0;
+                if (strstr(buf, what))
+                        return;
+        }
+}
+
+TEST(systemd_notify_watchdog_and_journal_prefixes) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        char notify[100], stream[64], conf[128], path[128];
+        _cleanup_free_ char *log = NULL;
+        struct daemon d;
+        struct stat st;
+        int fd, lfd;
+
+        snprintf(d.dir, sizeof(d.dir), "/tmp/zswapd-test.XXXXXX");
+        ASSERT_TRUE(mkdtemp(d.dir));
+        snprintf(d.sock, sizeof(d.sock), "%s/ctl.sock", d.dir);
+        snprintf(d.log, sizeof(d.log), "%s/log", d.dir);
+        snprintf(notify, sizeof(notify), "%s/notify", d.dir);
+        snprintf(conf, sizeof(conf), "%s/zswapd.conf", d.dir);
+
+        /* What systemd would set up: a notification socket, a watchdog, and
+         * stderr connected to the journal (here: a file it names). */
+        fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        ASSERT_GE(fd, 0);
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", notify);
+        ASSERT_OK(bind(fd, (struct sockaddr *) &sa, sizeof(sa)));
+        lfd = open(d.log, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        ASSERT_GE(lfd, 0);
+        ASSERT_OK(fstat(lfd, &st));
+        close(lfd);
+        snprintf(stream, sizeof(stream), "%llu:%llu", (unsigned long long) st.st_dev,
+                 (unsigned long long) st.st_ino);
+        lfd = open(conf, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        close(lfd);
+        ASSERT_OK(setenv("NOTIFY_SOCKET", notify, 1));
+        ASSERT_OK(setenv("WATCHDOG_USEC", "200000", 1));
+        ASSERT_OK(setenv("JOURNAL_STREAM", stream, 1));
+        ASSERT_OK(setenv("ZSWAPD_TEST_CONFIG", conf, 1));
+        d.pid = spawn_daemon(d.sock, d.log, false, (int[1]) {});
+        unsetenv("NOTIFY_SOCKET");
+        unsetenv("WATCHDOG_USEC");
+        unsetenv("JOURNAL_STREAM");
+        unsetenv("ZSWAPD_TEST_CONFIG");
+        ASSERT_GT(d.pid, 0);
+
+        expect_notify(fd, "READY=1");
+        expect_notify(fd, "STATUS=Serving 0 targets");
+        expect_notify(fd, "WATCHDOG=1");
+        ASSERT_OK(kill(d.pid, SIGHUP));
+        expect_notify(fd, "RELOADING=1");
+        expect_notify(fd, "READY=1");
+        ASSERT_EQ(daemon_stop(&d, SIGTERM), 0);
+        expect_notify(fd, "STOPPING=1");
+        close(fd);
+
+        lfd = open(d.log, O_RDONLY | O_CLOEXEC);
+        ASSERT_GE(lfd, 0);
+        log = memfd_slurp(lfd);
+        close(lfd);
+        if (!strstr(log, "<6>zswapd ") || strstr(log, "\nerror: "))
+                TEST_FAIL("expected priority prefixes in: %s", log);
+        snprintf(path, sizeof(path), "<5>Received SIGHUP");
+        ASSERT_TRUE(strstr(log, path));
         daemon_cleanup(&d);
 }
 
