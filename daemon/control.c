@@ -253,8 +253,8 @@ static void stats_text(FILE *f, const struct zsw_engine_stats *g, const struct z
         fprintf(f, "\n%8s %12s %12s %12s %6s %10s %9s %9s %8s\n", "PID", "RESIDENT", "STORED",
                 "POOL", "RATIO", "FAULTS", "P50(us)", "P99(us)", "ABORTED");
         for (size_t i = 0; i < n; i++)
-                fprintf(f, "%8d %8.1f MiB %8.1f MiB %8.1f MiB %6.2f %10" PRIu64 " %9.1f %9.1f %8" PRIu64
-                           "\n",
+                fprintf(f, "%8d %8.1f MiB %8.1f MiB %8.1f MiB %6.2f %10" PRIu64
+                           " %9.1f %9.1f %8" PRIu64 "\n",
                         t[i].pid, t[i].resident_bytes / MIB, t[i].stored_pages * page / MIB,
                         t[i].pool_bytes / MIB, ratio(t[i].stored_pages, t[i].pool_bytes),
                         t[i].faults, t[i].fault_ns_p50 / 1e3, t[i].fault_ns_p99 / 1e3,
@@ -354,9 +354,9 @@ static int do_reclaim(struct control *c, const struct control_request *req, FILE
                 json_object_close(&j);
                 fputc('\n', body);
         } else
-                fprintf(body, "pid %d: evicted %" PRIu64 " of %" PRIu64 " present pages (%.1f MiB) in "
-                              "%.1f ms; %" PRIu64 " cancelled by writes, %" PRIu64
-                              " refused by the store\n",
+                fprintf(body, "pid %d: evicted %" PRIu64 " of %" PRIu64
+                              " present pages (%.1f MiB) in %.1f ms; %" PRIu64
+                              " cancelled by writes, %" PRIu64 " refused by the store\n",
                         req->pid, res.evicted_pages, res.scanned_pages,
                         res.evicted_pages * (double) getpagesize() / MIB, res.duration_ns / 1e6,
                         res.aborted_pages, res.refused_pages);
@@ -632,8 +632,9 @@ static int listen_socket(const char *path, int *ret_fd, struct stat *ret_st) {
         int r;
 
         if (strlen(path) >= sizeof(sa.sun_path))
-                return log_error_errno(ENAMETOOLONG, "Socket path %s is too long (at most %zu bytes).",
-                                       path, sizeof(sa.sun_path) - 1);
+                return log_error_errno(ENAMETOOLONG,
+                                       "Socket path %s is too long (at most %zu bytes).", path,
+                                       sizeof(sa.sun_path) - 1);
         strcpy(sa.sun_path, path);
         salen = offsetof(struct sockaddr_un, sun_path) + strlen(path) + 1;
 
@@ -642,8 +643,9 @@ static int listen_socket(const char *path, int *ret_fd, struct stat *ret_st) {
                 return log_error_errno(r, "Failed to create the directory of %s: %m", path);
         r = remove_stale(path, &sa, salen);
         if (r == -EADDRINUSE)
-                return log_error_errno(r, "Another zswapd is listening on %s already; stop it first "
-                                          "or choose another socket with --socket.", path);
+                return log_error_errno(r, "Another zswapd is listening on %s already; stop it "
+                                          "first or choose another socket with --socket.",
+                                       path);
         if (r == -EEXIST)
                 return log_error_errno(r, "%s exists and is not a socket; refusing to replace it.",
                                        path);

@@ -147,6 +147,29 @@ static int watch(int epfd, int fd) {
         return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
 }
 
+static int process_timer(int tfd, struct zsw_engine *engine, bool watchdog) {
+        uint64_t ticks;
+
+        if (read(tfd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
+                return log_error_errno(errno, "Failed to read the timer: %m");
+        if (watchdog)
+                sd_notify(false, "WATCHDOG=1");
+        notify_status(engine);
+        return 1;
+}
+
+static int process_control(struct control *control, struct zsw_engine *engine) {
+        int r;
+
+        r = control_process(control);
+        if (r < 0)
+                return log_error_errno(r, "Failed to serve the control socket: %m");
+        /* Attach and detach change the summary at once. */
+        notify_status(engine);
+        return 1;
+}
+
+/* Runs until a stop signal (returns 0) or a failure of the loop itself. */
 static int loop(struct zsw_engine *engine, struct control *control, int sfd, int tfd,
                 bool watchdog) {
         _cleanup_close_ int epfd = -EBADF;
@@ -161,7 +184,6 @@ static int loop(struct zsw_engine *engine, struct control *control, int sfd, int
 
         for (;;) {
                 struct epoll_event ev[4];
-                uint64_t ticks;
                 int n;
 
                 n = epoll_wait(epfd, ev, ARRAY_SIZE(ev), -1);
@@ -175,21 +197,12 @@ static int loop(struct zsw_engine *engine, struct control *control, int sfd, int
                                 r = process_signal(sfd);
                                 if (r < 0)
                                         return log_error_errno(r, "Failed to read a signal: %m");
-                                if (r == 0)
-                                        return 0;
-                        } else if (ev[i].data.fd == tfd) {
-                                if (read(tfd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
-                                        return log_error_errno(errno, "Failed to read the timer: %m");
-                                if (watchdog)
-                                        sd_notify(false, "WATCHDOG=1");
-                                notify_status(engine);
-                        } else {
-                                r = control_process(control);
-                                if (r < 0)
-                                        return log_error_errno(r, "Failed to serve the control socket: %m");
-                                /* Attach and detach change the summary at once. */
-                                notify_status(engine);
-                        }
+                        } else if (ev[i].data.fd == tfd)
+                                r = process_timer(tfd, engine, watchdog);
+                        else
+                                r = process_control(control, engine);
+                        if (r <= 0)
+                                return r;
                 }
         }
 }

@@ -421,7 +421,8 @@ TEST(zswapd_arguments) {
         ASSERT_EQ(run_as(0, &out, &err, (const char *const[]) { zswapd_path, "--help", NULL }), 0);
         ASSERT_TRUE(strstr(out, "--socket"));
         free(out), free(err);
-        ASSERT_EQ(run_as(0, &out, &err, (const char *const[]) { zswapd_path, "--version", NULL }), 0);
+        ASSERT_EQ(run_as(0, &out, &err, (const char *const[]) { zswapd_path, "--version", NULL }),
+                  0);
         ASSERT_TRUE(strstr(out, "zswapd "));
         free(out), free(err);
         ASSERT_NE(run_as(0, &out, &err, (const char *const[]) { zswapd_path, "--bogus", NULL }), 0);
@@ -430,7 +431,8 @@ TEST(zswapd_arguments) {
         ASSERT_NE(run_as(0, &out, &err, (const char *const[]) { zswapd_path, "extra", NULL }), 0);
         ASSERT_TRUE(strstr(err, "error: ") && strstr(err, "takes no arguments"));
         free(out), free(err);
-        ASSERT_NE(run_as(0, &out, &err, (const char *const[]) { zswapd_path, "-s", "rel.sock", NULL }),
+        ASSERT_NE(run_as(0, &out, &err,
+                         (const char *const[]) { zswapd_path, "-s", "rel.sock", NULL }),
                   0);
         ASSERT_TRUE(strstr(err, "absolute path"));
         free(out), free(err);
