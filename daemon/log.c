@@ -86,7 +86,3 @@ void log_setup(int max_priority) {
 const struct zsw_log *log_get(void) {
         return &logger;
 }
-
-bool log_to_journal(void) {
-        return journal;
-}

@@ -22,9 +22,6 @@ void log_setup(int max_priority);
 /* The logger, for the daemon's own messages and for the engine. */
 const struct zsw_log *log_get(void);
 
-/* True when stderr is the journal (priority prefixes are in use). */
-bool log_to_journal(void);
-
 #define log_full_errno(prio, error, ...) zsw_log_errno(log_get(), prio, error, __VA_ARGS__)
 #define log_full(prio, ...) zsw_log(log_get(), prio, __VA_ARGS__)
 

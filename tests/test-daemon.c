@@ -25,6 +25,9 @@
 
 #define NOBODY 65534
 #define TARGET_SIZE (32u << 20)
+/* One page in 16 of a target is zeros, which may come back as the shared
+ * zero page that VmRSS does not count. */
+#define TARGET_NONZERO (TARGET_SIZE / 16 * 15)
 
 static const char *zswapd_path, *zswapctl_path;
 
@@ -475,6 +478,12 @@ TEST(zswapctl_without_daemon) {
         ASSERT_TRUE(strstr(err, "cannot connect to /nonexistent/zswapd.sock"));
         ASSERT_TRUE(strstr(err, "is zswapd running?"));
         ASSERT_TRUE(strstr(err, "systemctl start zswapd"));
+        free(out), free(err);
+
+        ASSERT_OK(setenv("ZSWAPD_SOCKET", "/nonexistent/from-env.sock", 1));
+        ASSERT_NE(run_as(0, &out, &err, (const char *const[]) { zswapctl_path, "stats", NULL }), 0);
+        unsetenv("ZSWAPD_SOCKET");
+        ASSERT_TRUE(strstr(err, "cannot connect to /nonexistent/from-env.sock"));
 }
 
 TEST(socket_setup_and_second_daemon) {
@@ -804,7 +813,7 @@ TEST(attach_reclaim_stats_detach) {
         free(ctl_ok(d.sock, CTL_ARGS(d.sock, "reclaim", pid_s)));
         out = ctl_ok(d.sock, CTL_ARGS(d.sock, "detach", pid_s));
         ASSERT_TRUE(strstr(out, "detached"));
-        ASSERT_GE(rss_bytes(t.pid), TARGET_SIZE);
+        ASSERT_GE(rss_bytes(t.pid), TARGET_NONZERO);
         ASSERT_TRUE(target_verify(&t));
         free(out);
         out = ctl_ok(d.sock, CTL_ARGS(d.sock, "stats", "--json"));
@@ -907,7 +916,7 @@ TEST(sigterm_puts_every_page_back) {
 
         ASSERT_EQ(daemon_stop(&d, SIGTERM), 0);
         /* Resident again before the target touches anything. */
-        ASSERT_GE(rss_bytes(t.pid), TARGET_SIZE);
+        ASSERT_GE(rss_bytes(t.pid), TARGET_NONZERO);
         ASSERT_TRUE(target_verify(&t));
 
         target_stop(&t);
