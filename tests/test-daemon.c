@@ -250,6 +250,14 @@ static void target_start(struct target *t) {
                 char c;
 
                 child_setup();
+                /* Only its own ends of its own pipes: EOF on cmd must mean
+                 * the test is done with this target. */
+                if (dup2(cmd[0], 100) < 0 || dup2(res[1], 101) < 0)
+                        _exit(1);
+                cmd[0] = 100;
+                res[1] = 101;
+                close_range(3, 99, 0);
+                close_range(102, ~0u, 0);
                 buf = mmap(NULL, TARGET_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                            -1, 0);
                 if (buf == MAP_FAILED)
