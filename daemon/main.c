@@ -252,8 +252,10 @@ static int run(int argc, char *argv[]) {
         if (r < 0)
                 return r; /* logged with the reason and what to do */
 
+        /* Pinging at half the watchdog period leaves a whole half for a
+         * slow request (a long reclaim runs on this loop). */
         if (sd_watchdog_enabled(false, &watchdog_usec) > 0)
-                interval = MIN(interval, watchdog_usec / 2);
+                interval = MAX(MIN(interval, watchdog_usec / 2), 1000u);
         r = setup_timer(interval, &tfd);
         if (r < 0)
                 return log_error_errno(r, "Failed to set up the status timer: %m");
