@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The control protocol's request parser, on every shape of request. */
 #include <inttypes.h>
+#include <math.h>
 
 #include "control.h"
+#include "json.h"
+#include "util.h"
 #include "test.h"
 
 static int parse(const char *s, struct control_request *req) {
@@ -131,4 +134,32 @@ TEST(parse_random_requests_round_trip) {
         }
         /* The generator must reach the accepting paths too. */
         ASSERT_GT(accepted, 1000);
+}
+
+TEST(json_emitter_nests_and_escapes) {
+        _cleanup_free_ char *s = NULL;
+        size_t len = 0;
+        struct json j;
+        FILE *f = open_memstream(&s, &len);
+
+        ASSERT_TRUE(f);
+        json_init(&j, f);
+        json_object_open(&j, NULL);
+        json_u64(&j, "a", UINT64_MAX);
+        json_object_open(&j, "o");
+        json_object_close(&j);
+        json_array_open(&j, "l");
+        json_i64(&j, NULL, -3);
+        json_object_open(&j, NULL);
+        json_string(&j, "s", "q\"b\\n\n\x01");
+        json_object_close(&j);
+        json_double(&j, NULL, 1.0 / 3);
+        json_double(&j, NULL, NAN);
+        json_array_close(&j);
+        json_array_open(&j, "e");
+        json_array_close(&j);
+        json_object_close(&j);
+        ASSERT_EQ(fclose(f), 0);
+        ASSERT_STREQ(s, "{\"a\":18446744073709551615,\"o\":{},\"l\":[-3,{\"s\":\"q\\\"b\\\\n\\n\\u0001\"},"
+                        "0.333,null],\"e\":[]}");
 }

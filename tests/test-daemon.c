@@ -897,6 +897,8 @@ TEST(attach_refusals) {
         expect_error(d.sock, req, "ENOENT");
         snprintf(req, sizeof(req), "reclaim %d all", t.pid);
         expect_error(d.sock, req, "ENOENT");
+        snprintf(req, sizeof(req), "stats %d json", t.pid);
+        expect_error(d.sock, req, "ENOENT");
         snprintf(req, sizeof(req), "attach %d", t.pid);
         out = request(d.sock, req);
         ASSERT_TRUE(strncmp(out, "ok\n", 3) == 0);
