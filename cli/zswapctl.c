@@ -1,0 +1,280 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * zswapctl: turns a command line into one request on zswapd's control
+ * socket and prints the reply (protocol: daemon/control.c, zswapctl(8)).
+ * It holds no state and knows nothing of the engine: every check that
+ * matters is the daemon's, so the socket is the one interface to test.
+ */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include "control.h"
+#include "util.h"
+
+static const char *arg_socket = NULL;
+static bool arg_json = false;
+static bool arg_all = false;
+static uint64_t arg_bytes = 0;
+static char **arg_words = NULL;
+static int arg_n_words = 0;
+
+_printf_(2, 3) static int fail(int error, const char *fmt, ...) {
+        va_list ap;
+
+        fputs("zswapctl: ", stderr);
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fputc('\n', stderr);
+        return error < 0 ? error : -error;
+}
+
+static void help(void) {
+        printf("%s [OPTIONS...] COMMAND ...\n\n"
+               "Control zswapd, the compressed memory daemon.\n\n"
+               "Commands:\n"
+               "  attach PID                  Start serving a process\n"
+               "  reclaim PID [--all|--bytes N]\n"
+               "                              Compress and take away its pages (default all;\n"
+               "                              N takes K, M, G suffixes)\n"
+               "  detach PID                  Give every page back and let it go\n"
+               "  stats [PID] [--json]        Show memory saved and fault latency\n\n"
+               "Options:\n"
+               "  -s --socket=PATH            Daemon socket (default $ZSWAPD_SOCKET or %s)\n"
+               "     --json                   Print one JSON object\n"
+               "  -h --help                   Show this help\n"
+               "     --version                Show the version\n",
+               program_invocation_short_name, CONTROL_SOCKET_DEFAULT);
+}
+
+/* A size in bytes with an optional binary suffix: 4096, 64K, 100M, 2G. */
+static int parse_size(const char *s, uint64_t *ret) {
+        static const char suffixes[] = "KMGT";
+        uint64_t v = 0, mult = 1;
+        const char *p = s;
+
+        for (; *p >= '0' && *p <= '9'; p++) {
+                if (v > (UINT64_MAX - (uint64_t) (*p - '0')) / 10)
+                        return -ERANGE;
+                v = v * 10 + (uint64_t) (*p - '0');
+        }
+        if (p == s)
+                return -EINVAL;
+        if (*p) {
+                const char *x = strchr(suffixes, *p);
+
+                if (!x || (p[1] && strcmp(p + 1, "iB") != 0))
+                        return -EINVAL;
+                mult = 1ull << (10 * (x - suffixes + 1));
+        }
+        if (v == 0)
+                return -EINVAL;
+        if (v > UINT64_MAX / mult)
+                return -ERANGE;
+        *ret = v * mult;
+        return 0;
+}
+
+static int parse_argv(int argc, char *argv[]) {
+        enum { ARG_VERSION = 0x100, ARG_JSON, ARG_ALL, ARG_BYTES };
+        static const struct option options[] = {
+                { "socket", required_argument, NULL, 's' },
+                { "json", no_argument, NULL, ARG_JSON },
+                { "all", no_argument, NULL, ARG_ALL },
+                { "bytes", required_argument, NULL, ARG_BYTES },
+                { "help", no_argument, NULL, 'h' },
+                { "version", no_argument, NULL, ARG_VERSION },
+                {}
+        };
+        int c, r;
+
+        arg_socket = getenv("ZSWAPD_SOCKET") ?: CONTROL_SOCKET_DEFAULT;
+
+        /* One line per error, in zswapctl's words, not getopt's. */
+        opterr = 0;
+        while ((c = getopt_long(argc, argv, ":s:h", options, NULL)) >= 0)
+                switch (c) {
+                case 's':
+                        arg_socket = optarg;
+                        break;
+                case ARG_JSON:
+                        arg_json = true;
+                        break;
+                case ARG_ALL:
+                        arg_all = true;
+                        break;
+                case ARG_BYTES:
+                        r = parse_size(optarg, &arg_bytes);
+                        if (r < 0)
+                                return fail(r, "invalid size '%s': give a number of bytes > 0, "
+                                               "optionally with K, M or G (e.g. 64M)", optarg);
+                        break;
+                case 'h':
+                        help();
+                        return 0;
+                case ARG_VERSION:
+                        printf("zswapctl %s\n", ZSWAPD_VERSION);
+                        return 0;
+                case ':':
+                        return fail(EINVAL, "option '%s' needs a value; see 'zswapctl --help'",
+                                    argv[optind - 1]);
+                case '?':
+                        if (optopt)
+                                return fail(EINVAL, "unknown option '-%c'; see 'zswapctl --help'",
+                                            optopt);
+                        return fail(EINVAL, "unknown option '%s'; see 'zswapctl --help'",
+                                    argv[optind - 1]);
+                default:
+                        return fail(EINVAL, "unknown option code %c", c);
+                }
+
+        arg_words = argv + optind;
+        arg_n_words = argc - optind;
+        if (arg_n_words == 0)
+                return fail(EINVAL, "no command given; see 'zswapctl --help'");
+        return 1;
+}
+
+static int parse_pid_arg(const char *verb, const char *s) {
+        char *end;
+        long v;
+
+        errno = 0;
+        v = strtol(s, &end, 10);
+        if (errno != 0 || end == s || *end || v <= 0 || v > INT32_MAX)
+                return fail(EINVAL, "%s: '%s' is not a process ID", verb, s);
+        return (int) v;
+}
+
+/* The request for the command line, in the words of the protocol. */
+static int build_request(char *buf, size_t size) {
+        const char *verb = arg_words[0];
+        bool want_pid = !!strcmp(verb, "stats");
+        int pid = 0, n;
+
+        if (strcmp(verb, "attach") && strcmp(verb, "detach") && strcmp(verb, "reclaim") &&
+            strcmp(verb, "stats"))
+                return fail(EINVAL, "unknown command '%s'; see 'zswapctl --help'", verb);
+        if (arg_n_words > 2 || (want_pid && arg_n_words != 2))
+                return fail(EINVAL, "usage: zswapctl %s %s", verb, want_pid ? "PID" : "[PID]");
+        if (arg_n_words == 2) {
+                pid = parse_pid_arg(verb, arg_words[1]);
+                if (pid < 0)
+                        return pid;
+        }
+        if ((arg_all || arg_bytes) && strcmp(verb, "reclaim"))
+                return fail(EINVAL, "--all and --bytes are options of 'reclaim'");
+        if (arg_all && arg_bytes)
+                return fail(EINVAL, "reclaim: give either --all or --bytes, not both");
+
+        if (!strcmp(verb, "reclaim") && arg_bytes)
+                n = snprintf(buf, size, "reclaim %d bytes %" PRIu64, pid, arg_bytes);
+        else if (!strcmp(verb, "reclaim"))
+                n = snprintf(buf, size, "reclaim %d all", pid);
+        else if (pid > 0)
+                n = snprintf(buf, size, "%s %d", verb, pid);
+        else
+                n = snprintf(buf, size, "%s", verb);
+        if (arg_json)
+                n += snprintf(buf + n, size - n, " json");
+        return n;
+}
+
+static int connect_daemon(int *ret_fd) {
+        _cleanup_close_ int fd = -EBADF;
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+        if (strlen(arg_socket) >= sizeof(sa.sun_path))
+                return fail(ENAMETOOLONG, "socket path %s is too long", arg_socket);
+        strcpy(sa.sun_path, arg_socket);
+
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return fail(errno, "cannot create a socket: %m");
+        if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0) {
+                if (errno == ENOENT || errno == ECONNREFUSED)
+                        return fail(errno, "cannot connect to %s: %m (is zswapd running? start it "
+                                           "with 'systemctl start zswapd' or run 'zswapd')",
+                                    arg_socket);
+                if (errno == EACCES || errno == EPERM)
+                        return fail(errno, "cannot connect to %s: %m (zswapd takes requests from "
+                                           "root only: run zswapctl as root)",
+                                    arg_socket);
+                return fail(errno, "cannot connect to %s: %m", arg_socket);
+        }
+        *ret_fd = TAKE_FD(fd);
+        return 0;
+}
+
+/* Receives the one reply message, whatever its size. */
+static int receive_reply(int fd, char **ret) {
+        _cleanup_free_ char *buf = NULL;
+        ssize_t len, n;
+
+        len = recv(fd, NULL, 0, MSG_PEEK | MSG_TRUNC);
+        if (len < 0)
+                return fail(errno, "cannot read the reply of zswapd: %m");
+        if (len == 0)
+                return fail(ECONNRESET, "zswapd closed the connection without replying (did it "
+                                        "stop? see 'journalctl -u zswapd')");
+        buf = malloc(len + 1);
+        if (!buf)
+                return fail(ENOMEM, "out of memory");
+        n = recv(fd, buf, len, 0);
+        if (n < 0)
+                return fail(errno, "cannot read the reply of zswapd: %m");
+        buf[n] = 0;
+        *ret = TAKE_PTR(buf);
+        return 0;
+}
+
+static int run(int argc, char *argv[]) {
+        _cleanup_close_ int fd = -EBADF;
+        _cleanup_free_ char *reply = NULL;
+        char req[CONTROL_REQUEST_MAX + 1];
+        const char *body;
+        int r, n;
+
+        r = parse_argv(argc, argv);
+        if (r <= 0)
+                return r;
+        n = build_request(req, sizeof(req));
+        if (n < 0)
+                return n;
+
+        r = connect_daemon(&fd);
+        if (r < 0)
+                return r;
+        /* A daemon that refuses the connection (too many clients) replies
+         * and closes at once: its reply is still there to read. */
+        if (send(fd, req, n, MSG_NOSIGNAL) < 0 && errno != EPIPE && errno != ECONNRESET)
+                return fail(errno, "cannot send the request to zswapd: %m");
+        r = receive_reply(fd, &reply);
+        if (r < 0)
+                return r;
+
+        body = strchr(reply, '\n');
+        body = body ? body + 1 : "";
+        if (strncmp(reply, "ok\n", 3) == 0 || strcmp(reply, "ok") == 0) {
+                fputs(body, stdout);
+                return fflush(stdout) == 0 ? 0 : fail(errno, "cannot write the output: %m");
+        }
+        if (strncmp(reply, "error ", 6) != 0)
+                return fail(EPROTO, "zswapd sent a reply this zswapctl does not understand; are "
+                                    "both the same version?");
+        /* The daemon words its errors for a person already. */
+        return fail(EIO, "%.*s", (int) strcspn(body, "\n"), *body ? body : reply + 6);
+}
+
+int main(int argc, char *argv[]) {
+        int r;
+
+        r = run(argc, argv);
+        return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,720 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The control socket: a SOCK_SEQPACKET Unix socket, so that every request
+ * and every reply is one message whose boundaries the kernel keeps, and a
+ * client that disconnects half-way can leave nothing half-read behind.
+ *
+ * Protocol. A request is one message holding one line of words separated
+ * by spaces (a trailing newline is allowed):
+ *
+ *     attach PID
+ *     detach PID
+ *     reclaim PID all
+ *     reclaim PID bytes N          N > 0, decimal, in bytes
+ *     stats [PID]
+ *
+ * and any of them may end with the word "json". The reply is one message:
+ * a first line "ok" or "error NAME", where NAME is the errno name
+ * (ESRCH, EPERM, ...), then the body: human-readable text, or with "json"
+ * one JSON object; after an error the body is one line for a person that
+ * says what went wrong and what to do. A request that does not parse gets
+ * "error EINVAL" and changes nothing. Requests longer than
+ * CONTROL_REQUEST_MAX bytes get "error EMSGSIZE".
+ *
+ * Only root may ask: peers' credentials are taken with SO_PEERCRED when they
+ * connect, and anybody else gets "error EPERM" as the reply to their first
+ * request and is disconnected. The socket is also created 0600, so this
+ * check is the second line. An empty message cannot be told from the end
+ * of the connection, so it ends it.
+ *
+ * Requests run on the daemon's main loop, one after the other; the engine
+ * serves faults from its own threads, so a long reclaim delays other
+ * clients but never a target.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include "control.h"
+#include "json.h"
+#include "log.h"
+
+#define CLIENTS_MAX 64
+#define MIB (1024.0 * 1024.0)
+
+struct client {
+        int fd;
+        struct ucred cred;
+};
+
+struct control {
+        struct zsw_engine *engine;
+        char *path;
+        dev_t sock_dev;
+        ino_t sock_ino;
+        int listen_fd;
+        int epoll_fd;
+        unsigned n_clients;
+        struct client *clients[CLIENTS_MAX];
+};
+
+/* ---- requests ---------------------------------------------------------- */
+
+static int parse_u64(const char *s, uint64_t *ret) {
+        uint64_t v = 0;
+
+        if (!*s)
+                return -EINVAL;
+        for (; *s; s++) {
+                if (*s < '0' || *s > '9')
+                        return -EINVAL;
+                if (v > (UINT64_MAX - (uint64_t) (*s - '0')) / 10)
+                        return -ERANGE;
+                v = v * 10 + (uint64_t) (*s - '0');
+        }
+        *ret = v;
+        return 0;
+}
+
+static int parse_pid(const char *s, pid_t *ret) {
+        uint64_t v;
+
+        /* Leading zeros, signs and spaces are refused: a PID is written one way. */
+        if (s[0] == '0' || parse_u64(s, &v) < 0 || v > INT32_MAX)
+                return -EINVAL;
+        *ret = (pid_t) v;
+        return 0;
+}
+
+int control_parse_request(const char *text, size_t len, struct control_request *ret,
+                          const char **reason) {
+        char buf[CONTROL_REQUEST_MAX + 1], *words[6], *save = NULL;
+        struct control_request req = { .max_bytes = UINT64_MAX };
+        size_t n = 0;
+
+        *reason = "request too long";
+        if (len > CONTROL_REQUEST_MAX)
+                return -EMSGSIZE;
+        memcpy(buf, text, len);
+        buf[len] = 0;
+        if (len > 0 && buf[len - 1] == '\n')
+                buf[--len] = 0;
+        *reason = "request contains a NUL byte or a control character";
+        for (size_t i = 0; i < len; i++)
+                if ((unsigned char) buf[i] < 0x20)
+                        return -EINVAL;
+
+        for (char *w = strtok_r(buf, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+                *reason = "too many words";
+                if (n >= ARRAY_SIZE(words))
+                        return -EINVAL;
+                words[n++] = w;
+        }
+        if (n > 0 && strcmp(words[n - 1], "json") == 0) {
+                req.json = true;
+                n--;
+        }
+        *reason = "empty request; expected attach, detach, reclaim or stats";
+        if (n == 0)
+                return -EINVAL;
+
+        if (strcmp(words[0], "attach") == 0 || strcmp(words[0], "detach") == 0) {
+                req.verb = words[0][0] == 'a' ? CONTROL_ATTACH : CONTROL_DETACH;
+                *reason = "expected: attach|detach PID";
+                if (n != 2 || parse_pid(words[1], &req.pid) < 0)
+                        return -EINVAL;
+        } else if (strcmp(words[0], "reclaim") == 0) {
+                req.verb = CONTROL_RECLAIM;
+                *reason = "expected: reclaim PID all | reclaim PID bytes N (N > 0)";
+                if (n < 3 || parse_pid(words[1], &req.pid) < 0)
+                        return -EINVAL;
+                if (n == 3 && strcmp(words[2], "all") == 0)
+                        req.max_bytes = UINT64_MAX;
+                else if (n == 4 && strcmp(words[2], "bytes") == 0) {
+                        if (parse_u64(words[3], &req.max_bytes) < 0 || req.max_bytes == 0)
+                                return -EINVAL;
+                } else
+                        return -EINVAL;
+        } else if (strcmp(words[0], "stats") == 0) {
+                req.verb = CONTROL_STATS;
+                *reason = "expected: stats [PID]";
+                if (n > 2 || (n == 2 && parse_pid(words[1], &req.pid) < 0))
+                        return -EINVAL;
+        } else {
+                *reason = "unknown command; expected attach, detach, reclaim or stats";
+                return -EINVAL;
+        }
+
+        *ret = req;
+        return 0;
+}
+
+/* ---- replies ----------------------------------------------------------- */
+
+/* Advice for the errors the engine documents, when it gave no message. */
+static const char *errno_advice(int error) {
+        switch (error) {
+        case ESRCH:
+                return "no such process";
+        case EPERM:
+                return "cannot ptrace it: is it a kernel thread, or is the daemon missing "
+                       "CAP_SYS_PTRACE?";
+        case EALREADY:
+                return "already attached (see 'zswapctl stats')";
+        case EBUSY:
+                return "traced by another process (a debugger?); detach that first";
+        case EINVAL:
+                return "it cannot be attached (a zombie, or zswapd itself)";
+        case ENOENT:
+                return "not attached; attach it first with 'zswapctl attach PID'";
+        case EOPNOTSUPP:
+                return "not supported on this architecture or kernel";
+        default:
+                return strerror(error);
+        }
+}
+
+static const char *verb_name(enum control_verb verb) {
+        static const char *const names[] = {
+                [CONTROL_ATTACH] = "attach to",
+                [CONTROL_DETACH] = "detach from",
+                [CONTROL_RECLAIM] = "reclaim from",
+                [CONTROL_STATS] = "get stats of",
+        };
+        return names[verb];
+}
+
+static double ratio(uint64_t pages, uint64_t pool_bytes) {
+        return pool_bytes > 0 ? (double) pages * (double) getpagesize() / (double) pool_bytes : 0;
+}
+
+static void stats_json_global(struct json *j, const struct zsw_engine_stats *g) {
+        json_object_open(j, "global");
+        json_u64(j, "targets", g->targets);
+        json_u64(j, "stored_pages", g->stored_pages);
+        json_u64(j, "payload_bytes", g->payload_bytes);
+        json_u64(j, "pool_bytes", g->pool_bytes);
+        json_u64(j, "same_filled_pages", g->same_filled_pages);
+        json_u64(j, "incompressible_pages", g->incompressible_pages);
+        json_u64(j, "faults", g->faults);
+        json_u64(j, "evicted_pages", g->evicted_pages);
+        json_u64(j, "evict_aborted", g->evict_aborted);
+        json_u64(j, "fault_ns_p50", g->fault_ns_p50);
+        json_u64(j, "fault_ns_p95", g->fault_ns_p95);
+        json_u64(j, "fault_ns_p99", g->fault_ns_p99);
+        json_u64(j, "page_size", (uint64_t) getpagesize());
+        json_double(j, "ratio", ratio(g->stored_pages, g->pool_bytes));
+        json_object_close(j);
+}
+
+static void stats_json_target(struct json *j, const struct zsw_target_stats *t) {
+        json_object_open(j, NULL);
+        json_i64(j, "pid", t->pid);
+        json_u64(j, "resident_bytes", t->resident_bytes);
+        json_u64(j, "stored_pages", t->stored_pages);
+        json_u64(j, "payload_bytes", t->payload_bytes);
+        json_u64(j, "pool_bytes", t->pool_bytes);
+        json_u64(j, "same_filled_pages", t->same_filled_pages);
+        json_u64(j, "evicted_pages", t->evicted_pages);
+        json_u64(j, "evict_aborted", t->evict_aborted);
+        json_u64(j, "faults", t->faults);
+        json_u64(j, "zero_faults", t->zero_faults);
+        json_u64(j, "prefetched_pages", t->prefetched_pages);
+        json_u64(j, "prefetch_hits", t->prefetch_hits);
+        json_u64(j, "fault_ns_p50", t->fault_ns_p50);
+        json_u64(j, "fault_ns_p95", t->fault_ns_p95);
+        json_u64(j, "fault_ns_p99", t->fault_ns_p99);
+        json_double(j, "ratio", ratio(t->stored_pages, t->pool_bytes));
+        json_object_close(j);
+}
+
+static void stats_text(FILE *f, const struct zsw_engine_stats *g, const struct zsw_target_stats *t,
+                       size_t n, bool detail) {
+        double page = getpagesize();
+
+        fprintf(f, "targets: %u   stored: %.1f MiB (%" PRIu64 " pages) in a %.1f MiB pool, "
+                   "ratio %.2f\n",
+                g->targets, g->stored_pages * page / MIB, g->stored_pages, g->pool_bytes / MIB,
+                ratio(g->stored_pages, g->pool_bytes));
+        fprintf(f, "evicted: %" PRIu64 " pages (%" PRIu64 " cancelled by writes)   faults: %" PRIu64
+                   " (p50 %.1f us, p95 %.1f us, p99 %.1f us)\n",
+                g->evicted_pages, g->evict_aborted, g->faults, g->fault_ns_p50 / 1e3,
+                g->fault_ns_p95 / 1e3, g->fault_ns_p99 / 1e3);
+        fprintf(f, "same-filled: %" PRIu64 " pages   incompressible: %" PRIu64 " pages\n",
+                g->same_filled_pages, g->incompressible_pages);
+        if (n == 0)
+                return;
+
+        fprintf(f, "\n%8s %12s %12s %12s %6s %10s %9s %9s %8s\n", "PID", "RESIDENT", "STORED",
+                "POOL", "RATIO", "FAULTS", "P50(us)", "P99(us)", "ABORTED");
+        for (size_t i = 0; i < n; i++)
+                fprintf(f, "%8d %8.1f MiB %8.1f MiB %8.1f MiB %6.2f %10" PRIu64
+                           " %9.1f %9.1f %8" PRIu64 "\n",
+                        t[i].pid, t[i].resident_bytes / MIB, t[i].stored_pages * page / MIB,
+                        t[i].pool_bytes / MIB, ratio(t[i].stored_pages, t[i].pool_bytes),
+                        t[i].faults, t[i].fault_ns_p50 / 1e3, t[i].fault_ns_p99 / 1e3,
+                        t[i].evict_aborted);
+        if (detail)
+                fprintf(f, "\npid %d: payload %.1f MiB, %" PRIu64 " same-filled pages, %" PRIu64
+                           " evicted in all, %" PRIu64 " zero-fill faults, %" PRIu64
+                           " prefetched (%" PRIu64 " used), fault p95 %.1f us\n",
+                        t->pid, t->payload_bytes / MIB, t->same_filled_pages, t->evicted_pages,
+                        t->zero_faults, t->prefetched_pages, t->prefetch_hits,
+                        t->fault_ns_p95 / 1e3);
+}
+
+/* Stats of one target, or of every attached one. Targets that exit while
+ * the list is walked are left out. */
+static int do_stats(struct control *c, const struct control_request *req, FILE *body) {
+        _cleanup_free_ struct zsw_target_stats *t = NULL;
+        _cleanup_free_ pid_t *pids = NULL;
+        struct zsw_engine_stats g;
+        size_t n = 0, want = 64, total;
+        int r;
+
+        r = zsw_engine_get_stats(c->engine, &g);
+        if (r < 0)
+                return r;
+
+        if (req->pid > 0) {
+                pids = malloc(sizeof(pid_t));
+                if (!pids)
+                        return -ENOMEM;
+                pids[0] = req->pid;
+                total = 1;
+        } else
+                for (;;) {
+                        free(pids);
+                        pids = malloc(want * sizeof(pid_t));
+                        if (!pids)
+                                return -ENOMEM;
+                        total = zsw_engine_list_targets(c->engine, pids, want);
+                        if (total <= want)
+                                break;
+                        want = total + 16;
+                }
+
+        t = calloc(total ?: 1, sizeof(*t));
+        if (!t)
+                return -ENOMEM;
+        for (size_t i = 0; i < total; i++) {
+                r = zsw_engine_get_target_stats(c->engine, pids[i], &t[n]);
+                if (r == -ENOENT && req->pid == 0)
+                        continue;
+                if (r < 0)
+                        return r;
+                n++;
+        }
+
+        if (req->json) {
+                struct json j;
+
+                json_init(&j, body);
+                json_object_open(&j, NULL);
+                stats_json_global(&j, &g);
+                json_array_open(&j, "targets");
+                for (size_t i = 0; i < n; i++)
+                        stats_json_target(&j, &t[i]);
+                json_array_close(&j);
+                json_object_close(&j);
+                fputc('\n', body);
+        } else
+                stats_text(body, &g, t, n, req->pid > 0);
+        return 0;
+}
+
+static int do_reclaim(struct control *c, const struct control_request *req, FILE *body,
+                      struct zsw_engine_error *err) {
+        struct zsw_reclaim_result res;
+        int r;
+
+        r = zsw_engine_reclaim(c->engine, req->pid, req->max_bytes, &res, err);
+        if (r < 0)
+                return r;
+        log_info("Reclaimed %" PRIu64 " pages from %d (%" PRIu64 " cancelled by writes, %" PRIu64
+                 " refused).",
+                 res.evicted_pages, req->pid, res.aborted_pages, res.refused_pages);
+
+        if (req->json) {
+                struct json j;
+
+                json_init(&j, body);
+                json_object_open(&j, NULL);
+                json_i64(&j, "pid", req->pid);
+                json_u64(&j, "scanned_pages", res.scanned_pages);
+                json_u64(&j, "evicted_pages", res.evicted_pages);
+                json_u64(&j, "aborted_pages", res.aborted_pages);
+                json_u64(&j, "refused_pages", res.refused_pages);
+                json_u64(&j, "duration_ns", res.duration_ns);
+                json_object_close(&j);
+                fputc('\n', body);
+        } else
+                fprintf(body, "pid %d: evicted %" PRIu64 " of %" PRIu64
+                              " present pages (%.1f MiB) in %.1f ms; %" PRIu64
+                              " cancelled by writes, %" PRIu64 " refused by the store\n",
+                        req->pid, res.evicted_pages, res.scanned_pages,
+                        res.evicted_pages * (double) getpagesize() / MIB, res.duration_ns / 1e6,
+                        res.aborted_pages, res.refused_pages);
+        return 0;
+}
+
+/* Runs a parsed request; on failure err holds the engine's explanation, if
+ * it gave one. */
+static int execute(struct control *c, const struct control_request *req, FILE *body,
+                   struct zsw_engine_error *err) {
+        int r;
+
+        switch (req->verb) {
+        case CONTROL_ATTACH:
+        case CONTROL_DETACH:
+                if (req->verb == CONTROL_ATTACH)
+                        r = zsw_engine_attach(c->engine, req->pid, err);
+                else
+                        r = zsw_engine_detach(c->engine, req->pid, err);
+                if (r < 0)
+                        return r;
+                log_info("%s %d.", req->verb == CONTROL_ATTACH ? "Attached to" : "Detached from",
+                         req->pid);
+                if (req->json)
+                        fprintf(body, "{\"pid\":%d}\n", req->pid);
+                else
+                        fprintf(body, "%s %d\n", req->verb == CONTROL_ATTACH ? "attached to" :
+                                                                               "detached from",
+                                req->pid);
+                return 0;
+        case CONTROL_RECLAIM:
+                return do_reclaim(c, req, body, err);
+        case CONTROL_STATS:
+                return do_stats(c, req, body);
+        }
+        return -EINVAL;
+}
+
+static void reply(int fd, const char *msg, size_t len) {
+        /* A client that went away or stopped reading loses its reply; the
+         * loop must not wait for it. */
+        if (send(fd, msg, len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+                log_debug_errno(errno, "Failed to send a reply, ignoring: %m");
+}
+
+static void reply_error(int fd, int error, const char *fmt, ...) _printf_(3, 4);
+static void reply_error(int fd, int error, const char *fmt, ...) {
+        char buf[512];
+        va_list ap;
+        int n;
+
+        n = snprintf(buf, sizeof(buf), "error %s\n", strerrorname_np(error) ?: "EIO");
+        va_start(ap, fmt);
+        n += vsnprintf(buf + n, sizeof(buf) - n, fmt, ap);
+        va_end(ap);
+        n = MIN(n, (int) sizeof(buf) - 2);
+        buf[n++] = '\n';
+        reply(fd, buf, n);
+}
+
+static void handle_request(struct control *c, int fd, const char *msg, size_t len) {
+        _cleanup_free_ char *body = NULL;
+        struct zsw_engine_error err = {};
+        struct control_request req;
+        const char *reason;
+        size_t body_len = 0;
+        char who[32] = "";
+        FILE *f;
+        int r;
+
+        r = control_parse_request(msg, len, &req, &reason);
+        if (r < 0) {
+                log_debug("Refused a malformed request: %s.", reason);
+                reply_error(fd, -r, "malformed request: %s", reason);
+                return;
+        }
+
+        f = open_memstream(&body, &body_len);
+        if (!f) {
+                reply_error(fd, ENOMEM, "out of memory");
+                return;
+        }
+        fputs("ok\n", f);
+        r = execute(c, &req, f, &err);
+        if (fclose(f) != 0 && r >= 0)
+                r = -ENOMEM;
+        if (r < 0) {
+                if (req.pid > 0)
+                        snprintf(who, sizeof(who), " %d", req.pid);
+                if (err.message[0])
+                        log_full(req.verb == CONTROL_STATS ? LOG_DEBUG : LOG_NOTICE,
+                                 "Cannot %s%s: %s", verb_name(req.verb), who, err.message);
+                else
+                        log_full_errno(req.verb == CONTROL_STATS ? LOG_DEBUG : LOG_NOTICE, r,
+                                       "Cannot %s%s: %m", verb_name(req.verb), who);
+                reply_error(fd, -r, "cannot %s%s: %s", verb_name(req.verb), who,
+                            err.message[0] ? err.message : errno_advice(-r));
+                return;
+        }
+        if (body_len > CONTROL_REPLY_MAX) {
+                reply_error(fd, EMSGSIZE, "reply of %zu bytes is too long; ask for one PID",
+                            body_len);
+                return;
+        }
+        reply(fd, body, body_len);
+}
+
+/* ---- connections ------------------------------------------------------- */
+
+static void client_close(struct control *c, struct client *cl) {
+        for (unsigned i = 0; i < c->n_clients; i++)
+                if (c->clients[i] == cl) {
+                        c->clients[i] = c->clients[--c->n_clients];
+                        break;
+                }
+        safe_close(cl->fd);
+        free(cl);
+}
+
+static void client_process(struct control *c, struct client *cl, uint32_t events) {
+        char buf[CONTROL_REQUEST_MAX + 1];
+        ssize_t n;
+
+        if (!(events & EPOLLIN)) {
+                client_close(c, cl);
+                return;
+        }
+
+        /* MSG_TRUNC makes recv() report the real length of a longer message,
+         * which is then refused whole rather than read in pieces. */
+        n = recv(cl->fd, buf, sizeof(buf), MSG_DONTWAIT | MSG_TRUNC);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                return;
+        if (n <= 0) {
+                if (n < 0)
+                        log_debug_errno(errno, "Failed to read a request, closing: %m");
+                client_close(c, cl);
+                return;
+        }
+        if (cl->cred.uid != 0) {
+                log_notice("Refused a request from uid %u (pid %d): only root may control zswapd.",
+                           cl->cred.uid, cl->cred.pid);
+                reply_error(cl->fd, EPERM, "permission denied: only root may control zswapd "
+                                           "(run zswapctl as root)");
+                client_close(c, cl);
+                return;
+        }
+        if ((size_t) n > CONTROL_REQUEST_MAX) {
+                reply_error(cl->fd, EMSGSIZE, "request of %zd bytes is longer than %d bytes", n,
+                            CONTROL_REQUEST_MAX);
+                return;
+        }
+        handle_request(c, cl->fd, buf, n);
+}
+
+static void accept_one(struct control *c, int fd) {
+        struct ucred cred;
+        socklen_t len = sizeof(cred);
+        struct client *cl;
+        int sndbuf = CONTROL_REPLY_MAX + 4096;
+
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+                log_warning_errno(errno, "Failed to get peer credentials, refusing: %m");
+                safe_close(fd);
+                return;
+        }
+        if (c->n_clients >= CLIENTS_MAX) {
+                log_warning("Refused a connection from pid %d: %d clients connected already.",
+                            cred.pid, CLIENTS_MAX);
+                reply_error(fd, EBUSY, "too many clients connected; try again");
+                safe_close(fd);
+                return;
+        }
+        /* A reply is one message, and a message must fit in the send buffer. */
+        if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf)) < 0)
+                log_debug_errno(errno, "Failed to enlarge a send buffer, ignoring: %m");
+
+        cl = malloc(sizeof(*cl));
+        if (!cl) {
+                log_oom();
+                safe_close(fd);
+                return;
+        }
+        cl->fd = fd;
+        cl->cred = cred;
+        if (epoll_ctl(c->epoll_fd, EPOLL_CTL_ADD, fd,
+                      &(struct epoll_event) { .events = EPOLLIN, .data.ptr = cl }) < 0) {
+                log_warning_errno(errno, "Failed to watch a connection, closing it: %m");
+                safe_close(fd);
+                free(cl);
+                return;
+        }
+        c->clients[c->n_clients++] = cl;
+}
+
+static void accept_all(struct control *c) {
+        for (;;) {
+                int fd = accept4(c->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+                if (fd < 0) {
+                        if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+                                log_warning_errno(errno, "Failed to accept a connection: %m");
+                        return;
+                }
+                accept_one(c, fd);
+        }
+}
+
+int control_process(struct control *c) {
+        struct epoll_event ev[16];
+        int n;
+
+        n = epoll_wait(c->epoll_fd, ev, ARRAY_SIZE(ev), 0);
+        if (n < 0)
+                return errno == EINTR ? 0 : -errno;
+        for (int i = 0; i < n; i++) {
+                if (ev[i].data.ptr)
+                        client_process(c, ev[i].data.ptr, ev[i].events);
+                else
+                        accept_all(c);
+        }
+        return 0;
+}
+
+int control_get_fd(const struct control *c) {
+        return c->epoll_fd;
+}
+
+/* ---- the listening socket ---------------------------------------------- */
+
+static int mkdir_parents(const char *path, mode_t mode) {
+        _cleanup_free_ char *p = strdup(path);
+
+        if (!p)
+                return -ENOMEM;
+        for (char *s = strchr(p + 1, '/'); s; s = strchr(s + 1, '/')) {
+                *s = 0;
+                if (mkdir(p, mode) < 0 && errno != EEXIST)
+                        return -errno;
+                *s = '/';
+        }
+        return 0;
+}
+
+/* Removes a socket nobody listens on any more (a daemon that died). */
+static int remove_stale(const char *path, const struct sockaddr_un *sa, socklen_t salen) {
+        _cleanup_close_ int fd = -EBADF;
+        struct stat st;
+
+        if (lstat(path, &st) < 0)
+                return errno == ENOENT ? 0 : -errno;
+        if (!S_ISSOCK(st.st_mode))
+                return -EEXIST;
+
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        if (connect(fd, (const struct sockaddr *) sa, salen) == 0)
+                return -EADDRINUSE;
+        if (errno != ECONNREFUSED)
+                return -errno;
+        if (unlink(path) < 0 && errno != ENOENT)
+                return -errno;
+        log_info("Removed the stale socket %s.", path);
+        return 0;
+}
+
+static int listen_socket(const char *path, int *ret_fd, struct stat *ret_st) {
+        _cleanup_close_ int fd = -EBADF;
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        socklen_t salen;
+        mode_t old;
+        int r;
+
+        if (strlen(path) >= sizeof(sa.sun_path))
+                return log_error_errno(ENAMETOOLONG,
+                                       "Socket path %s is too long (at most %zu bytes).", path,
+                                       sizeof(sa.sun_path) - 1);
+        strcpy(sa.sun_path, path);
+        salen = offsetof(struct sockaddr_un, sun_path) + strlen(path) + 1;
+
+        r = mkdir_parents(path, 0755);
+        if (r < 0)
+                return log_error_errno(r, "Failed to create the directory of %s: %m", path);
+        r = remove_stale(path, &sa, salen);
+        if (r == -EADDRINUSE)
+                return log_error_errno(r, "Another zswapd is listening on %s already; stop it "
+                                          "first or choose another socket with --socket.",
+                                       path);
+        if (r == -EEXIST)
+                return log_error_errno(r, "%s exists and is not a socket; refusing to replace it.",
+                                       path);
+        if (r < 0)
+                return log_error_errno(r, "Failed to check the existing socket %s: %m", path);
+
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return log_error_errno(errno, "Failed to create the control socket: %m");
+        /* Never reachable by anybody but root, not even for a moment. */
+        old = umask(0177);
+        r = bind(fd, (const struct sockaddr *) &sa, salen);
+        umask(old);
+        if (r < 0)
+                return log_error_errno(errno, "Failed to bind the control socket to %s: %m", path);
+        if (listen(fd, 16) < 0)
+                return log_error_errno(errno, "Failed to listen on %s: %m", path);
+        if (stat(path, ret_st) < 0)
+                return log_error_errno(errno, "Failed to stat %s: %m", path);
+        *ret_fd = TAKE_FD(fd);
+        return 0;
+}
+
+int control_new(const char *path, struct zsw_engine *engine, struct control **ret) {
+        _cleanup_(control_freep) struct control *c = NULL;
+        struct stat st;
+        int r;
+
+        c = calloc(1, sizeof(*c));
+        if (!c)
+                return log_oom();
+        c->listen_fd = c->epoll_fd = -EBADF;
+        c->engine = engine;
+
+        r = listen_socket(path, &c->listen_fd, &st);
+        if (r < 0)
+                return r;
+        c->path = strdup(path);
+        if (!c->path)
+                return log_oom();
+        c->sock_dev = st.st_dev;
+        c->sock_ino = st.st_ino;
+
+        c->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+        if (c->epoll_fd < 0)
+                return log_error_errno(errno, "Failed to create an epoll instance: %m");
+        if (epoll_ctl(c->epoll_fd, EPOLL_CTL_ADD, c->listen_fd,
+                      &(struct epoll_event) { .events = EPOLLIN, .data.ptr = NULL }) < 0)
+                return log_error_errno(errno, "Failed to watch the control socket: %m");
+
+        *ret = TAKE_PTR(c);
+        return 0;
+}
+
+struct control *control_free(struct control *c) {
+        struct stat st;
+
+        if (!c)
+                return NULL;
+        while (c->n_clients > 0)
+                client_close(c, c->clients[0]);
+        /* Another daemon may have replaced the path meanwhile: only remove
+         * the socket this one created. */
+        if (c->path && stat(c->path, &st) == 0 && st.st_dev == c->sock_dev &&
+            st.st_ino == c->sock_ino)
+                (void) unlink(c->path);
+        safe_close(c->listen_fd);
+        safe_close(c->epoll_fd);
+        free(c->path);
+        free(c);
+        return NULL;
+}

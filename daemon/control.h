@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The control socket server: how zswapctl (or any root client) tells the
+ * daemon to attach, reclaim, detach and report. The protocol is described
+ * at the top of control.c and in zswapctl(8).
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "engine.h"
+
+/* Longest request accepted; anything longer is refused whole. */
+#define CONTROL_REQUEST_MAX 256
+/* Longest reply sent (a stats listing of many targets). */
+#define CONTROL_REPLY_MAX (4u << 20)
+
+#define CONTROL_SOCKET_DEFAULT "/run/zswapd/zswapd.sock"
+
+enum control_verb {
+        CONTROL_ATTACH,
+        CONTROL_DETACH,
+        CONTROL_RECLAIM,
+        CONTROL_STATS,
+};
+
+struct control_request {
+        enum control_verb verb;
+        pid_t pid;              /* 0 for "stats" of everything */
+        uint64_t max_bytes;     /* reclaim: UINT64_MAX means all */
+        bool json;
+};
+
+/* Parses one request message of len bytes (no terminating NUL needed).
+ * On -EINVAL, *reason points to a static sentence saying what is wrong. */
+int control_parse_request(const char *text, size_t len, struct control_request *ret,
+                          const char **reason);
+
+struct control;
+
+/* Creates the socket directory (0755) and a listening socket (0600) at path,
+ * replacing a stale socket left by a dead daemon. -EADDRINUSE if a daemon is
+ * listening there, -EEXIST if path is something other than a socket. */
+int control_new(const char *path, struct zsw_engine *engine, struct control **ret);
+
+/* Closes every connection and removes the socket, if it is still ours. */
+struct control *control_free(struct control *c);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct control *, control_free);
+
+/* A descriptor that polls readable when a client connects or sends. */
+int control_get_fd(const struct control *c);
+
+/* Accepts connections and answers requests that are ready, without waiting
+ * for more. Failures of single clients are logged and contained. */
+int control_process(struct control *c);

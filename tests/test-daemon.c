@@ -1,0 +1,963 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Integration tests of the real zswapd and zswapctl binaries (their paths
+ * are the first two arguments): each case starts a daemon on a socket of
+ * its own and talks to it through zswapctl or raw requests. Targets are
+ * children of this test holding a buffer of known content that they verify
+ * on request, so every byte is checked after the engine has had it.
+ */
+#define TEST_NO_MAIN
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "test.h"
+#include "util.h"
+
+#define NOBODY 65534
+#define TARGET_SIZE (32u << 20)
+/* One page in 16 of a target is zeros, which may come back as the shared
+ * zero page that VmRSS does not count. */
+#define TARGET_NONZERO (TARGET_SIZE / 16 * 15)
+
+static const char *zswapd_path, *zswapctl_path;
+
+/* ---- processes ----------------------------------------------------------- */
+
+static pid_t test_pid;
+
+static void child_setup(void) {
+        /* Nothing outlives a test that aborts, even one that aborted
+         * before this child got here. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != test_pid)
+                _exit(97);
+}
+
+/* Reads everything written to a memfd. */
+static char *memfd_slurp(int fd) {
+        off_t len = lseek(fd, 0, SEEK_END);
+        char *s = malloc(len + 1);
+
+        ASSERT_TRUE(s);
+        ASSERT_EQ(pread(fd, s, len, 0), len);
+        s[len] = 0;
+        return s;
+}
+
+/* Runs argv as uid (0 or NOBODY), returns its exit status, with stdout and
+ * stderr in *out and *err when those are not NULL. */
+static int run_as(uid_t uid, char **out, char **err, const char *const argv[]) {
+        int ofd = memfd_create("out", MFD_CLOEXEC), efd = memfd_create("err", MFD_CLOEXEC);
+        int status;
+        pid_t pid;
+
+        ASSERT_GE(ofd, 0);
+        ASSERT_GE(efd, 0);
+        pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+                child_setup();
+                dup2(ofd, STDOUT_FILENO);
+                dup2(efd, STDERR_FILENO);
+                if (uid != 0 && (setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0))
+                        _exit(99);
+                execv(argv[0], (char *const *) argv);
+                _exit(98);
+        }
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT_TRUE(WIFEXITED(status));
+        if (out)
+                *out = memfd_slurp(ofd);
+        if (err)
+                *err = memfd_slurp(efd);
+        close(ofd);
+        close(efd);
+        return WEXITSTATUS(status);
+}
+
+#define CTL_ARGS(sock, ...) ((const char *const[]) { zswapctl_path, "-s", sock, __VA_ARGS__, NULL })
+#define ctl(out, err, sock, ...) run_as(0, out, err, CTL_ARGS(sock, __VA_ARGS__))
+
+/* ---- the daemon ------------------------------------------------------------ */
+
+struct daemon {
+        pid_t pid;
+        char dir[64];
+        char sock[100];
+        char log[128];
+};
+
+static bool can_connect(const char *path) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        bool ok;
+
+        ASSERT_GE(fd, 0);
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+        ok = connect(fd, (struct sockaddr *) &sa, sizeof(sa)) == 0;
+        close(fd);
+        return ok;
+}
+
+/* Starts zswapd on sock; returns its pid once it listens, or 0 if it
+ * exited (status in *ret_status). With must_fail, waits for it to exit
+ * instead: another daemon may be listening on sock. */
+static pid_t spawn_daemon(const char *sock, const char *log, bool must_fail, int *ret_status) {
+        pid_t pid = fork();
+
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+                int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+
+                child_setup();
+                dup2(fd, STDERR_FILENO);
+                if (getenv("ZSWAPD_TEST_CONFIG"))
+                        execl(zswapd_path, zswapd_path, "--socket", sock, "--config",
+                              getenv("ZSWAPD_TEST_CONFIG"), NULL);
+                else
+                        execl(zswapd_path, zswapd_path, "--socket", sock, NULL);
+                _exit(98);
+        }
+        if (must_fail) {
+                ASSERT_EQ(waitpid(pid, ret_status, 0), pid);
+                return 0;
+        }
+        /* Waits for the socket, for as long as the daemon lives. */
+        for (;;) {
+                if (waitpid(pid, ret_status, WNOHANG) == pid)
+                        return 0;
+                if (can_connect(sock))
+                        return pid;
+                usleep(10000);
+        }
+}
+
+static void daemon_start_at(struct daemon *d, const char *sub) {
+        int status;
+
+        snprintf(d->dir, sizeof(d->dir), "/tmp/zswapd-test.XXXXXX");
+        ASSERT_TRUE(mkdtemp(d->dir));
+        ASSERT_OK(chmod(d->dir, 0755));
+        snprintf(d->sock, sizeof(d->sock), "%s/%s", d->dir, sub);
+        snprintf(d->log, sizeof(d->log), "%s/log", d->dir);
+        d->pid = spawn_daemon(d->sock, d->log, false, &status);
+        if (d->pid == 0)
+                TEST_FAIL("zswapd exited with status %d at start-up; see %s", status, d->log);
+}
+
+static void daemon_start(struct daemon *d) {
+        daemon_start_at(d, "ctl.sock");
+}
+
+/* Sends sig and returns the daemon's exit status. */
+static int daemon_stop(struct daemon *d, int sig) {
+        int status;
+
+        ASSERT_OK(kill(d->pid, sig));
+        ASSERT_EQ(waitpid(d->pid, &status, 0), d->pid);
+        d->pid = 0;
+        if (!WIFEXITED(status))
+                TEST_FAIL("zswapd killed by signal %d; see %s", WTERMSIG(status), d->log);
+        return WEXITSTATUS(status);
+}
+
+static void daemon_cleanup(struct daemon *d) {
+        char cmd[256];
+
+        if (d->pid > 0)
+                ASSERT_EQ(daemon_stop(d, SIGTERM), 0);
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", d->dir);
+        ASSERT_EQ(system(cmd), 0);
+}
+
+/* One raw request, one reply; the reply as a string. */
+static char *raw_request(const char *sock, const char *msg, size_t len) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        char *buf = calloc(1, 1 << 20);
+        ssize_t n;
+
+        ASSERT_GE(fd, 0);
+        ASSERT_TRUE(buf);
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+        ASSERT_OK(connect(fd, (struct sockaddr *) &sa, sizeof(sa)));
+        ASSERT_EQ(send(fd, msg, len, MSG_NOSIGNAL), (ssize_t) len);
+        n = recv(fd, buf, (1 << 20) - 1, 0);
+        ASSERT_GT(n, 0);
+        close(fd);
+        return buf;
+}
+
+static char *request(const char *sock, const char *msg) {
+        return raw_request(sock, msg, strlen(msg));
+}
+
+/* ---- targets ----------------------------------------------------------------- */
+
+struct target {
+        pid_t pid;
+        int cmd;        /* 'v': verify, answered '1' or '0' on res */
+        int res;
+};
+
+/* Text-like, compressible content with a zero page now and then, all of it
+ * a function of the page number. */
+static void target_fill(uint8_t *buf, size_t size, bool check, bool *ok) {
+        size_t page = getpagesize();
+
+        for (size_t p = 0; p < size / page; p++) {
+                uint64_t x = p * 0x9e3779b97f4a7c15ull + 1;
+                uint8_t *pg = buf + p * page;
+
+                for (size_t i = 0; i < page; i++) {
+                        uint8_t v;
+
+                        if (p % 16 == 5)
+                                v = 0;
+                        else if (i % 64 < 40)
+                                v = "the quick brown fox jumps over a lazy dog"[i % 40];
+                        else {
+                                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                                v = 'a' + x % 26;
+                        }
+                        if (!check)
+                                pg[i] = v;
+                        else if (pg[i] != v)
+                                *ok = false;
+                }
+        }
+}
+
+static void target_start(struct target *t) {
+        int cmd[2], res[2];
+
+        ASSERT_OK(pipe2(cmd, O_CLOEXEC));
+        ASSERT_OK(pipe2(res, O_CLOEXEC));
+        t->pid = fork();
+        ASSERT_GE(t->pid, 0);
+        if (t->pid == 0) {
+                uint8_t *buf;
+                char c;
+
+                child_setup();
+                /* Only its own ends of its own pipes: EOF on cmd must mean
+                 * the test is done with this target. */
+                if (dup2(cmd[0], 100) < 0 || dup2(res[1], 101) < 0)
+                        _exit(1);
+                cmd[0] = 100;
+                res[1] = 101;
+                close_range(3, 99, 0);
+                close_range(102, ~0u, 0);
+                buf = mmap(NULL, TARGET_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                           -1, 0);
+                if (buf == MAP_FAILED)
+                        _exit(1);
+                target_fill(buf, TARGET_SIZE, false, NULL);
+                if (write(res[1], "r", 1) != 1)
+                        _exit(1);
+                /* Blocked in read(2) while the daemon attaches and reclaims. */
+                while (read(cmd[0], &c, 1) == 1 && c == 'v') {
+                        bool ok = true;
+
+                        target_fill(buf, TARGET_SIZE, true, &ok);
+                        if (write(res[1], ok ? "1" : "0", 1) != 1)
+                                _exit(1);
+                }
+                _exit(0);
+        }
+        close(cmd[0]);
+        close(res[1]);
+        t->cmd = cmd[1];
+        t->res = res[0];
+        ASSERT_EQ(read(t->res, (char[1]) {}, 1), 1); /* filled */
+}
+
+static bool target_verify(struct target *t) {
+        char c;
+
+        ASSERT_EQ(write(t->cmd, "v", 1), 1);
+        ASSERT_EQ(read(t->res, &c, 1), 1);
+        ASSERT_TRUE(c == '1' || c == '0');
+        return c == '1';
+}
+
+static void target_stop(struct target *t) {
+        int status;
+
+        close(t->cmd);
+        close(t->res);
+        ASSERT_EQ(waitpid(t->pid, &status, 0), t->pid);
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+static uint64_t rss_bytes(pid_t pid) {
+        char path[64], line[256];
+        uint64_t kb = 0;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/status", pid);
+        f = fopen(path, "re");
+        ASSERT_TRUE(f);
+        while (fgets(line, sizeof(line), f))
+                if (sscanf(line, "VmRSS: %" SCNu64, &kb) == 1)
+                        break;
+        fclose(f);
+        return kb * 1024;
+}
+
+/* ---- JSON: checked for structure, fields read by name ------------------------ */
+
+static const char *json_skip_ws(const char *p) {
+        while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')
+                p++;
+        return p;
+}
+
+/* Returns the end of the value starting at p, or NULL if it is not JSON. */
+static const char *json_value(const char *p, unsigned depth) {
+        p = json_skip_ws(p);
+        if (depth > 16)
+                return NULL;
+        if (*p == '{' || *p == '[') {
+                char close = *p == '{' ? '}' : ']';
+
+                p = json_skip_ws(p + 1);
+                if (*p == close)
+                        return p + 1;
+                for (;;) {
+                        if (close == '}') {
+                                p = json_value(p, depth + 1);
+                                if (!p || p[-1] != '"')
+                                        return NULL;
+                                p = json_skip_ws(p);
+                                if (*p++ != ':')
+                                        return NULL;
+                        }
+                        p = json_value(p, depth + 1);
+                        if (!p)
+                                return NULL;
+                        p = json_skip_ws(p);
+                        if (*p == close)
+                                return p + 1;
+                        if (*p++ != ',')
+                                return NULL;
+                }
+        }
+        if (*p == '"') {
+                for (p++; *p != '"'; p++) {
+                        if (!*p || (unsigned char) *p < 0x20)
+                                return NULL;
+                        if (*p == '\\' && !*++p)
+                                return NULL;
+                }
+                return p + 1;
+        }
+        if (!strncmp(p, "null", 4) || !strncmp(p, "true", 4))
+                return p + 4;
+        if (!strncmp(p, "false", 5))
+                return p + 5;
+        if (*p == '-' || (*p >= '0' && *p <= '9')) {
+                char *end;
+
+                strtod(p, &end);
+                return end;
+        }
+        return NULL;
+}
+
+static void assert_json(const char *s) {
+        const char *end = json_value(s, 0);
+
+        if (!end || *json_skip_ws(end))
+                TEST_FAIL("not one JSON value: %s", s);
+}
+
+/* The number after "key": in s, which must be there. */
+static uint64_t json_u64(const char *s, const char *key) {
+        char pat[64];
+        const char *p;
+
+        snprintf(pat, sizeof(pat), "\"%s\":", key);
+        p = strstr(s, pat);
+        if (!p)
+                TEST_FAIL("no field %s in %s", key, s);
+        return strtoull(p + strlen(pat), NULL, 10);
+}
+
+static const char *const target_fields[] = {
+        "pid", "resident_bytes", "stored_pages", "payload_bytes", "pool_bytes",
+        "same_filled_pages", "evicted_pages", "evict_aborted", "faults", "zero_faults",
+        "prefetched_pages", "prefetch_hits", "fault_ns_p50", "fault_ns_p95", "fault_ns_p99",
+};
+static const char *const global_fields[] = {
+        "targets", "stored_pages", "payload_bytes", "pool_bytes", "same_filled_pages",
+        "incompressible_pages", "faults", "evicted_pages", "evict_aborted", "fault_ns_p50",
+        "fault_ns_p95", "fault_ns_p99",
+};
+
+/* Checks `stats --json` and returns the part about pid (NULL: absent). */
+static const char *stats_target(const char *json, pid_t pid) {
+        const char *targets, *t;
+        char pat[32];
+
+        assert_json(json);
+        ASSERT_TRUE(strncmp(json, "{\"global\":{", 11) == 0);
+        targets = strstr(json, "\"targets\":[");
+        ASSERT_TRUE(targets);
+        for (size_t i = 0; i < ARRAY_SIZE(global_fields); i++)
+                (void) json_u64(json, global_fields[i]);
+        snprintf(pat, sizeof(pat), "{\"pid\":%d,", pid);
+        t = strstr(targets, pat);
+        if (t)
+                for (size_t i = 0; i < ARRAY_SIZE(target_fields); i++)
+                        (void) json_u64(t, target_fields[i]);
+        return t;
+}
+
+/* ---- tests that need no engine behaviour --------------------------------------- */
+
+TEST(zswapd_arguments) {
+        _cleanup_free_ char *out = NULL, *err = NULL;
+
+        ASSERT_EQ(run_as(0, &out, &err, (const char *const[]) { zswapd_path, "--help", NULL }), 0);
+        ASSERT_TRUE(strstr(out, "--socket"));
+        free(out), free(err);
+        ASSERT_EQ(run_as(0, &out, &err, (const char *const[]) { zswapd_path, "--version", NULL }),
+                  0);
+        ASSERT_TRUE(strstr(out, "zswapd "));
+        free(out), free(err);
+        ASSERT_NE(run_as(0, &out, &err, (const char *const[]) { zswapd_path, "--bogus", NULL }), 0);
+        ASSERT_TRUE(strstr(err, "bogus"));
+        free(out), free(err);
+        ASSERT_NE(run_as(0, &out, &err, (const char *const[]) { zswapd_path, "extra", NULL }), 0);
+        ASSERT_TRUE(strstr(err, "error: ") && strstr(err, "takes no arguments"));
+        free(out), free(err);
+        ASSERT_NE(run_as(0, &out, &err,
+                         (const char *const[]) { zswapd_path, "-s", "rel.sock", NULL }),
+                  0);
+        ASSERT_TRUE(strstr(err, "absolute path"));
+        free(out), free(err);
+        ASSERT_NE(run_as(0, &out, &err, (const char *const[]) { zswapd_path, "-s", "/tmp/x.sock",
+                                                                "-c", "/nonexistent.conf", NULL }),
+                  0);
+        ASSERT_TRUE(strstr(err, "/nonexistent.conf"));
+}
+
+TEST(zswapctl_arguments) {
+        /* Each is refused before any connection: the socket does not exist. */
+        static const char *const cases[][5] = {
+                { "bogus" }, { "attach" }, { "attach", "abc" }, { "attach", "0" },
+                { "attach", "-5" }, { "attach", "1", "2" }, { "detach" },
+                { "reclaim", "1", "--bytes", "12X" }, { "reclaim", "1", "--bytes", "0" },
+                { "reclaim", "1", "--all", "--bytes", "1M" }, { "stats", "1", "2" },
+                { "attach", "1", "--all" }, { "stats", "--bytes", "1K" }, { "--bogus" },
+                { "reclaim", "1", "--bytes" }, { "-x", "stats" },
+        };
+        const char *none = "/nonexistent/zswapd.sock";
+
+        for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+                _cleanup_free_ char *out = NULL, *err = NULL;
+                const char *argv[9] = { zswapctl_path, "-s", none };
+
+                memcpy(argv + 3, cases[i], sizeof(cases[i]));
+                ASSERT_NE(run_as(0, &out, &err, argv), 0);
+                ASSERT_STREQ(out, "");
+                if (strncmp(err, "zswapctl: ", 10) != 0)
+                        TEST_FAIL("case %zu: unexpected error output: %s", i, err);
+                ASSERT_FALSE(strstr(err, "cannot connect"));
+                ASSERT_TRUE(strchr(err, '\n') == err + strlen(err) - 1); /* one line */
+        }
+}
+
+TEST(zswapctl_without_daemon) {
+        _cleanup_free_ char *out = NULL, *err = NULL;
+
+        ASSERT_NE(ctl(&out, &err, "/nonexistent/zswapd.sock", "stats"), 0);
+        ASSERT_TRUE(strstr(err, "cannot connect to /nonexistent/zswapd.sock"));
+        ASSERT_TRUE(strstr(err, "is zswapd running?"));
+        ASSERT_TRUE(strstr(err, "systemctl start zswapd"));
+        free(out), free(err);
+
+        ASSERT_OK(setenv("ZSWAPD_SOCKET", "/nonexistent/from-env.sock", 1));
+        ASSERT_NE(run_as(0, &out, &err, (const char *const[]) { zswapctl_path, "stats", NULL }), 0);
+        unsetenv("ZSWAPD_SOCKET");
+        ASSERT_TRUE(strstr(err, "cannot connect to /nonexistent/from-env.sock"));
+}
+
+TEST(socket_setup_and_second_daemon) {
+        _cleanup_free_ char *reply = NULL;
+        struct daemon d;
+        struct stat st;
+        char log2[160], dir[160];
+        int status;
+
+        /* The socket's directory is created 0755, the socket 0600. */
+        daemon_start_at(&d, "run/zswapd/ctl.sock");
+        ASSERT_OK(stat(d.sock, &st));
+        ASSERT_TRUE(S_ISSOCK(st.st_mode));
+        ASSERT_EQ(st.st_mode & 07777, 0600);
+        snprintf(dir, sizeof(dir), "%s/run/zswapd", d.dir);
+        ASSERT_OK(stat(dir, &st));
+        ASSERT_EQ(st.st_mode & 07777, 0755);
+
+        /* A second daemon on the same socket refuses to start... */
+        snprintf(log2, sizeof(log2), "%s/log2", d.dir);
+        ASSERT_EQ(spawn_daemon(d.sock, log2, true, &status), 0);
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+        /* ...and leaves the first one serving. */
+        reply = request(d.sock, "stats json");
+        ASSERT_TRUE(strncmp(reply, "ok\n{", 4) == 0);
+
+        ASSERT_EQ(daemon_stop(&d, SIGTERM), 0);
+        ASSERT_ERRNO(stat(d.sock, &st) < 0 ? -errno : 0, ENOENT);
+        daemon_cleanup(&d);
+}
+
+TEST(stale_socket_replaced_other_file_kept) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        char path[100], dir[64] = "/tmp/zswapd-test.XXXXXX", log[128];
+        struct stat st;
+        int fd, status;
+        pid_t pid;
+
+        /* A socket left by a dead daemon: bound, nobody listening. */
+        ASSERT_TRUE(mkdtemp(dir));
+        snprintf(path, sizeof(path), "%s/ctl.sock", dir);
+        snprintf(log, sizeof(log), "%s/log", dir);
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        ASSERT_OK(bind(fd, (struct sockaddr *) &sa, sizeof(sa)));
+        close(fd);
+        pid = spawn_daemon(path, log, false, &status);
+        ASSERT_GT(pid, 0);
+        ASSERT_OK(kill(pid, SIGTERM));
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+        /* Anything else at the path is not the daemon's to remove. */
+        fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        ASSERT_GE(fd, 0);
+        close(fd);
+        ASSERT_EQ(spawn_daemon(path, log, true, &status), 0);
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+        ASSERT_OK(stat(path, &st));
+        ASSERT_TRUE(S_ISREG(st.st_mode));
+        unlink(path);
+        unlink(log);
+        ASSERT_OK(rmdir(dir));
+}
+
+TEST(malformed_requests_change_nothing) {
+        static const char *const bad[] = {
+                "\n", "frobnicate", "attach", "attach abc", "attach 0", "attach -1",
+                "attach 01", "attach 1 2", "attach 99999999999", "detach", "reclaim 1",
+                "reclaim 1 some", "reclaim 1 bytes", "reclaim 1 bytes 0", "reclaim 1 bytes -4",
+                "reclaim 1 bytes 1K", "reclaim 1 all 5", "stats 1 2", "stats x", "json",
+                "attach\t1", "a b c d e f g h", "stats 1 json json",
+        };
+        char big[1000];
+        struct daemon d;
+        int fd;
+
+        daemon_start(&d);
+        for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+                _cleanup_free_ char *reply = request(d.sock, bad[i]);
+
+                if (strncmp(reply, "error EINVAL\nmalformed request: ", 32) != 0)
+                        TEST_FAIL("request '%s' got: %s", bad[i], reply);
+        }
+        /* A NUL inside a request. */
+        {
+                _cleanup_free_ char *reply = raw_request(d.sock, "stats\0 1", 8);
+                ASSERT_TRUE(strncmp(reply, "error EINVAL\n", 13) == 0);
+        }
+        memset(big, 'a', sizeof(big));
+        {
+                _cleanup_free_ char *reply = raw_request(d.sock, big, sizeof(big));
+                ASSERT_TRUE(strncmp(reply, "error EMSGSIZE\n", 15) == 0);
+        }
+
+        /* Clients that vanish before or after asking are harmless. */
+        for (int i = 0; i < 3; i++) {
+                struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+                fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+                snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d.sock);
+                ASSERT_OK(connect(fd, (struct sockaddr *) &sa, sizeof(sa)));
+                if (i > 0)
+                        ASSERT_GT(send(fd, i == 1 ? "stats" : "attach 1", i == 1 ? 5 : 8, 0), 0);
+                close(fd);
+        }
+
+        {
+                _cleanup_free_ char *reply = request(d.sock, "stats json");
+
+                ASSERT_TRUE(strncmp(reply, "ok\n", 3) == 0);
+                (void) stats_target(reply + 3, 1);
+                ASSERT_EQ(json_u64(reply, "targets"), 0);
+                ASSERT_TRUE(strstr(reply, "\"targets\":[]"));
+        }
+        daemon_cleanup(&d);
+}
+
+TEST(non_root_clients_refused) {
+        _cleanup_free_ char *out = NULL, *err = NULL;
+        const char *argv[6] = { NULL, "-s", NULL, "stats" };
+        char ctl_copy[160];
+        struct daemon d;
+        int status;
+        pid_t pid;
+
+        daemon_start(&d);
+        /* A copy nobody can run wherever the build tree is. */
+        snprintf(ctl_copy, sizeof(ctl_copy), "cp %s %s/zswapctl", zswapctl_path, d.dir);
+        ASSERT_EQ(system(ctl_copy), 0);
+        snprintf(ctl_copy, sizeof(ctl_copy), "%s/zswapctl", d.dir);
+        argv[0] = ctl_copy;
+        argv[2] = d.sock;
+
+        /* The socket is 0600: the file system refuses first. */
+        ASSERT_NE(run_as(NOBODY, &out, &err, argv), 0);
+        if (!strstr(err, "Permission denied") || !strstr(err, "run zswapctl as root"))
+                TEST_FAIL("unexpected: %s", err);
+        free(out), free(err);
+
+        /* With the socket opened up, the daemon's own peer check refuses. */
+        ASSERT_OK(chmod(d.sock, 0666));
+        argv[3] = "attach";
+        argv[4] = "1";
+        ASSERT_NE(run_as(NOBODY, &out, &err, argv), 0);
+        if (!strstr(err, "only root may control zswapd"))
+                TEST_FAIL("unexpected: %s", err);
+
+        /* The raw reply names the errno. */
+        pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+                _cleanup_free_ char *reply = NULL;
+
+                child_setup();
+                if (setresgid(NOBODY, NOBODY, NOBODY) < 0 || setresuid(NOBODY, NOBODY, NOBODY) < 0)
+                        _exit(2);
+                reply = request(d.sock, "stats");
+                _exit(strncmp(reply, "error EPERM\n", 12) == 0 ? 0 : 1);
+        }
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        daemon_cleanup(&d);
+}
+
+TEST(signals) {
+        _cleanup_free_ char *reply = NULL;
+        struct daemon d;
+
+        daemon_start(&d);
+        /* SIGHUP reloads and keeps serving. */
+        ASSERT_OK(kill(d.pid, SIGHUP));
+        reply = request(d.sock, "stats");
+        ASSERT_TRUE(strncmp(reply, "ok\n", 3) == 0);
+        ASSERT_EQ(daemon_stop(&d, SIGINT), 0);
+        daemon_cleanup(&d);
+
+        daemon_start(&d);
+        ASSERT_EQ(daemon_stop(&d, SIGTERM), 0);
+        ASSERT_FALSE(can_connect(d.sock));
+        daemon_cleanup(&d);
+}
+
+/* Waits for a notification datagram that contains what. */
+static void expect_notify(int fd, const char *what) {
+        char buf[4096];
+
+        for (;;) {
+                struct pollfd p = { .fd = fd, .events = POLLIN };
+                ssize_t n;
+
+                /* A generous bound, so that a daemon that never sends fails
+                 * the test instead of hanging it. */
+                if (poll(&p, 1, 60000) != 1)
+                        TEST_FAIL("no %s from zswapd", what);
+                n = recv(fd, buf, sizeof(buf) - 1, 0);
+                ASSERT_GT(n, 0);
+                buf[n] = 0;
+                if (strstr(buf, what))
+                        return;
+        }
+}
+
+TEST(systemd_notify_watchdog_and_journal_prefixes) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        char notify[100], stream[64], conf[128], path[128];
+        _cleanup_free_ char *log = NULL;
+        struct daemon d;
+        struct stat st;
+        int fd, lfd;
+
+        snprintf(d.dir, sizeof(d.dir), "/tmp/zswapd-test.XXXXXX");
+        ASSERT_TRUE(mkdtemp(d.dir));
+        snprintf(d.sock, sizeof(d.sock), "%s/ctl.sock", d.dir);
+        snprintf(d.log, sizeof(d.log), "%s/log", d.dir);
+        snprintf(notify, sizeof(notify), "%s/notify", d.dir);
+        snprintf(conf, sizeof(conf), "%s/zswapd.conf", d.dir);
+
+        /* What systemd would set up: a notification socket, a watchdog, and
+         * stderr connected to the journal (here: a file it names). */
+        fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        ASSERT_GE(fd, 0);
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", notify);
+        ASSERT_OK(bind(fd, (struct sockaddr *) &sa, sizeof(sa)));
+        lfd = open(d.log, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        ASSERT_GE(lfd, 0);
+        ASSERT_OK(fstat(lfd, &st));
+        close(lfd);
+        snprintf(stream, sizeof(stream), "%llu:%llu", (unsigned long long) st.st_dev,
+                 (unsigned long long) st.st_ino);
+        lfd = open(conf, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        close(lfd);
+        ASSERT_OK(setenv("NOTIFY_SOCKET", notify, 1));
+        ASSERT_OK(setenv("WATCHDOG_USEC", "200000", 1));
+        ASSERT_OK(setenv("JOURNAL_STREAM", stream, 1));
+        ASSERT_OK(setenv("ZSWAPD_TEST_CONFIG", conf, 1));
+        d.pid = spawn_daemon(d.sock, d.log, false, (int[1]) {});
+        unsetenv("NOTIFY_SOCKET");
+        unsetenv("WATCHDOG_USEC");
+        unsetenv("JOURNAL_STREAM");
+        unsetenv("ZSWAPD_TEST_CONFIG");
+        ASSERT_GT(d.pid, 0);
+
+        expect_notify(fd, "READY=1");
+        expect_notify(fd, "STATUS=Serving 0 targets");
+        expect_notify(fd, "WATCHDOG=1");
+        ASSERT_OK(kill(d.pid, SIGHUP));
+        expect_notify(fd, "RELOADING=1");
+        expect_notify(fd, "READY=1");
+        ASSERT_EQ(daemon_stop(&d, SIGTERM), 0);
+        expect_notify(fd, "STOPPING=1");
+        close(fd);
+
+        lfd = open(d.log, O_RDONLY | O_CLOEXEC);
+        ASSERT_GE(lfd, 0);
+        log = memfd_slurp(lfd);
+        close(lfd);
+        if (!strstr(log, "<6>zswapd ") || strstr(log, "\nerror: "))
+                TEST_FAIL("expected priority prefixes in: %s", log);
+        snprintf(path, sizeof(path), "<5>Received SIGHUP");
+        ASSERT_TRUE(strstr(log, path));
+        daemon_cleanup(&d);
+}
+
+/* ---- with the engine at work ------------------------------------------------------- */
+
+static char *ctl_ok(const char *sock, const char *const argv[]) {
+        char *out = NULL, *err = NULL;
+
+        if (run_as(0, &out, &err, argv) != 0)
+                TEST_FAIL("zswapctl %s %s failed: %s", argv[3], argv[4] ?: "", err);
+        ASSERT_STREQ(err, "");
+        free(err);
+        return out;
+}
+
+TEST(attach_reclaim_stats_detach) {
+        _cleanup_free_ char *out = NULL;
+        char pid_s[16];
+        struct daemon d;
+        struct target t;
+        const char *ts;
+        uint64_t rss_full, rss;
+
+        daemon_start(&d);
+        target_start(&t);
+        snprintf(pid_s, sizeof(pid_s), "%d", t.pid);
+        rss_full = rss_bytes(t.pid);
+        ASSERT_GE(rss_full, TARGET_SIZE);
+
+        free(ctl_ok(d.sock, CTL_ARGS(d.sock, "attach", pid_s)));
+        ASSERT_TRUE(target_verify(&t));
+
+        /* A bounded reclaim takes at most what was asked. */
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "reclaim", pid_s, "--bytes", "4M", "--json"));
+        assert_json(out);
+        ASSERT_GT(json_u64(out, "evicted_pages"), 0);
+        ASSERT_LE(json_u64(out, "evicted_pages") * getpagesize(), 4u << 20);
+        free(out);
+
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "reclaim", pid_s, "--all", "--json"));
+        assert_json(out);
+        ASSERT_GE(json_u64(out, "evicted_pages") * getpagesize(), TARGET_SIZE / 2);
+        free(out);
+        rss = rss_bytes(t.pid);
+        ASSERT_LT(rss, rss_full - TARGET_SIZE / 2);
+
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "stats", "--json"));
+        ts = stats_target(out, t.pid);
+        ASSERT_TRUE(ts);
+        ASSERT_EQ(json_u64(out, "targets"), 1);
+        ASSERT_GE(json_u64(ts, "stored_pages") * getpagesize(), TARGET_SIZE / 2);
+        ASSERT_GT(json_u64(ts, "pool_bytes"), 0);
+        ASSERT_LT(json_u64(ts, "pool_bytes"), json_u64(ts, "stored_pages") * getpagesize());
+        free(out);
+
+        /* Every byte comes back through faults... */
+        ASSERT_TRUE(target_verify(&t));
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "stats", pid_s, "--json"));
+        ASSERT_GT(json_u64(stats_target(out, t.pid), "faults"), 0);
+        free(out);
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "stats", pid_s));
+        ASSERT_TRUE(strstr(out, "RATIO") && strstr(out, "MiB"));
+        free(out);
+
+        /* ...and through detach, after another reclaim. */
+        free(ctl_ok(d.sock, CTL_ARGS(d.sock, "reclaim", pid_s)));
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "detach", pid_s));
+        ASSERT_TRUE(strstr(out, "detached"));
+        ASSERT_GE(rss_bytes(t.pid), TARGET_NONZERO);
+        ASSERT_TRUE(target_verify(&t));
+        free(out);
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "stats", "--json"));
+        ASSERT_FALSE(stats_target(out, t.pid));
+
+        target_stop(&t);
+        daemon_cleanup(&d);
+}
+
+static void expect_error(const char *sock, const char *req, const char *name) {
+        _cleanup_free_ char *reply = request(sock, req);
+        char want[64];
+
+        snprintf(want, sizeof(want), "error %s\n", name);
+        if (strncmp(reply, want, strlen(want)) != 0 || strlen(reply) <= strlen(want) + 1)
+                TEST_FAIL("'%s': expected %s with a message, got: %s", req, name, reply);
+}
+
+TEST(attach_refusals) {
+        _cleanup_free_ char *out = NULL, *err = NULL;
+        char req[64], pid_s[16];
+        struct daemon d;
+        struct target t, traced;
+        pid_t gone, zombie;
+        int status;
+
+        daemon_start(&d);
+        target_start(&t);
+
+        /* No such process: a child that has been reaped. */
+        gone = fork();
+        ASSERT_GE(gone, 0);
+        if (gone == 0)
+                _exit(0);
+        ASSERT_EQ(waitpid(gone, &status, 0), gone);
+        snprintf(pid_s, sizeof(pid_s), "%d", gone);
+        ASSERT_NE(ctl(&out, &err, d.sock, "attach", pid_s), 0);
+        ASSERT_TRUE(strstr(err, "no such process") || strstr(err, "No such process"));
+        free(out), free(err);
+        snprintf(req, sizeof(req), "attach %d", gone);
+        expect_error(d.sock, req, "ESRCH");
+
+        /* A kernel thread. */
+        ASSERT_NE(ctl(&out, &err, d.sock, "attach", "2"), 0);
+        ASSERT_TRUE(strncmp(err, "zswapctl: cannot attach to 2: ", 30) == 0);
+        expect_error(d.sock, "attach 2", "EPERM");
+        free(out);
+
+        /* The daemon itself. */
+        snprintf(req, sizeof(req), "attach %d", d.pid);
+        expect_error(d.sock, req, "EINVAL");
+
+        /* A zombie. */
+        zombie = fork();
+        ASSERT_GE(zombie, 0);
+        if (zombie == 0)
+                _exit(0);
+        ASSERT_OK(waitid(P_PID, zombie, &(siginfo_t) {}, WEXITED | WNOWAIT));
+        snprintf(req, sizeof(req), "attach %d", zombie);
+        expect_error(d.sock, req, "EINVAL");
+        ASSERT_EQ(waitpid(zombie, &status, 0), zombie);
+
+        /* Traced by somebody else: this test. */
+        target_start(&traced);
+        ASSERT_OK(ptrace(PTRACE_SEIZE, traced.pid, 0, 0));
+        snprintf(req, sizeof(req), "attach %d", traced.pid);
+        expect_error(d.sock, req, "EBUSY");
+        ASSERT_OK(kill(traced.pid, SIGKILL));
+        ASSERT_EQ(waitpid(traced.pid, &status, 0), traced.pid);
+
+        /* Twice; and requests for a target that is not attached. */
+        snprintf(req, sizeof(req), "detach %d", t.pid);
+        expect_error(d.sock, req, "ENOENT");
+        snprintf(req, sizeof(req), "reclaim %d all", t.pid);
+        expect_error(d.sock, req, "ENOENT");
+        snprintf(req, sizeof(req), "stats %d json", t.pid);
+        expect_error(d.sock, req, "ENOENT");
+        snprintf(req, sizeof(req), "attach %d", t.pid);
+        out = request(d.sock, req);
+        ASSERT_TRUE(strncmp(out, "ok\n", 3) == 0);
+        expect_error(d.sock, req, "EALREADY");
+        ASSERT_TRUE(target_verify(&t));
+
+        target_stop(&t);
+        daemon_cleanup(&d);
+}
+
+TEST(sigterm_puts_every_page_back) {
+        _cleanup_free_ char *out = NULL;
+        char pid_s[16];
+        struct daemon d;
+        struct target t;
+
+        daemon_start(&d);
+        target_start(&t);
+        snprintf(pid_s, sizeof(pid_s), "%d", t.pid);
+
+        free(ctl_ok(d.sock, CTL_ARGS(d.sock, "attach", pid_s)));
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "reclaim", pid_s, "--json"));
+        ASSERT_GE(json_u64(out, "evicted_pages") * getpagesize(), TARGET_SIZE / 2);
+        ASSERT_LT(rss_bytes(t.pid), TARGET_SIZE / 2);
+
+        ASSERT_EQ(daemon_stop(&d, SIGTERM), 0);
+        /* Resident again before the target touches anything. */
+        ASSERT_GE(rss_bytes(t.pid), TARGET_NONZERO);
+        ASSERT_TRUE(target_verify(&t));
+
+        target_stop(&t);
+        daemon_cleanup(&d);
+}
+
+int main(int argc, char **argv) {
+        unsigned ran = 0;
+
+        if (argc < 3) {
+                fprintf(stderr, "usage: %s ZSWAPD ZSWAPCTL [TEST...]\n", argv[0]);
+                return EXIT_FAILURE;
+        }
+        test_pid = getpid();
+        zswapd_path = argv[1];
+        zswapctl_path = argv[2];
+        if (geteuid() != 0)
+                TEST_SKIP("needs root: the daemon ptraces its targets");
+
+        for (unsigned i = 0; i < test_count; i++) {
+                bool wanted = argc < 4;
+
+                for (int a = 3; a < argc; a++)
+                        if (strcmp(argv[a], test_cases[i].name) == 0)
+                                wanted = true;
+                if (!wanted)
+                        continue;
+                fprintf(stderr, "=== %s\n", test_cases[i].name);
+                test_cases[i].fn();
+                ran++;
+        }
+        fprintf(stderr, "%u passed, 0 failed\n", ran);
+        return ran > 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
