@@ -152,6 +152,46 @@ TEST(pool_bytes_are_the_resident_memory) {
         assert_empty(pool);
 }
 
+/* A slab that empties stays cached (below the bound) and is reused as is:
+ * no new mapping, and objects carved from it anew are intact. */
+TEST(emptied_slabs_are_reused) {
+        _cleanup_pool_ struct zsw_pool *pool = NULL;
+        enum { N = 256 };
+        uint32_t sizes[N];
+        zsw_handle_t h[N];
+        struct zsw_pool_stats full, freed, again;
+
+        ASSERT_OK(zsw_pool_new(&pool));
+        for (unsigned i = 0; i < N; i++)
+                sizes[i] = 1500 + (i % 3) * 300;
+        ASSERT_OK(zsw_pool_alloc_bulk(pool, sizes, N, h));
+        for (unsigned i = 0; i < N; i++)
+                fill(zsw_pool_map(pool, h[i]), sizes[i], i);
+        zsw_pool_get_stats(pool, &full);
+        zsw_pool_free_bulk(pool, h, N);
+        zsw_pool_get_stats(pool, &freed);
+        ASSERT_EQ_U(freed.cached_bytes, full.pool_bytes);
+        ASSERT_EQ_U(freed.slabs, full.slabs);
+
+        ASSERT_OK(zsw_pool_alloc_bulk(pool, sizes, N, h));
+        for (unsigned i = 0; i < N; i++)
+                fill(zsw_pool_map(pool, h[N - 1 - i]), sizes[N - 1 - i], i);
+        for (unsigned i = 0; i < N; i++)
+                ASSERT_TRUE(verify(zsw_pool_map(pool, h[N - 1 - i]), sizes[N - 1 - i], i));
+        zsw_pool_get_stats(pool, &again);
+        ASSERT_EQ_U(again.cached_bytes, 0);
+        ASSERT_EQ_U(again.slabs, full.slabs);
+        ASSERT_EQ_U(again.mapped_bytes, full.mapped_bytes);
+        /* A slab may come back to another class of its length, whose
+         * objects reach further into it. */
+        ASSERT_GE(again.pool_bytes, full.pool_bytes);
+        ASSERT_LE(again.pool_bytes, again.mapped_bytes);
+        zsw_pool_free_bulk(pool, h, N);
+        ASSERT_EQ_U(zsw_pool_shrink(pool), again.pool_bytes);
+        zsw_pool_get_stats(pool, &again);
+        ASSERT_EQ_U(again.slabs, 0);
+}
+
 TEST(invalid_size_allocates_nothing) {
         _cleanup_pool_ struct zsw_pool *pool = NULL;
         uint32_t sizes[40];
