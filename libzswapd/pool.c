@@ -6,33 +6,33 @@
  * of the resulting classes owns slabs, mmap'ed runs of 1..16 pages cut into
  * equal objects, the page count chosen per class so that the slab tail left
  * over is the smallest fraction of the slab. Slab descriptors live outside
- * the slab, so a slab is pure payload and goes back to the system with one
- * munmap when its last object is freed.
+ * the slab, so a slab is pure payload and goes back to the system whole.
  *
  * A handle is (slab id + 1) << 16 | object index. Slab ids index a two-level
  * table whose chunks never move once published, so map and free find the
  * slab in O(1) without a lock. The free list of a slab is threaded through
  * its free objects (their first two bytes); objects never handed out yet are
- * taken from a bump index, so a new slab is backed only as it fills.
+ * taken from a bump index, so a new slab is touched only as it fills.
  *
- * Costs of the memory calls shape the rest. Measured on the development
- * VMs: the first access to a fresh page costs 22-33 us (the hypervisor
- * fills its shadow page table even when MADV_POPULATE_WRITE or
- * MAP_POPULATE backed the page in the guest beforehand, at ~5 us a page
- * more), an munmap of one small range 130-200 us (the TLB shootdown),
- * while one munmap over many adjacent slabs costs barely more. Hence:
- * - pages are reached lazily through the bump index and not populated
- *   ahead; pool_bytes counts the pages objects have reached (the memory
- *   really taken), so a class's last, partly filled slab costs what it
- *   holds, not its mapped length;
- * - reusing memory already touched is what is cheap, so a slab that empties is not unmapped on the spot (the free path is the
- *   fault path's exclusive load): it goes to a cache of empty slabs, which
- *   any class with the same slab length reuses as is, and once the cache
- *   holds more than EMPTY_CACHE_MIN or 1/8 of the pool it is released at
- *   once, sorted by address so that adjacent slabs go in one munmap;
- *   zsw_pool_shrink() releases it on demand.
+ * The costs of the memory calls shape the rest. Measured on the development
+ * VMs: the first access to a fresh page costs 22-33 us (the hypervisor fills
+ * its shadow page table even when MADV_POPULATE_WRITE or MAP_POPULATE backed
+ * the page beforehand, which only adds ~5 us a page), an munmap of one small
+ * range 130-200 us (the TLB shootdown), while one munmap over many adjacent
+ * slabs costs barely more than over one. Hence:
+ * - pages are reached lazily through the bump index, not populated ahead;
+ *   pool_bytes counts the pages objects have reached (the memory really
+ *   taken), so a class's last, partly filled slab costs what it holds, not
+ *   its mapped length;
+ * - memory already touched is what is cheap to use, and the free path is
+ *   the fault path's exclusive load, so a slab that empties is not unmapped
+ *   on the spot: it goes to a cache of empty slabs that any class with the
+ *   same slab length reuses as is. Once the cache holds more than
+ *   EMPTY_CACHE_MIN or 1/8 of the pool it is released at once, sorted by
+ *   address so that adjacent slabs go in one munmap; zsw_pool_shrink()
+ *   releases it on demand.
  * Transparent huge pages are refused on slabs: they would back pages the
- * pool never uses.
+ * pool never reached, behind the back of pool_bytes.
  *
  * Fragmentation: partial slabs of a class sit in lists by fullness and
  * allocation always takes the fullest one, so that frees concentrate in the
@@ -455,8 +455,8 @@ void *zsw_pool_map(struct zsw_pool *pool, zsw_handle_t handle) {
         return s->mem + (size_t) idx * pool->classes[s->cls].size;
 }
 
-/* Sorts n handles so that those of one class are adjacent, then frees
- * each run under one lock, unmapping emptied slabs after dropping it. */
+/* Frees handles[order[0..n)], whose classes are sorted: each run of one
+ * class under one lock, caching the slabs that emptied after dropping it. */
 static void free_sorted(struct zsw_pool *pool, const zsw_handle_t *handles,
                         const uint16_t *order, size_t n) {
         size_t i = 0;
