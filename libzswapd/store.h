@@ -147,7 +147,8 @@ struct zsw_worker *zsw_worker_free(struct zsw_worker *w);
 /* config may be NULL for the store's defaults. */
 int zsw_store_owner_new(struct zsw_store *s, const struct zsw_owner_config *config,
                         struct zsw_owner **ret);
-/* Drops every page of the owner and frees it. */
+/* Drops every page of the owner and frees it. Entries isolated from its
+ * LRU must have been put back first (through any owner of the family). */
 struct zsw_owner *zsw_store_owner_free(struct zsw_owner *o);
 
 /* For fork: a new owner whose index holds exactly the parent's pages, the
