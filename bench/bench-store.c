@@ -132,13 +132,38 @@ static int store_paired(struct zsw_worker *w, struct zsw_owner *o, unsigned batc
         return 0;
 }
 
+static int load_all(struct zsw_worker *w, struct zsw_owner *o, struct result *ret) {
+        uint8_t buf[ZSW_PAGE_SIZE];
+        uint64_t t0 = cpu_ns();
+        int r;
+
+        /* Faults arrive in no particular order. */
+        for (size_t i = 0; i < arg_pages; i++) {
+                r = zsw_store_load(w, o, order[i], buf, 0);
+                if (r < 0)
+                        return r;
+        }
+        ret->load_s = (double) (cpu_ns() - t0) / 1e9;
+
+        /* Untimed: every byte came back. */
+        for (size_t i = 0; i < arg_pages; i++) {
+                r = zsw_store_load(w, o, i, buf, ZSW_LOAD_EXCLUSIVE);
+                if (r < 0)
+                        return r;
+                if (memcmp(buf, pages + i * ZSW_PAGE_SIZE, ZSW_PAGE_SIZE) != 0) {
+                        fprintf(stderr, "page %zu differs after a round trip\n", i);
+                        return -EBADMSG;
+                }
+        }
+        return 0;
+}
+
 static int run_once(enum zsw_compressor c, unsigned batch, struct raw *raw, struct result *ret) {
         struct zsw_store_config cfg = { .compressor = c, .level = arg_level };
-        struct zsw_store *s = NULL;
-        struct zsw_worker *w = NULL;
-        struct zsw_owner *o = NULL;
-        uint8_t buf[ZSW_PAGE_SIZE];
-        uint64_t t0;
+        _cleanup_(zsw_store_freep) struct zsw_store *s = NULL;
+        _cleanup_(zsw_worker_freep) struct zsw_worker *w = NULL;
+        _cleanup_(zsw_store_owner_freep) struct zsw_owner *o = NULL;
+        uint64_t t;
         int r;
 
         r = zsw_store_new(&cfg, &s);
@@ -147,14 +172,14 @@ static int run_once(enum zsw_compressor c, unsigned batch, struct raw *raw, stru
         if (r >= 0)
                 r = zsw_store_owner_new(s, NULL, &o);
         if (r < 0)
-                goto out;
+                return r;
 
         /* Cold: every pool page is touched for the first time, which on
          * the development VMs costs more than compressing the page. */
-        r = store_range(w, o, batch, 0, arg_pages, &t0);
+        r = store_range(w, o, batch, 0, arg_pages, &t);
         if (r < 0)
-                goto out;
-        ret->cold_s = (double) t0 / 1e9;
+                return r;
+        ret->cold_s = (double) t / 1e9;
         /* Steady state: the same pages stored again over themselves, so the
          * pool reuses memory it has touched (each batch also frees the
          * entries it replaces: more work than a plain store). */
@@ -162,38 +187,16 @@ static int run_once(enum zsw_compressor c, unsigned batch, struct raw *raw, stru
                 zsw_histogram_reset(zsw_store_histogram(s, k));
         r = store_paired(w, o, batch, raw, ret);
         if (r < 0)
-                goto out;
+                return r;
         zsw_store_get_stats(s, &ret->st);
 
-        /* Faults arrive in no particular order. */
-        t0 = cpu_ns();
-        for (size_t i = 0; i < arg_pages; i++) {
-                r = zsw_store_load(w, o, order[i], buf, 0);
-                if (r < 0)
-                        goto out;
-        }
-        ret->load_s = (double) (cpu_ns() - t0) / 1e9;
-
-        /* Untimed: every byte came back. */
-        for (size_t i = 0; i < arg_pages; i++) {
-                r = zsw_store_load(w, o, i, buf, ZSW_LOAD_EXCLUSIVE);
-                if (r < 0)
-                        goto out;
-                if (memcmp(buf, pages + i * ZSW_PAGE_SIZE, ZSW_PAGE_SIZE) != 0) {
-                        fprintf(stderr, "page %zu differs after a round trip\n", i);
-                        r = -EBADMSG;
-                        goto out;
-                }
-        }
+        r = load_all(w, o, ret);
+        if (r < 0)
+                return r;
         zsw_store_get_latency(s, ZSW_LATENCY_STORE, &ret->store_lat);
         zsw_store_get_latency(s, ZSW_LATENCY_LOAD, &ret->load_lat);
         zsw_store_get_latency(s, ZSW_LATENCY_COMPRESS, &ret->compress_lat);
-        r = 0;
-out:
-        zsw_store_owner_free(o);
-        zsw_worker_free(w);
-        zsw_store_free(s);
-        return r;
+        return 0;
 }
 
 static int run_config(enum zsw_compressor c, unsigned batch, struct result *ret) {

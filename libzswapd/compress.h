@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "pool.h"
+#include "util.h"
 
 enum zsw_compressor {
         ZSW_COMPRESSOR_LZ4 = 0,
@@ -64,3 +65,6 @@ struct zsw_decompress_ctx *zsw_decompress_ctx_free(struct zsw_decompress_ctx *ct
  * -EINVAL for an unknown compressor, -ENOMEM. */
 int zsw_decompress(struct zsw_decompress_ctx *ctx, enum zsw_compressor c, const void *src,
                    uint32_t len, void *dst);
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_compress_ctx *, zsw_compress_ctx_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_decompress_ctx *, zsw_decompress_ctx_free);

@@ -211,6 +211,10 @@ uint64_t zsw_store_invalidate(struct zsw_owner *o, uint64_t start, uint64_t n);
  * is dropped anyway). Returns how many pages moved. */
 int zsw_store_move(struct zsw_owner *o, uint64_t old_start, uint64_t new_start, uint64_t n);
 
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_store *, zsw_store_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_worker *, zsw_worker_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_owner *, zsw_store_owner_free);
+
 /* ---- writeback interface ------------------------------------------------- */
 
 /* Takes up to n of the coldest pool-backed entries of o's LRU (shared with
