@@ -79,6 +79,7 @@ struct zsw_owner {
 struct zsw_worker {
         struct zsw_store *store;
         struct zsw_compress_ctx *cctx[_ZSW_COMPRESSOR_MAX];
+        int level[_ZSW_COMPRESSOR_MAX]; /* of cctx[]: owners may differ */
         struct zsw_decompress_ctx *dctx;
         /* Compressed output of a batch, and one page for disk reads. */
         uint8_t (*scratch)[ZSW_PAGE_SIZE];
@@ -307,6 +308,12 @@ static int batch_init_entries(struct store_batch *b) {
                 return r;
         b->have_entries = true;
 
+        /* The pages are usually cold: start all their misses at once
+         * rather than one page after the other. */
+        for (size_t i = 0; i < b->n; i++) {
+                __builtin_prefetch(b->pages[i]);
+                __builtin_prefetch((const uint8_t *) b->pages[i] + ZSW_PAGE_SIZE - 8);
+        }
         for (size_t i = 0; i < b->n; i++) {
                 struct zsw_entry *e = b->entries[i];
 
@@ -323,10 +330,13 @@ static int worker_cctx(struct zsw_worker *w, const struct zsw_owner_config *cfg,
         struct zsw_compress_ctx **slot = &w->cctx[cfg->compressor];
         int r;
 
+        if (*slot && w->level[cfg->compressor] != cfg->level)
+                *slot = zsw_compress_ctx_free(*slot);
         if (!*slot) {
                 r = zsw_compress_ctx_new(cfg->compressor, cfg->level, slot);
                 if (r < 0)
                         return r;
+                w->level[cfg->compressor] = cfg->level;
         }
         *ret = *slot;
         return 0;
