@@ -105,9 +105,10 @@ struct zsw_store_stats {
         uint64_t loads;
         uint64_t invalidations;
         uint64_t rejects[_ZSW_REJECT_MAX];
-        /* Global only: */
-        uint64_t pool_bytes;           /* memory the pool took from the system */
-        uint64_t meta_bytes;           /* entries, index nodes, pool bookkeeping */
+        uint64_t pool_bytes;           /* global only: memory the pool took from the system */
+        /* Globally: entries, index nodes, owners, pool bookkeeping; per
+         * owner: its index nodes and itself. */
+        uint64_t meta_bytes;
 };
 
 /* Latencies in ns, per page (a batch's time is spread over its pages). */
