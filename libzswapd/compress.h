@@ -45,6 +45,10 @@ int zsw_compress_ctx_new(enum zsw_compressor c, int level, struct zsw_compress_c
 struct zsw_compress_ctx *zsw_compress_ctx_free(struct zsw_compress_ctx *ctx);
 enum zsw_compressor zsw_compress_ctx_compressor(const struct zsw_compress_ctx *ctx);
 
+/* Changes the level of the next batches (same rules as for _new()); the
+ * context's memory is reused, so switching between owners is cheap. */
+int zsw_compress_ctx_set_level(struct zsw_compress_ctx *ctx, int level);
+
 /*
  * Compresses n pages of ZSW_PAGE_SIZE bytes: page i from src[i] into dst[i]
  * (ZSW_PAGE_SIZE bytes of room each). ret_lens[i] receives the compressed

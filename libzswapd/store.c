@@ -330,10 +330,13 @@ static int worker_cctx(struct zsw_worker *w, const struct zsw_owner_config *cfg,
         struct zsw_compress_ctx **slot = &w->cctx[cfg->compressor];
         int r;
 
-        if (*slot && w->level[cfg->compressor] != cfg->level)
-                *slot = zsw_compress_ctx_free(*slot);
         if (!*slot) {
                 r = zsw_compress_ctx_new(cfg->compressor, cfg->level, slot);
+                if (r < 0)
+                        return r;
+                w->level[cfg->compressor] = cfg->level;
+        } else if (w->level[cfg->compressor] != cfg->level) {
+                r = zsw_compress_ctx_set_level(*slot, cfg->level);
                 if (r < 0)
                         return r;
                 w->level[cfg->compressor] = cfg->level;
