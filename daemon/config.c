@@ -23,7 +23,6 @@
 #define UNIT_NAME_MAX 255
 #define POLICY_NAME_MAX 200
 
-
 static const struct zsw_config global_defaults = {
         .socket_path = (char *) DEFAULT_SOCKET,
         .log_level = LOG_INFO,
