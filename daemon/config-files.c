@@ -149,7 +149,7 @@ static int read_policy_files(int dir_fd, const char *policy_dir, char **names, s
                 if (r < 0) {
                         f->path = mfree(f->path);
                         if (r != -ENOENT)
-                                ret = r; /* logged */
+                                ret = ret ?: r; /* logged; keep the first */
                         continue;
                 }
                 *ret_n = ++k;
