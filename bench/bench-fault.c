@@ -486,7 +486,7 @@ static int fault_threads_fifo(void) {
  * detach and check that every byte is back. Adds the corrupted pages to
  * *ret_bad. */
 static int run_window(struct child *ch, struct workload *w, unsigned window,
-                      const cpu_set_t *all_cpus, unsigned *ret_threads, uint64_t *ret_bad) {
+                      const cpu_set_t *all_cpus, uint64_t *ret_bad) {
         struct zsw_engine_config cfg = { .prefetch_window = window, .log = &bench_log };
         struct zsw_engine *e = NULL;
         struct zsw_engine_error err = {};
@@ -503,7 +503,6 @@ static int run_window(struct child *ch, struct workload *w, unsigned window,
                 r = sched_setaffinity(0, sizeof(*all_cpus), all_cpus) < 0 ? -errno : 0;
         if (r < 0)
                 return r;
-        *ret_threads = arg_local_only ? 1 : (unsigned) CPU_COUNT(all_cpus);
         r = zsw_engine_new(&cfg, &e);
         if (r < 0)
                 return r;
@@ -659,7 +658,7 @@ static int run(int argc, char **argv) {
         struct workload w = {};
         struct child ch = {};
         cpu_set_t all_cpus;
-        unsigned windows[2] = { 0, arg_prefetch }, threads = 0;
+        unsigned windows[2];
         uint64_t bad = 0;
         int r;
 
@@ -668,6 +667,7 @@ static int run(int argc, char **argv) {
                 return r;
         if (arg_workload)
                 return workload_main();
+        windows[0] = 0;
         windows[1] = arg_prefetch;
         if (geteuid() != 0) {
                 fprintf(stderr, "Run as root: the engine needs ptrace and userfaultfd.\n");
@@ -685,7 +685,7 @@ static int run(int argc, char **argv) {
         }
         print_header(&ch, arg_local_only ? 1 : (unsigned) CPU_COUNT(&all_cpus));
         for (size_t i = 0; i < ARRAY_SIZE(windows) && r >= 0; i++)
-                r = run_window(&ch, &w, windows[i], &all_cpus, &threads, &bad);
+                r = run_window(&ch, &w, windows[i], &all_cpus, &bad);
         child_stop(&ch);
         if (r < 0) {
                 fprintf(stderr, "Benchmark failed: %s\n", strerror(-r));
