@@ -54,6 +54,7 @@ static enum mode arg_mode;
 static size_t arg_size_mib = 256;
 static unsigned arg_zero_percent = 10;
 static uint64_t arg_seed = 1;
+static size_t arg_inject_corruption;
 
 struct region {
         void *mem;
@@ -214,6 +215,9 @@ static int run_reread(void) {
         r = scan_evicted(&data, evicted, &n_evicted, &n_swapped);
         if (r < 0)
                 return r;
+        /* For the tests: proves that a changed byte is found and counted. */
+        for (size_t i = 0; i < MIN(arg_inject_corruption, npages); i++)
+                ((uint8_t *) data.mem)[i * PAGE + i % PAGE] ^= 0x5a;
         for (size_t i = 0; i < npages; i++)
                 perm[i] = (uint32_t) i;
         for (size_t i = npages - 1; i > 0; i--) {
@@ -307,6 +311,8 @@ static int run_usemem(void) {
         for (size_t p = 0; p < npages; p++)
                 memcpy((uint8_t *) data.mem + p * PAGE,
                        (uint8_t *) tmpl.mem + ((p * 7919) % ntmpl) * PAGE, PAGE);
+        for (size_t i = 0; i < MIN(arg_inject_corruption, npages); i++)
+                ((uint8_t *) data.mem)[i * PAGE + i % PAGE] ^= 0x5a;
         t_write = zsw_now_ns() - t0;
 
         t0 = zsw_now_ns();
@@ -351,7 +357,9 @@ static void help(void) {
                "Modes: reread, usemem, fill (see bench/workload.c; run by bench/compare)\n\n"
                "  --size MIB          memory to fill (default 256)\n"
                "  --zero-percent P    share of zero pages (default 10)\n"
-               "  --seed N            corpus seed (default 1)\n");
+               "  --seed N            corpus seed (default 1)\n"
+               "  --inject-corruption N  change one byte in each of the first N pages\n"
+               "                      after filling (tests the verification)\n");
 }
 
 static int parse_ulong(const char *s, unsigned long max, unsigned long *ret) {
@@ -373,6 +381,7 @@ static int parse_argv(int argc, char *argv[]) {
                 { "size", required_argument, NULL, 's' },
                 { "zero-percent", required_argument, NULL, 'z' },
                 { "seed", required_argument, NULL, 'S' },
+                { "inject-corruption", required_argument, NULL, 'C' },
                 {}
         };
         unsigned long v;
@@ -397,6 +406,11 @@ static int parse_argv(int argc, char *argv[]) {
                         if (parse_ulong(optarg, ULONG_MAX, &v) < 0)
                                 return fprintf(stderr, "Invalid --seed: %s\n", optarg), -EINVAL;
                         arg_seed = v;
+                        break;
+                case 'C':
+                        if (parse_ulong(optarg, ULONG_MAX, &v) < 0)
+                                return fprintf(stderr, "Invalid --inject-corruption: %s\n", optarg), -EINVAL;
+                        arg_inject_corruption = v;
                         break;
                 default:
                         return -EINVAL;

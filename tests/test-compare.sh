@@ -130,7 +130,7 @@ else
 fi
 
 echo "== interrupted run"
-"$compare" --size 256 --reps 3 --contenders swapfile --workload reread \
+"$compare" --size 64 --reps 3 --contenders swapfile --workload reread \
         --build-dir "$builddir" --swapfile "$swapfile" > /dev/null 2> "$tmp/err" &
 pid=$!
 # Interrupt it in the middle, once its swap is on. (TERM: a background job
@@ -157,6 +157,19 @@ rc=0
 swapoff "$own_swap"; rm -f "$own_swap"; own_swap=
 [ $rc = 77 ] || fail "ran over swap in use (exit $rc, expected 77)"
 assert_restored "refusal"
+
+echo "== the workload counts changed bytes exactly"
+# Without this, "0 corrupted bytes" above could come from a check that
+# never finds anything.
+for mode in reread usemem; do
+        "$builddir/bench/zswapd-bench-workload" $mode --size 16 --inject-corruption 3 > "$tmp/w.out" &
+        pid=$!
+        for _ in $(seq 1 600); do grep -q '^ready' "$tmp/w.out" && break; sleep 0.05; done
+        kill -USR1 $pid
+        wait $pid || fail "workload $mode failed"
+        grep -qx 'corrupted_bytes=3' "$tmp/w.out" || fail "$mode: $(grep corrupted "$tmp/w.out")"
+        grep -qx 'corrupted_pages=3' "$tmp/w.out" || fail "$mode: wrong corrupted page count"
+done
 
 echo "== bad usage"
 rc=0
