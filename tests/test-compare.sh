@@ -94,12 +94,21 @@ if command -v jq >/dev/null; then
         [ "$bad" = 0 ] || fail "corrupted bytes reported"
         [ "$(jq '[.results[] | select(.available) | .figures.corrupted_bytes] | map(select(. == null)) | length' "$tmp/out.json")" = 0 ] ||
                 fail "a contender reported no corrupted_bytes figure"
-        # The floor evicts nothing; the swapfile evicts about 3/4 of the pages.
+        # The floor evicts nothing; the swapfile takes 3/4 of the size out of
+        # the workload, most of it from the filled pages (a sanitizer
+        # runtime's cold memory may go first).
         [ "$(figure reread floor evicted_pages)" = 0 ] || fail "floor evicted pages"
-        pages=$(( size * 256 ))
-        ev=$(figure reread swapfile evicted_pages)
-        [ -n "$ev" ] && [ "${ev%.*}" -ge $(( pages / 2 )) ] || fail "swapfile evicted $ev of $pages pages"
-        [ -n "$(figure reread swapfile lat_p99_us)" ] || fail "no latency for the swapfile"
+        ev=$(figure reread swapfile evicted_mib)
+        awk -v e="$ev" -v s=$size 'BEGIN { exit !(e >= s / 2 && e <= s) }' ||
+                fail "swapfile reclaim took $ev MiB, expected about $(( size * 3 / 4 ))"
+        # Under ASan its runtime's tens of MiB of cold memory are what the
+        # kernel's LRU takes first at this size: only the MiB check holds.
+        if ! grep -q __asan_init "$builddir/bench/zswapd-bench-workload"; then
+                ev=$(figure reread swapfile evicted_pages)
+                [ -n "$ev" ] && [ "${ev%.*}" -ge $(( size * 256 / 2 )) ] ||
+                        fail "only $ev of the workload's $(( size * 256 )) pages were evicted"
+                [ -n "$(figure reread swapfile lat_p99_us)" ] || fail "no latency for the swapfile"
+        fi
         # Compressing contenders that ran report a ratio above 1 and save memory.
         for c in zswap zram; do
                 [ "$(jq -r --arg c $c '.results[] | select(.workload == "reread" and .contender == $c) | .available' "$tmp/out.json")" = true ] || continue
