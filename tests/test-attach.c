@@ -123,12 +123,17 @@ TEST(mremap_moves_entries) {
 TEST(munmap_and_dontneed_drop_entries) {
         struct zsw_engine *e = engine_start(0);
         struct target *t = attached_target(e, "fill 8 0", 0);
-        struct zsw_target_stats ts;
+        struct zsw_target_stats before, after;
 
+        /* Everything eligible is evicted, the target's heap and stack (and
+         * a sanitizer's shadow) too: count what the munmap takes away. */
         ASSERT_EQ(reclaim_all(e, t->pid) >= 8 * 256, true);
+        ASSERT_OK(zsw_engine_get_target_stats(e, t->pid, &before));
         cmd_ok(t, "munmap-half");
-        ASSERT_OK(zsw_engine_get_target_stats(e, t->pid, &ts));
-        ASSERT_LE(ts.stored_pages, 8 * 256 / 2 + 64);
+        ASSERT_OK(zsw_engine_get_target_stats(e, t->pid, &after));
+        /* At least the unmapped half (a sanitizer's allocator may drop
+         * pages of its own meanwhile). */
+        ASSERT_GE(before.stored_pages - after.stored_pages, 8 * 256 / 2);
         /* The target's own DONTNEED: those pages must read as zeros now,
          * not as what we had stored. */
         cmd_ok(t, "dontneed 10 100");
