@@ -276,3 +276,26 @@ TEST(stress_ng_vm_verifies_under_repeated_reclaim) {
         ASSERT_GT(evicted, 0);
         zsw_engine_free(e);
 }
+
+TEST(target_killed_in_the_middle_of_faults) {
+        struct zsw_engine *e = engine_start(8);
+        struct target *t = attached_target(e, "fill 64 0", 0);
+        int status;
+
+        ASSERT_GT(reclaim_all(e, t->pid), 0);
+        cmd_ok(t, "threads 2");
+        /* Its threads fault pages back in as fast as we serve them; kill it
+         * under our feet, in the middle of faults and of a reclaim. */
+        fputs("verify\n", t->in);
+        fflush(t->in);
+        usleep(20 * 1000);
+        ASSERT_OK(kill(t->pid, SIGKILL));
+        zsw_engine_reclaim(e, t->pid, UINT64_MAX, NULL, NULL);
+        ASSERT_EQ(waitpid(t->pid, &status, 0), t->pid);
+        ASSERT_TRUE(WIFSIGNALED(status));
+        wait_forgotten(e);
+        fclose(t->in);
+        fclose(t->out);
+        free(t);
+        zsw_engine_free(e);
+}
