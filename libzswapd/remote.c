@@ -740,6 +740,22 @@ static long pass_fd(struct zsw_remote *r, uint64_t scratch, int fd) {
         return result;
 }
 
+int zsw_remote_install_fd(struct zsw_remote *r, int fd, int *ret_target_fd) {
+        uint64_t scratch;
+        long tfd;
+        int k;
+
+        k = zsw_remote_map_scratch(r, sizeof(struct fdpass_area), &scratch);
+        if (k < 0)
+                return k;
+        tfd = pass_fd(r, scratch, fd);
+        (void) zsw_remote_unmap(r, scratch, sizeof(struct fdpass_area));
+        if (tfd < 0)
+                return (int) tfd;
+        *ret_target_fd = (int) tfd;
+        return 0;
+}
+
 /* A full userfaultfd for a target without CAP_SYS_PTRACE: it gets our
  * /dev/userfaultfd and asks that for one (Linux >= 6.1). */
 static long uffd_via_device(struct zsw_remote *r, int flags) {
