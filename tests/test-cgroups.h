@@ -105,9 +105,9 @@ static inline void test_cgroups_on_abort(int sig) {
         raise(sig);
 }
 
-/* Creates /zswapd-test-PID-N in both hierarchies; limit_bytes > 0 sets the
+/* Creates /zswapd-test-PID-N (with SUFFIX, e.g. ".scope") in both hierarchies; limit_bytes > 0 sets the
  * v1 memory limit (or v2 memory.max where v2 has the controller). */
-static inline struct test_cgroup *test_cgroup_new(uint64_t limit_bytes) {
+static inline struct test_cgroup *test_cgroup_new_suffix(uint64_t limit_bytes, const char *suffix) {
         static unsigned counter;
         struct test_cgroup *g = calloc(1, sizeof(*g));
         char limit[32];
@@ -124,7 +124,7 @@ static inline struct test_cgroup *test_cgroup_new(uint64_t limit_bytes) {
                 atexit(test_cgroups_remove_all);
                 signal(SIGABRT, test_cgroups_on_abort);
         }
-        snprintf(g->name, sizeof(g->name), "/zswapd-test-%d-%u", getpid(), counter);
+        snprintf(g->name, sizeof(g->name), "/zswapd-test-%d-%u%s", getpid(), counter, suffix);
         snprintf(g->v2, sizeof(g->v2), "%s%s", test_cgroup_v2_root(), g->name);
         if (access(TEST_CGROUP_V1_MEMORY "/cgroup.procs", F_OK) == 0)
                 snprintf(g->v1, sizeof(g->v1), "%s%s", TEST_CGROUP_V1_MEMORY, g->name);
@@ -141,6 +141,10 @@ static inline struct test_cgroup *test_cgroup_new(uint64_t limit_bytes) {
                         test_cgroup_write(g->v2, "memory.max", limit);
         }
         return g;
+}
+
+static inline struct test_cgroup *test_cgroup_new(uint64_t limit_bytes) {
+        return test_cgroup_new_suffix(limit_bytes, "");
 }
 
 /* Moves the calling process into the group (both hierarchies). Returns 0
