@@ -23,9 +23,12 @@ static unsigned threshold_pm(const struct zsw_pressure *p) {
 }
 
 static void group_json(struct json *j, const struct policy_group *g) {
+        char file[512];
+
+        snprintf(file, sizeof(file), "%s/%s", g->psi_path ?: "", g->psi_name ?: "");
         json_object_open(j, NULL);
         json_string(j, "cgroup", g->cgroup);
-        json_string(j, "pressure_file", g->psi_path ?: "");
+        json_string(j, "pressure_file", file);
         json_u64(j, "targets", g->n_pids);
         json_string(j, "decision", g->decision);
         json_double(j, "stall_percent", pct(g->pressure_pm));

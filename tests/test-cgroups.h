@@ -190,37 +190,43 @@ static inline void test_cgroup_free(struct test_cgroup *g) {
  * pages would be unreclaimable shmem) and is dropped from the cache after
  * writing, so that the group's reads are charged to the group.
  */
-static inline int test_thrash_file_create(char *path_template, size_t size) {
+static inline int test_thrash_file_create(size_t size) {
         static char block[1 << 16];
-        int fd = mkostemp(path_template, O_CLOEXEC);
+        char path[] = "/var/tmp/zswapd-thrash.XXXXXX";
+        int fd = mkostemp(path, O_CLOEXEC), rfd;
 
         if (fd < 0)
                 return -errno;
+        /* Nothing left behind, whatever happens to the test. */
+        rfd = open(path, O_RDONLY | O_CLOEXEC);
+        unlink(path);
         for (size_t i = 0; i < sizeof(block); i++)
                 block[i] = (char) (i * 7 + 3);
-        for (size_t done = 0; done < size; done += sizeof(block))
+        for (size_t done = 0; rfd >= 0 && done < size; done += sizeof(block))
                 if (write(fd, block, sizeof(block)) != (ssize_t) sizeof(block)) {
-                        close(fd);
-                        return -EIO;
+                        close(rfd);
+                        rfd = -EIO;
                 }
-        (void) fsync(fd);
-        (void) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        if (rfd >= 0) {
+                (void) fsync(fd);
+                (void) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        }
         close(fd);
-        return 0;
+        return rfd < 0 ? -EIO : rfd;
 }
 
 /* Reads the file from start to end, PASSES times (0: forever). */
-static inline void test_thrash_read(const char *path, unsigned passes) {
+static inline void test_thrash_read(int fd, unsigned passes) {
         static char buf[1 << 16];
 
         for (unsigned i = 0; passes == 0 || i < passes; i++) {
-                int fd = open(path, O_RDONLY | O_CLOEXEC);
+                off_t off = 0;
+                ssize_t n;
 
-                if (fd < 0)
+                while ((n = pread(fd, buf, sizeof(buf), off)) > 0)
+                        off += n;
+                if (n < 0)
                         _exit(3);
-                while (read(fd, buf, sizeof(buf)) > 0)
-                        ;
-                close(fd);
         }
 }
 

@@ -151,17 +151,17 @@ TEST(triggers_on_proc_and_group) {
  * above zero and its trigger fires; the poll is bounded so that a machine
  * where nothing stalls fails instead of hanging. */
 TEST(real_pressure_in_a_group) {
-        char file[] = "/var/tmp/zswapd-thrash.XXXXXX";
         struct test_cgroup *g;
         struct zsw_psi before, after;
         struct pollfd p;
-        int dfd, fd, status;
+        int dfd, fd, status, file;
         pid_t pid;
 
         if (!test_cgroups_usable())
                 TEST_SKIP("needs root and a writable cgroup tree");
         g = test_cgroup_new(16u << 20);
-        ASSERT_OK(test_thrash_file_create(file, 64u << 20));
+        file = test_thrash_file_create(64u << 20);
+        ASSERT_OK(file);
         dfd = open(g->v2, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         ASSERT_GE(dfd, 0);
         ASSERT_OK(zsw_psi_read_at(dfd, "memory.pressure", &before));
@@ -195,6 +195,6 @@ TEST(real_pressure_in_a_group) {
         ASSERT_EQ(waitpid(pid, &status, 0), pid);
         close(fd);
         close(dfd);
-        unlink(file);
+        close(file);
         test_cgroup_free(g);
 }
