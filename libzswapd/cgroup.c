@@ -65,15 +65,14 @@ void zsw_cgroup_layout_done(struct zsw_cgroup_layout *l) {
         *l = (struct zsw_cgroup_layout) {};
 }
 
-/* Whether the comma-separated OPTS holds OPT. */
+/* Whether the comma-separated OPTS (N bytes, not NUL-terminated) holds OPT. */
 static bool has_option(const char *opts, size_t n, const char *opt) {
         size_t m = strlen(opt);
 
         for (const char *p = opts, *end = opts + n; p < end;) {
-                size_t k = strcspn(p, ",");
+                const char *comma = memchr(p, ',', end - p);
+                size_t k = comma ? (size_t) (comma - p) : (size_t) (end - p);
 
-                if (k > (size_t) (end - p))
-                        k = end - p;
                 if (k == m && memcmp(p, opt, m) == 0)
                         return true;
                 p += k + 1;

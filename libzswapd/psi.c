@@ -14,7 +14,7 @@
 
 #define PSI_FILE_MAX 512
 
-/* "12.34" as 1234; the kernel always prints two decimals. */
+/* "12.34" as 1234; the kernel always prints two decimals, of at most 100. */
 static int parse_centi(const char *s, size_t n, unsigned *ret) {
         unsigned v = 0, decimals = 0;
         bool dot = false, digits = false;
@@ -35,6 +35,8 @@ static int parse_centi(const char *s, size_t n, unsigned *ret) {
                 return -EBADMSG;
         for (; decimals < 2; decimals++)
                 v *= 10;
+        if (v > 10000)
+                return -EBADMSG; /* a share of time: at most 100.00 */
         *ret = v;
         return 0;
 }
@@ -66,9 +68,9 @@ static int parse_line(const char *p, const char *end, struct zsw_psi_line *ret) 
 
                 while (w < end && *w == ' ')
                         w++;
-                n = strcspn(w, " \n");
-                if ((size_t) (end - w) < n)
-                        n = end - w;
+                /* The text need not be NUL-terminated: scan within END. */
+                for (n = 0; w + n < end && w[n] != ' ' && w[n] != '\n'; n++)
+                        ;
                 if (n == 0)
                         break;
                 p = w + n;

@@ -48,6 +48,8 @@ TEST(parse_malformed) {
                 "some avg10=x avg60=0.00 avg300=0.00 total=0\n",
                 "some avg10=1.234 avg60=0.00 avg300=0.00 total=0\n", /* three decimals */
                 "some avg10=0.00 avg60=0.00 avg300=0.00 total=-1\n",
+                "some avg10=100.01 avg60=0.00 avg300=0.00 total=0\n",      /* over 100% */
+                "some avg10=0.00 avg60=123456 avg300=0.00 total=0\n",
                 "some avg10=0.00 avg60=0.00 avg300=0.00 total=99999999999999999999\n",
                 "some avg10 avg60=0.00 avg300=0.00 total=0\n",
                 "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nbogus\n",
