@@ -396,6 +396,8 @@ static int execute(struct control *c, const struct control_request *req, FILE *b
                         r = zsw_engine_detach(c->engine, req->pid, err);
                 if (r < 0)
                         return r;
+                if (req->verb == CONTROL_DETACH && c->hooks && c->hooks->detached)
+                        c->hooks->detached(c->hooks->userdata, req->pid);
                 log_info("%s %d.", req->verb == CONTROL_ATTACH ? "Attached to" : "Detached from",
                          req->pid);
                 if (req->json)

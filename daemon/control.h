@@ -63,6 +63,8 @@ struct control_hooks {
         int (*reload)(void *userdata, struct zsw_engine_error *err);
         /* CONTROL_POLICIES, CONTROL_TARGETS or CONTROL_STATUS, written to f. */
         int (*dump)(void *userdata, enum control_verb verb, FILE *f, bool json);
+        /* A client detached pid by hand: policies must not take it back. */
+        void (*detached)(void *userdata, pid_t pid);
 };
 
 /* Without hooks those requests get "error EOPNOTSUPP". hooks must outlive c. */

@@ -152,6 +152,10 @@ static int reload(void *userdata, struct zsw_engine_error *err) {
         return r;
 }
 
+static void detached(void *userdata, pid_t pid) {
+        policy_manager_forget(userdata, pid);
+}
+
 static int dump(void *userdata, enum control_verb verb, FILE *f, bool json) {
         struct policy_manager *policies = userdata;
 
@@ -284,7 +288,7 @@ static int run(int argc, char *argv[]) {
         _cleanup_(zsw_config_freep) struct zsw_config *config = NULL;
         _cleanup_close_ int sfd = -EBADF, tfd = -EBADF;
         uint64_t watchdog_usec = 0, interval = STATUS_INTERVAL_USEC;
-        struct control_hooks hooks = { .reload = reload, .dump = dump };
+        struct control_hooks hooks = { .reload = reload, .dump = dump, .detached = detached };
         sigset_t mask;
         int r;
 

@@ -287,6 +287,19 @@ static void ignore_pid(struct policy_manager *m, pid_t pid) {
         m->ignored[m->n_ignored++] = pid;
 }
 
+void policy_manager_forget(struct policy_manager *m, pid_t pid) {
+        for (size_t i = 0; i < m->n_groups; i++)
+                for (size_t k = 0; k < m->groups[i]->n_pids; k++)
+                        if (m->groups[i]->pids[k].pid == pid) {
+                                log_info("Policy %s lets go of %d, detached by hand.",
+                                         m->groups[i]->policy_name, pid);
+                                m->groups[i]->pids[k] =
+                                        m->groups[i]->pids[--m->groups[i]->n_pids];
+                                ignore_pid(m, pid);
+                                return;
+                        }
+}
+
 /* Attaches to PID for policy P in its group; 1 attached, 0 not. */
 static int scan_attach(struct policy_manager *m, const struct zsw_policy *p, pid_t pid,
                        const char *cgroup, const struct zsw_proc_cgroups *cg, const char *exe) {
@@ -296,8 +309,9 @@ static int scan_attach(struct policy_manager *m, const struct zsw_policy *p, pid
 
         r = zsw_engine_attach(m->engine, pid, &err);
         if (r == -EALREADY) {
-                log_debug("Process %d (%s) matches policy %s but was attached by hand; "
-                          "leaving it to zswapctl.", pid, exe, p->name);
+                log_debug("Process %d (%s) matches policy %s but is attached already (by "
+                          "hand, or followed through a fork); leaving it as it is.",
+                          pid, exe, p->name);
                 ignore_pid(m, pid);
                 return 0;
         }

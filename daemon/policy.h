@@ -69,6 +69,10 @@ const struct zsw_config *policy_manager_get_config(const struct policy_manager *
  * number of processes attached. */
 int policy_manager_scan(struct policy_manager *m);
 
+/* Forgets PID, detached by hand: no policy attaches it again while it
+ * lives (a reload gives it a fresh look). */
+void policy_manager_forget(struct policy_manager *m, pid_t pid);
+
 /* The policy (by name) that attached PID, or NULL if none did. */
 const char *policy_manager_target_policy(const struct policy_manager *m, pid_t pid);
 

@@ -156,6 +156,13 @@ TEST(match_by_path_unit_and_executable) {
         ASSERT_EQ(policy_manager_scan(m), 0);
         ASSERT_TRUE(attached(e, a) && attached(e, b) && attached(e, c));
 
+        /* Detached by hand (what the control socket does): not taken back. */
+        ASSERT_OK(zsw_engine_detach(e, c, NULL));
+        policy_manager_forget(m, c);
+        ASSERT_EQ(policy_manager_scan(m), 0);
+        ASSERT_FALSE(attached(e, c));
+        ASSERT_TRUE(policy_manager_target_policy(m, c) == NULL);
+
         /* Reload: 10-path disabled, 30-exe gone; 40-off now the only match
          * of d, and off. Their processes are detached, b stays. */
         snprintf(t_path, sizeof(t_path), "[Match]\nCgroupPath=%s\n[Policy]\nEnabled=no\n",
