@@ -281,6 +281,28 @@ static int loop(struct zsw_engine *engine, struct policy_manager *policies,
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_engine *, zsw_engine_free);
 
+/* Blocks the signals the loop handles and returns a signalfd for them.
+ * Called before the engine starts its threads, so that they inherit the
+ * mask and every signal arrives at the signalfd. */
+static int setup_signals(int *ret_fd) {
+        sigset_t mask;
+        int fd;
+
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGHUP);
+        sigaddset(&mask, SIGPIPE);
+        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
+                return log_error_errno(errno, "Failed to block signals: %m");
+        sigdelset(&mask, SIGPIPE);
+        fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+        if (fd < 0)
+                return log_error_errno(errno, "Failed to create a signalfd: %m");
+        *ret_fd = fd;
+        return 0;
+}
+
 static int run(int argc, char *argv[]) {
         _cleanup_(zsw_engine_freep) struct zsw_engine *engine = NULL;
         _cleanup_(policy_manager_freep) struct policy_manager *policies = NULL;
@@ -289,7 +311,6 @@ static int run(int argc, char *argv[]) {
         _cleanup_close_ int sfd = -EBADF, tfd = -EBADF;
         uint64_t watchdog_usec = 0, interval = STATUS_INTERVAL_USEC;
         struct control_hooks hooks = { .reload = reload, .dump = dump, .detached = detached };
-        sigset_t mask;
         int r;
 
         log_setup(LOG_INFO);
@@ -312,19 +333,9 @@ static int run(int argc, char *argv[]) {
         if (!arg_socket)
                 arg_socket = config->socket_path ?: CONTROL_SOCKET_DEFAULT;
 
-        /* Blocked before the engine starts its threads, so that they inherit
-         * the mask and every signal arrives at the signalfd. */
-        sigemptyset(&mask);
-        sigaddset(&mask, SIGTERM);
-        sigaddset(&mask, SIGINT);
-        sigaddset(&mask, SIGHUP);
-        sigaddset(&mask, SIGPIPE);
-        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
-                return log_error_errno(errno, "Failed to block signals: %m");
-        sigdelset(&mask, SIGPIPE);
-        sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-        if (sfd < 0)
-                return log_error_errno(errno, "Failed to create a signalfd: %m");
+        r = setup_signals(&sfd);
+        if (r < 0)
+                return r;
 
         r = zsw_engine_new(&(struct zsw_engine_config) {
                                    .compressor = zsw_compressor_to_string(config->compressor),

@@ -87,8 +87,8 @@ TEST(read_fixture_and_proc) {
         ASSERT_OK(zsw_psi_read_at(dfd, "memory.pressure", &psi));
         ASSERT_EQ_U(psi.some.total_usec, 123456);
         ASSERT_ERRNO(zsw_psi_read_at(dfd, "missing", &psi), ENOENT);
-        /* A trigger on a file that is not a pressure file is not refused by
-         * a regular file, but an impossible window is refused before. */
+        /* Windows and stalls out of the kernel's bounds are refused before
+         * the file is even opened. */
         ASSERT_ERRNO(zsw_psi_trigger_open_at(dfd, "memory.pressure", false, 10, 100, &fd), EINVAL);
         ASSERT_ERRNO(zsw_psi_trigger_open_at(dfd, "memory.pressure", false, 0, 1000000, &fd),
                      EINVAL);
