@@ -147,6 +147,27 @@ static inline struct test_cgroup *test_cgroup_new(uint64_t limit_bytes) {
         return test_cgroup_new_suffix(limit_bytes, "");
 }
 
+/* Sets the group's memory limit to what it uses now plus headroom, so that
+ * a test works alike whatever its processes cost (a ThreadSanitizer build
+ * adds shadow memory to every page a target touches). */
+static inline void test_cgroup_limit_to_usage(const struct test_cgroup *g, uint64_t headroom) {
+        char path[256], buf[64] = "";
+        unsigned long long usage = 0;
+        int fd;
+
+        snprintf(path, sizeof(path), "%s/%s", g->v1[0] ? g->v1 : g->v2,
+                 g->v1[0] ? "memory.usage_in_bytes" : "memory.current");
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || read(fd, buf, sizeof(buf) - 1) <= 0 || sscanf(buf, "%llu", &usage) != 1)
+                abort();
+        close(fd);
+        snprintf(buf, sizeof(buf), "%llu", usage + (unsigned long long) headroom);
+        if (g->v1[0])
+                test_cgroup_write(g->v1, "memory.limit_in_bytes", buf);
+        else
+                test_cgroup_write(g->v2, "memory.max", buf);
+}
+
 /* Moves the calling process into the group (both hierarchies). Returns 0
  * or -errno. */
 static inline int test_cgroup_enter(const struct test_cgroup *g) {

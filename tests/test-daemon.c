@@ -1041,6 +1041,8 @@ TEST(config_errors_refuse_start) {
                 TEST_FAIL("expected file:line and a refusal in: %s", err);
         free(TAKE_PTR(out)), free(TAKE_PTR(err));
 
+        confdir_remove(&c);
+
         /* A bad global file, named with -c FILE. */
         confdir_new(&c, "[Daemon]\nLogLevel=loud\n");
         snprintf(file, sizeof(file), "%s/zswapd.conf", c.dir);
@@ -1146,7 +1148,7 @@ TEST(pressure_makes_the_policy_back_off) {
 
         if (!test_cgroups_usable())
                 TEST_SKIP("needs a writable cgroup tree");
-        g = test_cgroup_new(TARGET_SIZE + (16u << 20));
+        g = test_cgroup_new(0);
         file = test_thrash_file_create(128u << 20);
         ASSERT_OK(file);
         confdir_new(&c, "[Daemon]\nLogLevel=debug\n");
@@ -1155,6 +1157,9 @@ TEST(pressure_makes_the_policy_back_off) {
         target_cgroup = g;
         target_start(&t);
         target_cgroup = NULL;
+        /* Room for 16 MiB of page cache beside the target: the file is 8
+         * times that. */
+        test_cgroup_limit_to_usage(g, 16u << 20);
         daemon_start_config(&d, c.dir);
         (void) wait_evicted(d.sock, t.pid, 1);
         out = ctl_ok(d.sock, CTL_ARGS(d.sock, "policies", "--json"));
