@@ -18,12 +18,14 @@
 #include <unistd.h>
 
 #define TEST_CGROUP_V1_MEMORY "/sys/fs/cgroup/memory"
+#define TEST_CGROUP_V1_SYSTEMD "/sys/fs/cgroup/systemd"
 #define TEST_CGROUP_MAX 8
 
 struct test_cgroup {
         char name[64];          /* "/zswapd-test-PID-N", as policies match it */
         char v2[160];           /* its v2 directory */
         char v1[160];           /* its v1 memory directory, "" without v1 */
+        char sd[160];           /* its name=systemd directory, only if asked for */
 };
 
 static struct test_cgroup *test_cgroups[TEST_CGROUP_MAX];
@@ -82,8 +84,10 @@ static inline void test_cgroup_remove(struct test_cgroup *g) {
                 test_cgroup_write(g->v2, "cgroup.kill", "1");
                 test_cgroup_kill_procs(g->v2);
                 test_cgroup_kill_procs(g->v1);
+                test_cgroup_kill_procs(g->sd);
                 if ((rmdir(g->v2) == 0 || errno == ENOENT) &&
-                    (!g->v1[0] || rmdir(g->v1) == 0 || errno == ENOENT))
+                    (!g->v1[0] || rmdir(g->v1) == 0 || errno == ENOENT) &&
+                    (!g->sd[0] || rmdir(g->sd) == 0 || errno == ENOENT))
                         return;
                 nanosleep(&(struct timespec) { 0, 10 * 1000 * 1000 }, NULL);
         }
@@ -147,6 +151,20 @@ static inline struct test_cgroup *test_cgroup_new(uint64_t limit_bytes) {
         return test_cgroup_new_suffix(limit_bytes, "");
 }
 
+/* The same, and in the v1 name=systemd hierarchy of hybrid systems (where
+ * systemd names units); NULL where there is no such hierarchy. */
+static inline struct test_cgroup *test_cgroup_new_systemd(const char *suffix) {
+        struct test_cgroup *g;
+
+        if (access(TEST_CGROUP_V1_SYSTEMD "/cgroup.procs", F_OK) < 0)
+                return NULL;
+        g = test_cgroup_new_suffix(0, suffix);
+        snprintf(g->sd, sizeof(g->sd), "%s%s", TEST_CGROUP_V1_SYSTEMD, g->name);
+        if (mkdir(g->sd, 0755) < 0)
+                abort();
+        return g;
+}
+
 /* Sets the group's memory limit to what it uses now plus headroom, so that
  * a test works alike whatever its processes cost (a ThreadSanitizer build
  * adds shadow memory to every page a target touches). */
@@ -168,14 +186,31 @@ static inline void test_cgroup_limit_to_usage(const struct test_cgroup *g, uint6
                 test_cgroup_write(g->v2, "memory.max", buf);
 }
 
-/* Moves the calling process into the group (both hierarchies). Returns 0
- * or -errno. */
-static inline int test_cgroup_enter(const struct test_cgroup *g) {
+/* Moves the calling process into the group's name=systemd directory only,
+ * as a process of a unit on a hybrid system whose v2 group is the root. */
+static inline int test_cgroup_enter_systemd(const struct test_cgroup *g) {
         char path[256], pid[16];
-        const char *dirs[2] = { g->v1, g->v2 };
+        int fd, r = 0;
 
         snprintf(pid, sizeof(pid), "%d", getpid());
-        for (unsigned i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "%s/cgroup.procs", g->sd);
+        fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        if (write(fd, pid, strlen(pid)) < 0)
+                r = -errno;
+        close(fd);
+        return r;
+}
+
+/* Moves the calling process into the group (every hierarchy it has).
+ * Returns 0 or -errno. */
+static inline int test_cgroup_enter(const struct test_cgroup *g) {
+        char path[256], pid[16];
+        const char *dirs[3] = { g->v1, g->v2, g->sd };
+
+        snprintf(pid, sizeof(pid), "%d", getpid());
+        for (unsigned i = 0; i < 3; i++) {
                 int fd;
 
                 if (!dirs[i][0])

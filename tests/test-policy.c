@@ -17,8 +17,9 @@
 
 static char sleeper[64];
 
-/* A child that enters G (if any) and runs the sleeper until killed. */
-static pid_t spawn(const struct test_cgroup *g) {
+/* A child that enters G (if any; only its name=systemd group if SD_ONLY)
+ * and runs the sleeper until killed. */
+static pid_t spawn_in(const struct test_cgroup *g, bool sd_only) {
         int ready[2];
         pid_t pid;
 
@@ -26,7 +27,7 @@ static pid_t spawn(const struct test_cgroup *g) {
         pid = fork();
         ASSERT_GE(pid, 0);
         if (pid == 0) {
-                if (g && test_cgroup_enter(g) < 0)
+                if (g && (sd_only ? test_cgroup_enter_systemd(g) : test_cgroup_enter(g)) < 0)
                         _exit(2);
                 (void) !write(ready[1], "r", 1);
                 execl(sleeper, sleeper, "1000", NULL);
@@ -45,6 +46,10 @@ static pid_t spawn(const struct test_cgroup *g) {
                 usleep(1000);
         }
         TEST_FAIL("child %d never ran %s", pid, sleeper);
+}
+
+static pid_t spawn(const struct test_cgroup *g) {
+        return spawn_in(g, false);
 }
 
 static void reap(pid_t pid) {
@@ -183,6 +188,36 @@ TEST(match_by_path_unit_and_executable) {
         test_cgroup_free(by_path);
         test_cgroup_free(by_unit);
         test_cgroup_free(off);
+}
+
+/* Hybrid systems: systemd names units in its v1 name=systemd hierarchy,
+ * and a unit's processes may sit in the v2 root. The unit is found there. */
+TEST(match_unit_in_the_systemd_hierarchy) {
+        char text[256];
+        struct test_cgroup *g;
+        struct zsw_engine *e = NULL;
+        struct policy_manager *m = NULL;
+        pid_t a;
+
+        if (!test_cgroups_usable())
+                TEST_SKIP("needs root and a writable cgroup tree");
+        g = test_cgroup_new_systemd(".service");
+        if (!g) {
+                fprintf(stderr, "no name=systemd hierarchy here (pure cgroup v2), skipping\n");
+                return;
+        }
+        snprintf(text, sizeof(text), "[Match]\nUnit=%s\n", g->name + 1);
+        a = spawn_in(g, true);
+        ASSERT_OK(zsw_engine_new(&(struct zsw_engine_config) { .log = log_get() }, &e));
+        ASSERT_OK(policy_manager_new(e, config_of((const char *[]) { text },
+                                                  (const char *[]) { "/p/unit.conf" }, 1),
+                                     &m));
+        ASSERT_EQ(policy_manager_scan(m), 1);
+        ASSERT_STREQ(policy_manager_target_policy(m, a), "unit");
+        policy_manager_free(m);
+        zsw_engine_free(e);
+        reap(a);
+        test_cgroup_free(g);
 }
 
 int main(int argc, char **argv) {
