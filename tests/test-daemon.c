@@ -1130,6 +1130,62 @@ TEST(policy_attach_reclaim_reload) {
         test_cgroup_free(g);
 }
 
+/* MemoryBudget=50%: the policy reclaims until the group uses half of what
+ * it used when first seen, and holds there. */
+TEST(budget_is_reached_and_held) {
+        _cleanup_free_ char *out = NULL;
+        struct test_cgroup *g;
+        struct confdir c;
+        struct daemon d;
+        struct target t;
+        uint64_t usage, budget, evicted;
+        int i;
+
+        if (!test_cgroups_usable())
+                TEST_SKIP("needs a writable cgroup tree");
+        g = test_cgroup_new(0);
+        confdir_new(&c, "[Daemon]\nLogLevel=debug\n");
+        policy_write(&c, "[Match]\nCgroupPath=%s\n[Policy]\nMinColdAge=0\nMemoryBudget=50%%\n"
+                         "MaxReclaimRate=8M/s\nRefaultLimit=infinity\n", g->name);
+        target_cgroup = g;
+        target_start(&t);
+        target_cgroup = NULL;
+        daemon_start_config(&d, c.dir);
+
+        for (i = 0; i < 600; i++) {
+                out = ctl_ok(d.sock, CTL_ARGS(d.sock, "policies", "--json"));
+                if (strstr(out, "\"decision\":\"at budget\""))
+                        break;
+                free(TAKE_PTR(out));
+                usleep(100000);
+        }
+        if (!out)
+                TEST_FAIL("the policy never reached its budget; see %s", d.log);
+        usage = json_u64(out, "usage_bytes");
+        budget = json_u64(out, "budget_bytes");
+        fprintf(stderr, "at budget: usage %" PRIu64 " KiB, budget %" PRIu64 " KiB\n",
+                usage / 1024, budget / 1024);
+        ASSERT_LE(usage, budget);
+        /* Half of a group that is mostly the target's buffer. */
+        ASSERT_LT(budget, TARGET_SIZE);
+        free(TAKE_PTR(out));
+
+        /* Held: an idle target under its budget loses nothing more. */
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "targets", "--json"));
+        evicted = json_u64(targets_entry(out, t.pid), "evicted_pages");
+        free(TAKE_PTR(out));
+        usleep(2500000);
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "targets", "--json"));
+        ASSERT_EQ_U(json_u64(targets_entry(out, t.pid), "evicted_pages"), evicted);
+        ASSERT_GE(evicted * getpagesize(), TARGET_SIZE / 4);
+        ASSERT_TRUE(target_verify(&t));
+
+        target_stop(&t);
+        daemon_cleanup(&d);
+        confdir_remove(&c);
+        test_cgroup_free(g);
+}
+
 /* A real pressure source in the policy's group: a child re-reads a file
  * much larger than what the group's limit leaves beside the target. The
  * group stalls (its own memory.pressure says so) and the daemon backs off
