@@ -175,16 +175,23 @@ int zsw_compressor_from_string(const char *s) {
         return -EINVAL;
 }
 
+static int level_check(enum zsw_compressor c, int level) {
+        if (level == 0)
+                return ZSW_ZSTD_LEVEL_DEFAULT;
+        if (c == ZSW_COMPRESSOR_ZSTD && (level < 1 || level > ZSTD_maxCLevel()))
+                return -EINVAL;
+        return level;
+}
+
 int zsw_compress_ctx_new(enum zsw_compressor c, int level, struct zsw_compress_ctx **ret) {
         struct zsw_compress_ctx *ctx;
         int r;
 
         if ((unsigned) c >= _ZSW_COMPRESSOR_MAX)
                 return -EINVAL;
-        if (level == 0)
-                level = ZSW_ZSTD_LEVEL_DEFAULT;
-        if (c == ZSW_COMPRESSOR_ZSTD && (level < 1 || level > ZSTD_maxCLevel()))
-                return -EINVAL;
+        level = level_check(c, level);
+        if (level < 0)
+                return level;
 
         ctx = calloc(1, sizeof(*ctx));
         if (!ctx)
@@ -211,6 +218,14 @@ struct zsw_compress_ctx *zsw_compress_ctx_free(struct zsw_compress_ctx *ctx) {
 
 enum zsw_compressor zsw_compress_ctx_compressor(const struct zsw_compress_ctx *ctx) {
         return ctx->compressor;
+}
+
+int zsw_compress_ctx_set_level(struct zsw_compress_ctx *ctx, int level) {
+        level = level_check(ctx->compressor, level);
+        if (level < 0)
+                return level;
+        ctx->level = level;
+        return 0;
 }
 
 int zsw_compress_batch(struct zsw_compress_ctx *ctx, const void *const *src, void *const *dst,

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "pool.h"
+#include "util.h"
 
 enum zsw_compressor {
         ZSW_COMPRESSOR_LZ4 = 0,
@@ -44,6 +45,10 @@ int zsw_compress_ctx_new(enum zsw_compressor c, int level, struct zsw_compress_c
 struct zsw_compress_ctx *zsw_compress_ctx_free(struct zsw_compress_ctx *ctx);
 enum zsw_compressor zsw_compress_ctx_compressor(const struct zsw_compress_ctx *ctx);
 
+/* Changes the level of the next batches (same rules as for _new()); the
+ * context's memory is reused, so switching between owners is cheap. */
+int zsw_compress_ctx_set_level(struct zsw_compress_ctx *ctx, int level);
+
 /*
  * Compresses n pages of ZSW_PAGE_SIZE bytes: page i from src[i] into dst[i]
  * (ZSW_PAGE_SIZE bytes of room each). ret_lens[i] receives the compressed
@@ -64,3 +69,6 @@ struct zsw_decompress_ctx *zsw_decompress_ctx_free(struct zsw_decompress_ctx *ct
  * -EINVAL for an unknown compressor, -ENOMEM. */
 int zsw_decompress(struct zsw_decompress_ctx *ctx, enum zsw_compressor c, const void *src,
                    uint32_t len, void *dst);
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_compress_ctx *, zsw_compress_ctx_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_decompress_ctx *, zsw_decompress_ctx_free);

@@ -6,21 +6,33 @@
  * of the resulting classes owns slabs, mmap'ed runs of 1..16 pages cut into
  * equal objects, the page count chosen per class so that the slab tail left
  * over is the smallest fraction of the slab. Slab descriptors live outside
- * the slab, so a slab is pure payload and goes back to the system with one
- * munmap when its last object is freed (one empty slab per class is kept as
- * a spare so that a class hovering around a slab boundary does not mmap and
- * munmap on every batch; zsw_pool_shrink() drops the spares).
+ * the slab, so a slab is pure payload and goes back to the system whole.
  *
  * A handle is (slab id + 1) << 16 | object index. Slab ids index a two-level
  * table whose chunks never move once published, so map and free find the
  * slab in O(1) without a lock. The free list of a slab is threaded through
  * its free objects (their first two bytes); objects never handed out yet are
  * taken from a bump index, so a new slab is touched only as it fills.
- * Memory taken from the system (pool_bytes) is therefore counted as the
- * slab pages objects have reached, not the mapped length: a page never
- * touched has no backing, and the last, partly filled slab of each class
- * would otherwise dominate the overhead of a small pool. Transparent huge
- * pages are refused on slabs, for they would back untouched pages.
+ *
+ * The costs of the memory calls shape the rest. Measured on the development
+ * VMs: the first access to a fresh page costs 22-33 us (the hypervisor fills
+ * its shadow page table even when MADV_POPULATE_WRITE or MAP_POPULATE backed
+ * the page beforehand, which only adds ~5 us a page), an munmap of one small
+ * range 130-200 us (the TLB shootdown), while one munmap over many adjacent
+ * slabs costs barely more than over one. Hence:
+ * - pages are reached lazily through the bump index, not populated ahead;
+ *   pool_bytes counts the pages objects have reached (the memory really
+ *   taken), so a class's last, partly filled slab costs what it holds, not
+ *   its mapped length;
+ * - memory already touched is what is cheap to use, and the free path is
+ *   the fault path's exclusive load, so a slab that empties is not unmapped
+ *   on the spot: it goes to a cache of empty slabs that any class with the
+ *   same slab length reuses as is. Once the cache holds more than
+ *   EMPTY_CACHE_MIN or 1/8 of the pool it is released at once, sorted by
+ *   address so that adjacent slabs go in one munmap; zsw_pool_shrink()
+ *   releases it on demand.
+ * Transparent huge pages are refused on slabs: they would back pages the
+ * pool never reached, behind the back of pool_bytes.
  *
  * Fragmentation: partial slabs of a class sit in lists by fullness and
  * allocation always takes the fullest one, so that frees concentrate in the
@@ -45,6 +57,7 @@
 #define NR_GROUPS 8u
 #define OBJ_NONE UINT16_MAX
 #define HANDLE_IDX_BITS 16u
+#define EMPTY_CACHE_MIN (UINT64_C(2) << 20)
 
 /* Slab table: DIR_SIZE chunks of CHUNK_SIZE slots, up to 16M slabs (at
  * least 64 GiB of pool). Only the directory (32 KiB) is allocated up front. */
@@ -58,11 +71,12 @@ struct slab {
         struct slab *prev, *next; /* in its class's fullness list */
         uint32_t id;
         uint16_t cls;
+        uint16_t pages;     /* mapped length */
+        uint16_t touched;   /* pages [0, touched) were reached */
         uint16_t used;      /* objects allocated */
         uint16_t free_head; /* first object of the in-slab free list */
         uint16_t bump;      /* objects [bump, nobj) were never handed out */
-        uint16_t touched;   /* pages up to the end of object bump - 1 */
-        int8_t group;       /* fullness list it is on, -1 when full or spare */
+        int8_t group;       /* fullness list it is on, -1 when full or empty */
 };
 
 struct size_class {
@@ -71,7 +85,6 @@ struct size_class {
         uint16_t nobj;          /* objects per slab */
         uint16_t pages;         /* pages per slab */
         struct slab *groups[NR_GROUPS];
-        struct slab *spare;     /* one empty slab kept mapped */
 } __attribute__((aligned(64)));
 
 struct zsw_pool {
@@ -84,7 +97,13 @@ struct zsw_pool {
         uint32_t next_id;
         size_t n_chunks;
 
-        atomic_uint_fast64_t pool_bytes, mapped_bytes, used_bytes, objects, slabs, meta_bytes;
+        pthread_mutex_t empty_lock;
+        struct slab *empty[SLAB_MAX_PAGES + 1]; /* by length, linked by next */
+        uint64_t empty_bytes;                   /* their touched bytes */
+        size_t empty_count;
+
+        atomic_uint_fast64_t pool_bytes, mapped_bytes, used_bytes, objects, slabs, meta_bytes,
+                cached_bytes;
 };
 
 static unsigned size_to_class(uint32_t size) {
@@ -153,68 +172,69 @@ static _Atomic(struct slab *) *table_slot(const struct zsw_pool *pool, uint32_t 
         return &chunk[id & (CHUNK_SIZE - 1)];
 }
 
+/* Grows the stack of released ids to hold every id handed out, plus the
+ * one about to be, so that table_put_id() never fails on the free path.
+ * Called with table_lock held. */
+static int table_reserve_locked(struct zsw_pool *pool) {
+        size_t cap;
+        uint32_t *p;
+
+        if (pool->free_ids_cap > pool->next_id)
+                return 0;
+        cap = MAX((size_t) 64, pool->free_ids_cap * 2);
+        p = realloc(pool->free_ids, cap * sizeof(*p));
+        if (!p)
+                return -ENOMEM;
+        atomic_fetch_add_explicit(&pool->meta_bytes, (cap - pool->free_ids_cap) * sizeof(*p),
+                                  memory_order_relaxed);
+        pool->free_ids = p;
+        pool->free_ids_cap = cap;
+        return 0;
+}
+
+/* Hands out a never used id, creating its table chunk if needed. Called
+ * with table_lock held. */
+static int table_new_id_locked(struct zsw_pool *pool, uint32_t *ret_id) {
+        uint32_t id = pool->next_id;
+        int r;
+
+        if (id >= MAX_SLABS)
+                return -ENOMEM;
+        r = table_reserve_locked(pool);
+        if (r < 0)
+                return r;
+        if ((id >> CHUNK_BITS) >= pool->n_chunks) {
+                _Atomic(struct slab *) *chunk = calloc(CHUNK_SIZE, sizeof(*chunk));
+
+                if (!chunk)
+                        return -ENOMEM;
+                atomic_store_explicit(&pool->dir[pool->n_chunks++], chunk, memory_order_release);
+                atomic_fetch_add_explicit(&pool->meta_bytes, CHUNK_SIZE * sizeof(*chunk),
+                                          memory_order_relaxed);
+        }
+        pool->next_id++;
+        *ret_id = id;
+        return 0;
+}
+
 static int table_get_id(struct zsw_pool *pool, uint32_t *ret_id) {
-        uint32_t id;
+        int r = 0;
 
         pthread_mutex_lock(&pool->table_lock);
         if (pool->n_free_ids > 0)
-                id = pool->free_ids[--pool->n_free_ids];
-        else {
-                if (pool->next_id >= MAX_SLABS) {
-                        pthread_mutex_unlock(&pool->table_lock);
-                        return -ENOMEM;
-                }
-                id = pool->next_id;
-                if ((id >> CHUNK_BITS) >= pool->n_chunks) {
-                        _Atomic(struct slab *) *chunk = calloc(CHUNK_SIZE, sizeof(*chunk));
-
-                        if (!chunk) {
-                                pthread_mutex_unlock(&pool->table_lock);
-                                return -ENOMEM;
-                        }
-                        atomic_store_explicit(&pool->dir[pool->n_chunks++], chunk,
-                                              memory_order_release);
-                        atomic_fetch_add_explicit(&pool->meta_bytes,
-                                                  CHUNK_SIZE * sizeof(*chunk),
-                                                  memory_order_relaxed);
-                }
-                pool->next_id++;
-        }
+                *ret_id = pool->free_ids[--pool->n_free_ids];
+        else
+                r = table_new_id_locked(pool, ret_id);
         pthread_mutex_unlock(&pool->table_lock);
-        *ret_id = id;
-        return 0;
+        return r;
 }
 
 static void table_put_id(struct zsw_pool *pool, uint32_t id) {
         pthread_mutex_lock(&pool->table_lock);
         atomic_store_explicit(table_slot(pool, id), NULL, memory_order_relaxed);
-        /* The stack has room: it grew when the id was handed out the first
-         * time (see slab_new), so releasing never fails. */
+        /* Room was made when the id was first handed out. */
         pool->free_ids[pool->n_free_ids++] = id;
         pthread_mutex_unlock(&pool->table_lock);
-}
-
-/* Makes room in the free id stack for every id handed out so far, so that
- * table_put_id() cannot fail on the free path. */
-static int table_reserve(struct zsw_pool *pool) {
-        int r = 0;
-
-        pthread_mutex_lock(&pool->table_lock);
-        if (pool->free_ids_cap < (size_t) pool->next_id + 1) {
-                size_t cap = MAX((size_t) 64, pool->free_ids_cap * 2);
-                uint32_t *p = realloc(pool->free_ids, cap * sizeof(*p));
-
-                if (p) {
-                        atomic_fetch_add_explicit(&pool->meta_bytes,
-                                                  (cap - pool->free_ids_cap) * sizeof(*p),
-                                                  memory_order_relaxed);
-                        pool->free_ids = p;
-                        pool->free_ids_cap = cap;
-                } else
-                        r = -ENOMEM;
-        }
-        pthread_mutex_unlock(&pool->table_lock);
-        return r;
 }
 
 /* Called with the class lock held. */
@@ -225,9 +245,6 @@ static int slab_new(struct zsw_pool *pool, unsigned cls, struct slab **ret) {
         uint32_t id;
         int r;
 
-        r = table_reserve(pool);
-        if (r < 0)
-                return r;
         s = calloc(1, sizeof(*s));
         if (!s)
                 return -ENOMEM;
@@ -242,6 +259,7 @@ static int slab_new(struct zsw_pool *pool, unsigned cls, struct slab **ret) {
         }
         s->id = id;
         s->cls = (uint16_t) cls;
+        s->pages = c->pages;
         s->free_head = OBJ_NONE;
         s->group = -1;
         atomic_store_explicit(table_slot(pool, id), s, memory_order_release);
@@ -252,22 +270,124 @@ static int slab_new(struct zsw_pool *pool, unsigned cls, struct slab **ret) {
         return 0;
 }
 
-/* Called without the class lock: the slab is already out of its class. */
-static void slab_destroy(struct zsw_pool *pool, struct slab *s) {
-        size_t bytes = (size_t) pool->classes[s->cls].pages * ZSW_PAGE_SIZE;
+static int cmp_slab_addr(const void *a, const void *b) {
+        const struct slab *x = *(struct slab *const *) a, *y = *(struct slab *const *) b;
 
-        table_put_id(pool, s->id);
-        munmap(s->mem, bytes);
-        atomic_fetch_sub_explicit(&pool->mapped_bytes, bytes, memory_order_relaxed);
-        atomic_fetch_sub_explicit(&pool->pool_bytes, (uint64_t) s->touched * ZSW_PAGE_SIZE,
-                                  memory_order_relaxed);
-        atomic_fetch_sub_explicit(&pool->slabs, 1, memory_order_relaxed);
-        atomic_fetch_sub_explicit(&pool->meta_bytes, sizeof(*s), memory_order_relaxed);
-        free(s);
+        return x->mem < y->mem ? -1 : x->mem > y->mem;
 }
 
-/* Takes an object; adds to *touched the pages it reaches for the first
- * time. */
+/* Gives n empty slabs, out of every list, back to the system: adjacent
+ * ones in one munmap each run. Called without locks held. */
+static void slabs_release(struct zsw_pool *pool, struct slab **v, size_t n) {
+        uint64_t mapped = 0, touched = 0;
+
+        qsort(v, n, sizeof(*v), cmp_slab_addr);
+        for (size_t i = 0; i < n;) {
+                uint8_t *start = v[i]->mem, *end = start;
+
+                for (; i < n && v[i]->mem == end; i++) {
+                        end += (size_t) v[i]->pages * ZSW_PAGE_SIZE;
+                        mapped += (uint64_t) v[i]->pages * ZSW_PAGE_SIZE;
+                        touched += (uint64_t) v[i]->touched * ZSW_PAGE_SIZE;
+                        table_put_id(pool, v[i]->id);
+                        free(v[i]);
+                }
+                munmap(start, (size_t) (end - start));
+        }
+        atomic_fetch_sub_explicit(&pool->mapped_bytes, mapped, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&pool->pool_bytes, touched, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&pool->slabs, n, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&pool->meta_bytes, n * sizeof(struct slab),
+                                  memory_order_relaxed);
+}
+
+/* Empties the cache of empty slabs into the system. Returns the bytes
+ * released. */
+static uint64_t empty_cache_release(struct zsw_pool *pool) {
+        struct slab *lists[SLAB_MAX_PAGES + 1], *stack[256], **batch = stack;
+        _cleanup_free_ struct slab **heap = NULL;
+        size_t n = 0, count, cap = ARRAY_SIZE(stack);
+        uint64_t bytes;
+
+        pthread_mutex_lock(&pool->empty_lock);
+        memcpy(lists, pool->empty, sizeof(lists));
+        memset(pool->empty, 0, sizeof(pool->empty));
+        bytes = pool->empty_bytes;
+        count = pool->empty_count;
+        pool->empty_bytes = 0;
+        pool->empty_count = 0;
+        pthread_mutex_unlock(&pool->empty_lock);
+        atomic_fetch_sub_explicit(&pool->cached_bytes, bytes, memory_order_relaxed);
+
+        /* All in one sorted array, so that neighbours of any length merge
+         * into one munmap; without memory for it, in fixed batches. */
+        if (count > cap) {
+                heap = malloc(count * sizeof(*heap));
+                if (heap) {
+                        batch = heap;
+                        cap = count;
+                }
+        }
+        for (unsigned p = 0; p <= SLAB_MAX_PAGES; p++)
+                for (struct slab *s = lists[p], *next; s; s = next) {
+                        next = s->next;
+                        batch[n++] = s;
+                        if (n == cap) {
+                                slabs_release(pool, batch, n);
+                                n = 0;
+                        }
+                }
+        if (n > 0)
+                slabs_release(pool, batch, n);
+        return bytes;
+}
+
+/* Caches slabs that emptied (chained through next), releasing the cache
+ * when it grows past its bound. Called without locks held. */
+static void empty_cache_put(struct zsw_pool *pool, struct slab *dead) {
+        uint64_t added = 0, cached, bound;
+
+        if (!dead)
+                return;
+        pthread_mutex_lock(&pool->empty_lock);
+        for (struct slab *s = dead, *next; s; s = next) {
+                next = s->next;
+                s->next = pool->empty[s->pages];
+                pool->empty[s->pages] = s;
+                added += (uint64_t) s->touched * ZSW_PAGE_SIZE;
+                pool->empty_count++;
+        }
+        pool->empty_bytes += added;
+        cached = pool->empty_bytes;
+        pthread_mutex_unlock(&pool->empty_lock);
+        atomic_fetch_add_explicit(&pool->cached_bytes, added, memory_order_relaxed);
+
+        bound = MAX(EMPTY_CACHE_MIN,
+                    atomic_load_explicit(&pool->pool_bytes, memory_order_relaxed) / 8);
+        if (cached > bound)
+                empty_cache_release(pool);
+}
+
+/* Takes a cached empty slab of the given length, or NULL. */
+static struct slab *empty_cache_get(struct zsw_pool *pool, unsigned pages) {
+        struct slab *s;
+
+        pthread_mutex_lock(&pool->empty_lock);
+        s = pool->empty[pages];
+        if (s) {
+                pool->empty[pages] = s->next;
+                pool->empty_bytes -= (uint64_t) s->touched * ZSW_PAGE_SIZE;
+                pool->empty_count--;
+        }
+        pthread_mutex_unlock(&pool->empty_lock);
+        if (s)
+                atomic_fetch_sub_explicit(&pool->cached_bytes,
+                                          (uint64_t) s->touched * ZSW_PAGE_SIZE,
+                                          memory_order_relaxed);
+        return s;
+}
+
+/* Takes an object; adds to *touched the pages it reaches first. */
 static uint16_t slab_pop(struct size_class *c, struct slab *s, uint64_t *touched) {
         uint16_t idx;
 
@@ -275,48 +395,51 @@ static uint16_t slab_pop(struct size_class *c, struct slab *s, uint64_t *touched
                 idx = s->free_head;
                 memcpy(&s->free_head, s->mem + (size_t) idx * c->size, sizeof(uint16_t));
         } else {
-                uint16_t pages;
+                unsigned pages;
 
                 idx = s->bump++;
-                pages = (uint16_t) DIV_ROUND_UP((size_t) s->bump * c->size, ZSW_PAGE_SIZE);
-                *touched += pages - s->touched;
-                s->touched = pages;
+                pages = (unsigned) DIV_ROUND_UP((size_t) s->bump * c->size, ZSW_PAGE_SIZE);
+                if (pages > s->touched) {
+                        *touched += pages - s->touched;
+                        s->touched = (uint16_t) pages;
+                }
         }
         s->used++;
         return idx;
 }
 
-/* Returns the slab to allocate from: the fullest partial one, else the
- * spare, else a new one. Called with the class lock held. */
+/* Returns the slab to allocate from: the fullest partial one, else a
+ * cached empty one of the class's length, else a new one. Called with the
+ * class lock held. */
 static int class_pick(struct zsw_pool *pool, unsigned cls, struct slab **ret) {
         struct size_class *c = &pool->classes[cls];
+        struct slab *s;
 
         for (unsigned g = NR_GROUPS; g-- > 0;)
                 if (c->groups[g]) {
                         *ret = c->groups[g];
                         return 0;
                 }
-        if (c->spare) {
-                *ret = TAKE_PTR(c->spare);
+        s = empty_cache_get(pool, c->pages);
+        if (s) {
+                /* Carve it anew for this class; its pages stay backed. */
+                s->cls = (uint16_t) cls;
+                s->bump = 0;
+                s->free_head = OBJ_NONE;
+                *ret = s;
                 return 0;
         }
         return slab_new(pool, cls, ret);
 }
 
-/* Frees one object with the class lock held. Returns a slab that emptied
- * and must be destroyed once the lock is dropped, or NULL. */
+/* Frees one object with the class lock held. Returns the slab if it
+ * emptied (it is then on no list), or NULL. */
 static struct slab *class_free_one(struct size_class *c, struct slab *s, uint16_t idx) {
         memcpy(s->mem + (size_t) idx * c->size, &s->free_head, sizeof(uint16_t));
         s->free_head = idx;
         s->used--;
         slab_relist(c, s);
-        if (s->used > 0)
-                return NULL;
-        if (!c->spare) {
-                c->spare = s;
-                return NULL;
-        }
-        return s;
+        return s->used == 0 ? s : NULL;
 }
 
 static struct slab *handle_slab(const struct zsw_pool *pool, zsw_handle_t h) {
@@ -332,8 +455,8 @@ void *zsw_pool_map(struct zsw_pool *pool, zsw_handle_t handle) {
         return s->mem + (size_t) idx * pool->classes[s->cls].size;
 }
 
-/* Sorts n handles so that those of one class are adjacent, then frees
- * each run under one lock, unmapping emptied slabs after dropping it. */
+/* Frees handles[order[0..n)], whose classes are sorted: each run of one
+ * class under one lock, caching the slabs that emptied after dropping it. */
 static void free_sorted(struct zsw_pool *pool, const zsw_handle_t *handles,
                         const uint16_t *order, size_t n) {
         size_t i = 0;
@@ -367,12 +490,7 @@ static void free_sorted(struct zsw_pool *pool, const zsw_handle_t *handles,
                 atomic_fetch_sub_explicit(&pool->objects, freed, memory_order_relaxed);
                 atomic_fetch_sub_explicit(&pool->used_bytes, freed * c->size,
                                           memory_order_relaxed);
-                while (dead) {
-                        struct slab *next = dead->next;
-
-                        slab_destroy(pool, dead);
-                        dead = next;
-                }
+                empty_cache_put(pool, dead);
         }
 }
 
@@ -516,25 +634,12 @@ void zsw_pool_get_stats(struct zsw_pool *pool, struct zsw_pool_stats *ret) {
                 .objects = atomic_load_explicit(&pool->objects, memory_order_relaxed),
                 .slabs = atomic_load_explicit(&pool->slabs, memory_order_relaxed),
                 .meta_bytes = atomic_load_explicit(&pool->meta_bytes, memory_order_relaxed),
+                .cached_bytes = atomic_load_explicit(&pool->cached_bytes, memory_order_relaxed),
         };
 }
 
 uint64_t zsw_pool_shrink(struct zsw_pool *pool) {
-        uint64_t released = 0;
-
-        for (unsigned k = 0; k < NR_CLASSES; k++) {
-                struct size_class *c = &pool->classes[k];
-                struct slab *s;
-
-                pthread_mutex_lock(&c->lock);
-                s = TAKE_PTR(c->spare);
-                pthread_mutex_unlock(&c->lock);
-                if (s) {
-                        released += (uint64_t) s->touched * ZSW_PAGE_SIZE;
-                        slab_destroy(pool, s);
-                }
-        }
-        return released;
+        return empty_cache_release(pool);
 }
 
 int zsw_pool_new(struct zsw_pool **ret) {
@@ -549,6 +654,7 @@ int zsw_pool_new(struct zsw_pool **ret) {
                 return -ENOMEM;
         }
         pthread_mutex_init(&pool->table_lock, NULL);
+        pthread_mutex_init(&pool->empty_lock, NULL);
         for (unsigned k = 0; k < NR_CLASSES; k++) {
                 struct size_class *c = &pool->classes[k];
 
@@ -569,7 +675,7 @@ struct zsw_pool *zsw_pool_free(struct zsw_pool *pool) {
                 struct slab *s = atomic_load_explicit(table_slot(pool, id), memory_order_relaxed);
 
                 if (s) {
-                        munmap(s->mem, (size_t) pool->classes[s->cls].pages * ZSW_PAGE_SIZE);
+                        munmap(s->mem, (size_t) s->pages * ZSW_PAGE_SIZE);
                         free(s);
                 }
         }
@@ -578,6 +684,7 @@ struct zsw_pool *zsw_pool_free(struct zsw_pool *pool) {
         for (unsigned k = 0; k < NR_CLASSES; k++)
                 pthread_mutex_destroy(&pool->classes[k].lock);
         pthread_mutex_destroy(&pool->table_lock);
+        pthread_mutex_destroy(&pool->empty_lock);
         free(pool->dir);
         free(pool->free_ids);
         free(pool);

@@ -29,12 +29,15 @@ struct zsw_pool;
 struct zsw_pool_stats {
         uint64_t pool_bytes;    /* bytes of slab pages taken from the system:
                                  * those objects have reached (a mapped page
-                                 * never touched costs no memory) */
+                                 * never touched costs no memory), cached
+                                 * empty slabs included */
         uint64_t used_bytes;    /* bytes of allocated objects, class-rounded */
         uint64_t objects;       /* allocated objects */
         uint64_t slabs;         /* slabs currently mapped */
         uint64_t meta_bytes;    /* allocator bookkeeping on the heap */
         uint64_t mapped_bytes;  /* bytes of slabs mapped, touched or not */
+        uint64_t cached_bytes;  /* part of pool_bytes in empty slabs kept
+                                 * for reuse (see zsw_pool_shrink) */
 };
 
 int zsw_pool_new(struct zsw_pool **ret);
@@ -56,8 +59,9 @@ void *zsw_pool_map(struct zsw_pool *pool, zsw_handle_t handle);
  * the set is not (cheap enough to call on every batch). */
 void zsw_pool_get_stats(struct zsw_pool *pool, struct zsw_pool_stats *ret);
 
-/* Each class keeps one empty slab mapped so that a class hovering around
- * a slab boundary does not mmap/munmap on every batch (counted in
- * pool_bytes). This unmaps those spares, for memory pressure or an idle
- * pool, and returns the bytes given back to the system. */
+/* Slabs that empty are cached for reuse rather than unmapped on the spot
+ * (an munmap costs a TLB shootdown, too much for the free path); the cache
+ * is released by itself once it passes 2 MiB or 1/8 of the pool. This
+ * releases it now, for memory pressure or an idle pool, and returns the
+ * bytes given back to the system. Safe to call from any thread. */
 uint64_t zsw_pool_shrink(struct zsw_pool *pool);

@@ -79,6 +79,7 @@ struct zsw_owner {
 struct zsw_worker {
         struct zsw_store *store;
         struct zsw_compress_ctx *cctx[_ZSW_COMPRESSOR_MAX];
+        int level[_ZSW_COMPRESSOR_MAX]; /* of cctx[]: owners may differ */
         struct zsw_decompress_ctx *dctx;
         /* Compressed output of a batch, and one page for disk reads. */
         uint8_t (*scratch)[ZSW_PAGE_SIZE];
@@ -105,14 +106,37 @@ static bool entry_in_pool(const struct zsw_entry *e) {
         return e->state == ZSW_ENTRY_COMPRESSED || e->state == ZSW_ENTRY_RAW;
 }
 
-/* Adds (sign 1) or removes (sign -1) e to the "stored" counters. */
+/* Changes of the "stored" counters, summed over a batch and applied with
+ * one atomic add per counter: the counters are shared by every thread. */
+struct charge {
+        int64_t pages, payload, same, incompressible;
+};
+
+static void charge_add(struct charge *d, const struct zsw_entry *e, int sign) {
+        d->pages += sign;
+        d->payload += sign * (int64_t) e->length;
+        d->same += sign * (e->state == ZSW_ENTRY_SAME);
+        d->incompressible += sign * (e->state == ZSW_ENTRY_RAW);
+}
+
+static void charge_apply(counters_t c, struct charge *d) {
+        if (d->pages)
+                count(&c[C_PAGES], d->pages);
+        if (d->payload)
+                count(&c[C_PAYLOAD], d->payload);
+        if (d->same)
+                count(&c[C_SAME], d->same);
+        if (d->incompressible)
+                count(&c[C_INCOMPRESSIBLE], d->incompressible);
+        *d = (struct charge) {};
+}
+
+/* Adds (sign 1) or removes (sign -1) one entry. */
 static void charge(counters_t c, const struct zsw_entry *e, int sign) {
-        count(&c[C_PAGES], sign);
-        count(&c[C_PAYLOAD], sign * (int64_t) e->length);
-        if (e->state == ZSW_ENTRY_SAME)
-                count(&c[C_SAME], sign);
-        else if (e->state == ZSW_ENTRY_RAW)
-                count(&c[C_INCOMPRESSIBLE], sign);
+        struct charge d = {};
+
+        charge_add(&d, e, sign);
+        charge_apply(c, &d);
 }
 
 /* ---- releasing entries ----------------------------------------------------
@@ -125,17 +149,19 @@ struct release {
         struct zsw_owner *owner;
         struct zsw_entry *dead[RELEASE_CHUNK];
         size_t n;
+        struct charge uncharge; /* of the owner, for slots dropped */
 };
 
 /* Frees entries nobody references and that are off every LRU. */
 static void entries_destroy(struct zsw_store *s, struct zsw_entry *const *v, size_t n) {
         zsw_handle_t handles[RELEASE_CHUNK];
+        struct charge d = {};
         size_t nh = 0;
 
         for (size_t i = 0; i < n; i++) {
                 if (entry_in_pool(v[i]))
                         handles[nh++] = v[i]->handle;
-                charge(s->counters, v[i], -1);
+                charge_add(&d, v[i], -1);
                 if (nh == RELEASE_CHUNK) {
                         zsw_pool_free_bulk(s->pool, handles, nh);
                         nh = 0;
@@ -143,13 +169,16 @@ static void entries_destroy(struct zsw_store *s, struct zsw_entry *const *v, siz
         }
         zsw_pool_free_bulk(s->pool, handles, nh);
         zsw_entry_free_bulk(&s->entries, v, n);
+        charge_apply(s->counters, &d);
 }
 
 static void release_flush(struct release *rel) {
         bool listed = false;
 
-        if (rel->n == 0)
+        if (rel->n == 0) {
+                charge_apply(rel->owner->counters, &rel->uncharge);
                 return;
+        }
         /* Only pool-backed entries go on the LRU. Their links are not read
          * here: a concurrent LRU walk may still be moving a dying entry. */
         for (size_t i = 0; i < rel->n && !listed; i++)
@@ -162,6 +191,7 @@ static void release_flush(struct release *rel) {
         }
         entries_destroy(rel->owner->store, rel->dead, rel->n);
         rel->n = 0;
+        charge_apply(rel->owner->counters, &rel->uncharge);
 }
 
 /* Drops one reference to e. */
@@ -185,7 +215,7 @@ static void entries_release(struct zsw_owner *o, struct zsw_entry *const *v, siz
 static void drop_slot(void *entry, uint64_t pgno, void *userdata) {
         struct release *rel = userdata;
 
-        charge(rel->owner->counters, entry, -1);
+        charge_add(&rel->uncharge, entry, -1);
         release_add(rel, entry);
 }
 
@@ -278,6 +308,12 @@ static int batch_init_entries(struct store_batch *b) {
                 return r;
         b->have_entries = true;
 
+        /* The pages are usually cold: start all their misses at once
+         * rather than one page after the other. */
+        for (size_t i = 0; i < b->n; i++) {
+                __builtin_prefetch(b->pages[i]);
+                __builtin_prefetch((const uint8_t *) b->pages[i] + ZSW_PAGE_SIZE - 8);
+        }
         for (size_t i = 0; i < b->n; i++) {
                 struct zsw_entry *e = b->entries[i];
 
@@ -298,6 +334,12 @@ static int worker_cctx(struct zsw_worker *w, const struct zsw_owner_config *cfg,
                 r = zsw_compress_ctx_new(cfg->compressor, cfg->level, slot);
                 if (r < 0)
                         return r;
+                w->level[cfg->compressor] = cfg->level;
+        } else if (w->level[cfg->compressor] != cfg->level) {
+                r = zsw_compress_ctx_set_level(*slot, cfg->level);
+                if (r < 0)
+                        return r;
+                w->level[cfg->compressor] = cfg->level;
         }
         *ret = *slot;
         return 0;
@@ -391,14 +433,17 @@ static bool batch_refused(const struct store_batch *b, size_t i) {
  * numbers (whatever happens next: the caller holds the current content),
  * check the limit, publish. On failure, undo this batch's insertions. */
 static void batch_drop_stale(struct store_batch *b) {
+        struct charge d = {};
+
         for (size_t i = 0; i < b->n; i++) {
                 struct zsw_entry *old = zsw_index_erase(b->o->index, b->pgnos[i]);
 
                 if (old) {
-                        charge(b->o->counters, old, -1);
+                        charge_add(&d, old, -1);
                         b->old[b->nold++] = old;
                 }
         }
+        charge_apply(b->o->counters, &d);
         b->stale_dropped = true;
 }
 
@@ -439,16 +484,19 @@ static int batch_index(struct store_batch *b, enum zsw_reject *ret_reason) {
 /* Stage 5, o->lock held, cannot fail. */
 static void batch_account(struct store_batch *b, size_t stored) {
         struct zsw_entry *lru[ZSW_STORE_BATCH_MAX];
+        struct charge d = {}, d2;
         size_t nlru = 0;
 
         for (size_t i = 0; i < b->n; i++) {
                 if (batch_refused(b, i))
                         continue;
-                charge(b->o->counters, b->entries[i], 1);
-                charge(b->s->counters, b->entries[i], 1);
+                charge_add(&d, b->entries[i], 1);
                 if (entry_in_pool(b->entries[i]))
                         lru[nlru++] = b->entries[i];
         }
+        d2 = d;
+        charge_apply(b->o->counters, &d);
+        charge_apply(b->s->counters, &d2);
         count(&b->o->counters[C_STORES], (int64_t) stored);
         count(&b->s->counters[C_STORES], (int64_t) stored);
         if (nlru > 0) {

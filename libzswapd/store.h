@@ -105,9 +105,10 @@ struct zsw_store_stats {
         uint64_t loads;
         uint64_t invalidations;
         uint64_t rejects[_ZSW_REJECT_MAX];
-        /* Global only: */
-        uint64_t pool_bytes;           /* memory the pool took from the system */
-        uint64_t meta_bytes;           /* entries, index nodes, pool bookkeeping */
+        uint64_t pool_bytes;           /* global only: memory the pool took from the system */
+        /* Globally: entries, index nodes, owners, pool bookkeeping; per
+         * owner: its index nodes and itself. */
+        uint64_t meta_bytes;
 };
 
 /* Latencies in ns, per page (a batch's time is spread over its pages). */
@@ -147,7 +148,8 @@ struct zsw_worker *zsw_worker_free(struct zsw_worker *w);
 /* config may be NULL for the store's defaults. */
 int zsw_store_owner_new(struct zsw_store *s, const struct zsw_owner_config *config,
                         struct zsw_owner **ret);
-/* Drops every page of the owner and frees it. */
+/* Drops every page of the owner and frees it. Entries isolated from its
+ * LRU must have been put back first (through any owner of the family). */
 struct zsw_owner *zsw_store_owner_free(struct zsw_owner *o);
 
 /* For fork: a new owner whose index holds exactly the parent's pages, the
@@ -213,6 +215,10 @@ uint64_t zsw_store_invalidate(struct zsw_owner *o, uint64_t start, uint64_t n);
  * MREMAP_FIXED. On -ENOMEM the pages stay where they were (the destination
  * is dropped anyway). Returns how many pages moved. */
 int zsw_store_move(struct zsw_owner *o, uint64_t old_start, uint64_t new_start, uint64_t n);
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_store *, zsw_store_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_worker *, zsw_worker_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_owner *, zsw_store_owner_free);
 
 /* ---- writeback interface ------------------------------------------------- */
 

@@ -126,7 +126,10 @@ static inline struct test_cgroup *test_cgroup_new_suffix(uint64_t limit_bytes, c
         if (counter++ == 0) {
                 test_cgroups_owner = getpid();
                 atexit(test_cgroups_remove_all);
+                /* A failed assertion, and meson's timeout (SIGTERM), or ^C. */
                 signal(SIGABRT, test_cgroups_on_abort);
+                signal(SIGTERM, test_cgroups_on_abort);
+                signal(SIGINT, test_cgroups_on_abort);
         }
         snprintf(g->name, sizeof(g->name), "/zswapd-test-%d-%u%s", getpid(), counter, suffix);
         snprintf(g->v2, sizeof(g->v2), "%s%s", test_cgroup_v2_root(), g->name);

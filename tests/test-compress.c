@@ -158,6 +158,10 @@ TEST(names_and_arguments) {
         ASSERT_ERRNO(zsw_compress_ctx_new(ZSW_COMPRESSOR_ZSTD, 99, &ctx), EINVAL);
         ASSERT_ERRNO(zsw_compress_ctx_new(ZSW_COMPRESSOR_ZSTD, -1, &ctx), EINVAL);
         ASSERT_TRUE(ctx == NULL);
+        ASSERT_OK(zsw_compress_ctx_new(ZSW_COMPRESSOR_ZSTD, 3, &ctx));
+        ASSERT_ERRNO(zsw_compress_ctx_set_level(ctx, 99), EINVAL);
+        ASSERT_OK(zsw_compress_ctx_set_level(ctx, 19));
+        ctx = zsw_compress_ctx_free(ctx);
         ASSERT_TRUE(zsw_compress_ctx_free(NULL) == NULL);
         ASSERT_TRUE(zsw_decompress_ctx_free(NULL) == NULL);
 }

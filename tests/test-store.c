@@ -331,6 +331,24 @@ TEST(owners_with_different_compressors) {
                 check_load(&e, z, (uint64_t) i, PAGE_DATA, 0);
                 check_load(&e, e.o, (uint64_t) i, PAGE_DATA, 0);
         }
+
+        /* The same worker honours each owner's level: after a level 19
+         * owner, a level 3 owner compresses as level 3 again. */
+        {
+                struct zsw_owner_config hc = { .compressor = ZSW_COMPRESSOR_ZSTD, .level = 19 };
+                struct zsw_store_stats sh, sz2;
+                struct zsw_owner *h, *z2;
+
+                ASSERT_OK(zsw_store_owner_new(e.s, &hc, &h));
+                ASSERT_OK(zsw_store_owner_new(e.s, &zc, &z2));
+                ASSERT_EQ(store_run(&e, h, 0, 32, PAGE_DATA), 32);
+                ASSERT_EQ(store_run(&e, z2, 0, 32, PAGE_DATA), 32);
+                zsw_store_owner_get_stats(h, &sh);
+                zsw_store_owner_get_stats(z2, &sz2);
+                ASSERT_LT(sh.payload_bytes, sz.payload_bytes);
+                ASSERT_EQ_U(sz2.payload_bytes, sz.payload_bytes);
+                check_load(&e, h, 7, PAGE_DATA, ZSW_LOAD_EXCLUSIVE);
+        }
         env_free(&e);
 }
 

@@ -1,0 +1,273 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Attach and serve on real processes, case by case: zswapd-test-target
+ * keeps a checksum of every page, the engine evicts its memory, and the
+ * target then touches it in every way that matters (racing threads, fork,
+ * mremap, munmap, its own MADV_DONTNEED, a read(2) into an evicted buffer,
+ * exec, exit, as an unprivileged user) and verifies every byte. A third
+ * party workload (stress-ng --vm with its own verification) is reclaimed
+ * while it runs.
+ */
+#include <poll.h>
+#include <sys/stat.h>
+
+#include "engine.h"
+#include "test.h"
+#include "target-client.h"
+
+static void log_stderr(void *userdata, int priority, const char *file, int line,
+                       const char *func, const char *format, va_list ap) {
+        if (priority > LOG_INFO)
+                return;
+        fprintf(stderr, "<%d> %s:%d: ", priority, file, line);
+        vfprintf(stderr, format, ap);
+        fputc('\n', stderr);
+}
+
+static const struct zsw_log test_log = { .fn = log_stderr, .max_priority = LOG_DEBUG };
+
+static struct zsw_engine *engine_start(unsigned prefetch) {
+        struct zsw_engine_config cfg = { .prefetch_window = prefetch, .log = &test_log };
+        struct zsw_engine *e;
+
+        if (geteuid() != 0)
+                TEST_SKIP("needs root for ptrace and userfaultfd");
+        ASSERT_OK(zsw_engine_new(&cfg, &e));
+        return e;
+}
+
+static uint64_t reclaim_all(struct zsw_engine *e, pid_t pid) {
+        struct zsw_reclaim_result res = {};
+        struct zsw_engine_error err = {};
+
+        if (zsw_engine_reclaim(e, pid, UINT64_MAX, &res, &err) < 0)
+                TEST_FAIL("reclaim of %d: %s", pid, err.message);
+        return res.evicted_pages;
+}
+
+static struct target *attached_target(struct zsw_engine *e, const char *fill, uid_t uid) {
+        struct target *t = target_start_as("--synthetic", uid);
+        struct zsw_engine_error err = {};
+
+        cmd_ok(t, fill);
+        if (zsw_engine_attach(e, t->pid, &err) < 0)
+                TEST_FAIL("attach: %s", err.message);
+        return t;
+}
+
+static void wait_forgotten(struct zsw_engine *e) {
+        struct zsw_engine_stats s;
+
+        for (int i = 0; i < 100; i++) {
+                ASSERT_OK(zsw_engine_get_stats(e, &s));
+                if (s.targets == 0)
+                        break;
+                usleep(50 * 1000);
+        }
+        ASSERT_EQ(s.targets, 0);
+        ASSERT_EQ(s.stored_pages, 0);
+}
+
+TEST(writer_threads_race_eviction) {
+        struct zsw_engine *e = engine_start(8);
+        struct target *t = attached_target(e, "fill 64 10", 0);
+        struct zsw_target_stats ts;
+        uint64_t evicted = 0;
+
+        cmd_ok(t, "threads 2");
+        for (int i = 0; i < 8; i++)
+                evicted += reclaim_all(e, t->pid);
+        cmd_ok(t, "stop");
+        ASSERT_GT(evicted, 0);
+        ASSERT_OK(zsw_engine_get_target_stats(e, t->pid, &ts));
+        fprintf(stderr, "evicted %" PRIu64 ", aborted by writes %" PRIu64 ", faults %" PRIu64 "\n",
+                evicted, ts.evict_aborted, ts.faults);
+        expect_verify(t, 64 * 256, 0);
+        target_exit(t);
+        zsw_engine_free(e);
+}
+
+TEST(fork_after_eviction) {
+        struct zsw_engine *e = engine_start(8);
+        struct target *t = attached_target(e, "fill 16 10", 0);
+        const char *r;
+
+        ASSERT_GT(reclaim_all(e, t->pid), 16 * 256 / 2);
+        r = cmd_ok(t, "fork-verify");
+        ASSERT_EQ(field(r, "bad"), 0);
+        ASSERT_EQ(field(r, "good"), 16 * 256);
+        expect_verify(t, 16 * 256, 0);
+        /* Evict again and fork again: the child reads through the clone. */
+        ASSERT_GT(reclaim_all(e, t->pid), 0);
+        r = cmd_ok(t, "fork-verify");
+        ASSERT_EQ(field(r, "bad"), 0);
+        target_exit(t);
+        zsw_engine_free(e);
+}
+
+TEST(mremap_moves_entries) {
+        struct zsw_engine *e = engine_start(0);
+        struct target *t = attached_target(e, "fill 8 0", 0);
+
+        ASSERT_GT(reclaim_all(e, t->pid), 0);
+        cmd_ok(t, "mremap 0");
+        expect_verify(t, 8 * 256, 0);
+        ASSERT_GT(reclaim_all(e, t->pid), 0);
+        cmd_ok(t, "mremap 0");
+        ASSERT_OK(zsw_engine_detach(e, t->pid, NULL));
+        expect_verify(t, 8 * 256, 0);
+        target_exit(t);
+        zsw_engine_free(e);
+}
+
+TEST(munmap_and_dontneed_drop_entries) {
+        struct zsw_engine *e = engine_start(0);
+        struct target *t = attached_target(e, "fill 8 0", 0);
+        struct zsw_target_stats ts;
+
+        ASSERT_EQ(reclaim_all(e, t->pid) >= 8 * 256, true);
+        cmd_ok(t, "munmap-half");
+        ASSERT_OK(zsw_engine_get_target_stats(e, t->pid, &ts));
+        ASSERT_LE(ts.stored_pages, 8 * 256 / 2 + 64);
+        /* The target's own DONTNEED: those pages must read as zeros now,
+         * not as what we had stored. */
+        cmd_ok(t, "dontneed 10 100");
+        expect_verify(t, 8 * 256 / 2, 0);
+        ASSERT_GT(reclaim_all(e, t->pid), 0);
+        cmd_ok(t, "dontneed 0 300");
+        expect_verify(t, 8 * 256 / 2, 0);
+        target_exit(t);
+        zsw_engine_free(e);
+}
+
+TEST(kernel_mode_fault_through_pipe) {
+        struct zsw_engine *e = engine_start(0);
+        struct target *t = attached_target(e, "fill 4 0", 0);
+
+        ASSERT_GT(reclaim_all(e, t->pid), 0);
+        cmd_ok(t, "pipe-read 7");
+        cmd_ok(t, "pipe-read 500");
+        expect_verify(t, 4 * 256, 0);
+        target_exit(t);
+        zsw_engine_free(e);
+}
+
+TEST(unprivileged_target) {
+        struct zsw_engine *e = engine_start(8);
+        struct target *t = attached_target(e, "fill 8 10", 65534);
+
+        ASSERT_GT(reclaim_all(e, t->pid), 8 * 256 / 2);
+        cmd_ok(t, "pipe-read 3");
+        expect_verify(t, 8 * 256, 0);
+        ASSERT_GT(reclaim_all(e, t->pid), 0);
+        ASSERT_OK(zsw_engine_detach(e, t->pid, NULL));
+        expect_verify(t, 8 * 256, 0);
+        target_exit(t);
+        zsw_engine_free(e);
+}
+
+TEST(exec_and_exit_free_everything) {
+        struct zsw_engine *e = engine_start(0);
+        struct target *t = attached_target(e, "fill 8 0", 0);
+        const char *r;
+
+        ASSERT_GT(reclaim_all(e, t->pid), 0);
+        r = cmd(t, "exec");
+        ASSERT_EQ(strncmp(r, "ok ready", 8), 0);
+        wait_forgotten(e);
+        target_exit(t);
+
+        t = attached_target(e, "fill 8 0", 0);
+        ASSERT_GT(reclaim_all(e, t->pid), 0);
+        target_exit(t);
+        wait_forgotten(e);
+        zsw_engine_free(e);
+}
+
+TEST(detach_restores_bytes_and_resident_size) {
+        struct zsw_engine *e = engine_start(0);
+        struct target *t = attached_target(e, "fill 32 0", 0);
+        unsigned long long before, evicted, after;
+
+        before = field(cmd_ok(t, "rss"), "rss_kb");
+        ASSERT_GT(reclaim_all(e, t->pid), 32 * 256 * 9 / 10);
+        evicted = field(cmd_ok(t, "rss"), "rss_kb");
+        ASSERT_LT(evicted, before / 4);
+        ASSERT_OK(zsw_engine_detach(e, t->pid, NULL));
+        after = field(cmd_ok(t, "rss"), "rss_kb");
+        ASSERT_GE(after, before * 95 / 100);
+        expect_verify(t, 32 * 256, 0);
+        target_exit(t);
+        zsw_engine_free(e);
+}
+
+/* The children of pid, the stress-ng workers. */
+static size_t children_of(pid_t pid, pid_t *out, size_t max) {
+        char path[64];
+        size_t n = 0;
+        FILE *f;
+        int c;
+
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/children", pid, pid);
+        f = fopen(path, "re");
+        if (!f)
+                return 0;
+        while (n < max && fscanf(f, "%d", &c) == 1)
+                out[n++] = c;
+        fclose(f);
+        return n;
+}
+
+TEST(stress_ng_vm_verifies_under_repeated_reclaim) {
+        const char *stress = "/usr/bin/stress-ng";
+        struct zsw_engine *e;
+        pid_t pid, workers[8];
+        size_t n = 0;
+        uint64_t evicted = 0;
+        int status;
+
+        if (access(stress, X_OK) < 0)
+                TEST_SKIP("stress-ng is not installed (apt-get install stress-ng)");
+        e = engine_start(8);
+        pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                execl(stress, stress, "--vm", "2", "--vm-bytes", "64M", "--vm-keep", "--verify",
+                      "--timeout", "12s", "--quiet", (char *) NULL);
+                _exit(127);
+        }
+        /* stress-ng's vm workers fork the process that holds the memory:
+         * attach to the grandchildren. */
+        for (int i = 0; i < 100 && n < 2; i++) {
+                pid_t kids[8];
+                size_t k;
+
+                usleep(50 * 1000);
+                k = children_of(pid, kids, ARRAY_SIZE(kids));
+                n = 0;
+                for (size_t j = 0; j < k; j++)
+                        n += children_of(kids[j], workers + n, ARRAY_SIZE(workers) - n);
+        }
+        ASSERT_GE(n, 1);
+        usleep(500 * 1000);
+        for (size_t i = 0; i < n; i++)
+                ASSERT_OK(zsw_engine_attach(e, workers[i], NULL));
+        for (int round = 0; round < 20; round++) {
+                for (size_t i = 0; i < n; i++) {
+                        struct zsw_reclaim_result res = {};
+
+                        if (zsw_engine_reclaim(e, workers[i], UINT64_MAX, &res, NULL) >= 0)
+                                evicted += res.evicted_pages;
+                }
+                usleep(200 * 1000);
+        }
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        fprintf(stderr, "stress-ng exited %d after %" PRIu64 " pages were evicted under it\n",
+                WIFEXITED(status) ? WEXITSTATUS(status) : -1, evicted);
+        fprintf(stderr, "%zu workers attached\n", n);
+        /* stress-ng exits non-zero when its verification found a bad byte. */
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        ASSERT_GT(evicted, 0);
+        zsw_engine_free(e);
+}
