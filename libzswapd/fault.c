@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -182,6 +183,11 @@ static void *fault_thread_main(void *userdata) {
         struct zsw_engine *e = ft->engine;
         struct epoll_event evs[16];
 
+        if (getenv("ZSWAPD_FIFO")) {
+                struct sched_param sp = { .sched_priority = 1 };
+                pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+        } else if (getenv("ZSWAPD_NICE"))
+                setpriority(PRIO_PROCESS, (id_t) gettid(), -20);
         tls_buf = aligned_alloc(4096, sizeof(struct fault_buf));
         if (!tls_buf) {
                 zsw_log(e->log, LOG_ERR, "Fault thread has no memory for its buffer");
