@@ -5,6 +5,7 @@
  * timer that pings the systemd watchdog and refreshes the STATUS= line.
  * Faults never pass through this loop: the engine's own threads serve them.
  */
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -12,9 +13,11 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
+#include <sys/sysinfo.h>
 #include <sys/timerfd.h>
 #include <systemd/sd-daemon.h>
 
+#include "config.h"
 #include "control.h"
 #include "engine.h"
 #include "log.h"
@@ -209,9 +212,51 @@ static int loop(struct zsw_engine *engine, struct control *control, int sfd, int
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_engine *, zsw_engine_free);
 
+/* The settings of --config (the built-in defaults without it). */
+static int load_config(struct zsw_config **ret) {
+        struct zsw_config_source src = { .path = arg_config };
+        _cleanup_free_ char *text = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        ssize_t n;
+
+        if (!arg_config)
+                return zsw_config_load_sources(NULL, NULL, 0, log_get(), ret);
+        fd = open(arg_config, O_RDONLY | O_CLOEXEC);
+        text = malloc(ZSW_CONFIG_FILE_MAX + 1);
+        if (fd < 0 || !text)
+                return log_error_errno(fd < 0 ? errno : ENOMEM,
+                                       "Cannot read the configuration file %s: %m", arg_config);
+        do {
+                n = read(fd, text + src.size, ZSW_CONFIG_FILE_MAX + 1 - src.size);
+                if (n < 0 && errno != EINTR)
+                        return log_error_errno(errno, "Cannot read the configuration file %s: %m",
+                                               arg_config);
+                src.size += n > 0 ? (size_t) n : 0;
+        } while (n != 0 && src.size <= ZSW_CONFIG_FILE_MAX);
+        if (src.size > ZSW_CONFIG_FILE_MAX)
+                return log_error_errno(EFBIG, "Configuration file %s is too big.", arg_config);
+        src.text = text;
+        return zsw_config_load_sources(&src, NULL, 0, log_get(), ret);
+}
+
+/* [Pool] and [Writeback] as the engine takes them. */
+static void engine_config_pool(const struct zsw_config *c, struct zsw_engine_config *ec) {
+        struct sysinfo si;
+        uint64_t ram = sysinfo(&si) == 0 ? (uint64_t) si.totalram * si.mem_unit : 0, limit;
+
+        limit = zsw_limit_resolve(&c->pool_limit, ram);
+        ec->pool_limit_bytes = limit == UINT64_MAX ? 0 : limit;
+        ec->accept_threshold_percent = c->accept_threshold;
+        ec->writeback = c->writeback;
+        ec->swapfile = c->swapfile;
+        ec->swapfile_max_bytes = c->swapfile_size;
+}
+
 static int run(int argc, char *argv[]) {
+        _cleanup_(zsw_config_freep) struct zsw_config *config = NULL;
         _cleanup_(zsw_engine_freep) struct zsw_engine *engine = NULL;
         _cleanup_(control_freep) struct control *control = NULL;
+        struct zsw_engine_config ec = {};
         _cleanup_close_ int sfd = -EBADF, tfd = -EBADF;
         uint64_t watchdog_usec = 0, interval = STATUS_INTERVAL_USEC;
         sigset_t mask;
@@ -244,7 +289,18 @@ static int run(int argc, char *argv[]) {
         if (sfd < 0)
                 return log_error_errno(errno, "Failed to create a signalfd: %m");
 
-        r = zsw_engine_new(&(struct zsw_engine_config) { .log = log_get() }, &engine);
+        r = load_config(&config);
+        if (r < 0)
+                return r; /* every problem logged */
+        ec.log = log_get();
+        engine_config_pool(config, &ec);
+        r = zsw_engine_new(&ec, &engine);
+        if (r < 0 && ec.writeback) {
+                log_warning_errno(r, "Failed to set up writeback to %s, running without it: %m",
+                                  ec.swapfile);
+                ec.writeback = false;
+                r = zsw_engine_new(&ec, &engine);
+        }
         if (r < 0)
                 return log_error_errno(r, "Failed to start the engine: %m");
 
