@@ -12,6 +12,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -528,6 +529,122 @@ TEST(disk_full_loses_nothing) {
                 fill_past_failure(&f, 77);
                 fixture_close(&f);
                 ASSERT_OK(umount(dir));
+                _exit(EXIT_SUCCESS);
+        }
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT_OK(rmdir(dir));
+        ASSERT_TRUE(WIFEXITED(status));
+        if (WEXITSTATUS(status) == EXIT_TEST_SKIP)
+                TEST_SKIP("see above");
+        ASSERT_EQ(WEXITSTATUS(status), EXIT_SUCCESS);
+}
+
+static int run_cmd(const char *cmd) {
+        int status = system(cmd);
+
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* An ext4 of 64 MiB on a loop device mounted on dir (the loop device
+ * clears itself when unmounted, the image is unlinked at once). */
+static bool ext4_on_loop(const char *dir) {
+        char cmd[PATH_MAX + 128], image[PATH_MAX], dev[64] = "";
+        bool ok = false;
+        FILE *f;
+        int fd;
+
+        snprintf(image, sizeof(image), "%s.img", dir);
+        fd = open(image, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+        ASSERT_GE(fd, 0);
+        ASSERT_OK(ftruncate(fd, 64 << 20));
+        close(fd);
+        snprintf(cmd, sizeof(cmd), "losetup --find --show %s 2>/dev/null", image);
+        f = popen(cmd, "r");
+        if (f && fgets(dev, sizeof(dev), f) && dev[0] == '/') {
+                dev[strcspn(dev, "\n")] = 0;
+                snprintf(cmd, sizeof(cmd), "mkfs.ext4 -q -F %s >/dev/null 2>&1", dev);
+                ok = run_cmd(cmd) == 0 && mount(dev, dir, "ext4", 0, NULL) >= 0;
+                snprintf(cmd, sizeof(cmd), "losetup -d %s 2>/dev/null", dev);
+                /* Detaching a mounted loop device only marks it autoclear. */
+                run_cmd(cmd);
+        }
+        if (f)
+                pclose(f);
+        unlink(image);
+        return ok;
+}
+
+#define EXT4_IOC_SHUTDOWN _IOR('X', 125, uint32_t)
+#define EXT4_GOING_FLAGS_NOLOGFLUSH 0x2
+
+/* The disk fails under written-back pages: their loads fail with EIO and
+ * never hand out other bytes, the entries stay (a later try may work),
+ * pages in memory load as before, and writeback fails cleanly. */
+static void read_errors_body(const char *dir) {
+        uint32_t flags = EXT4_GOING_FLAGS_NOLOGFLUSH;
+        uint8_t buf[ZSW_PAGE_SIZE], junk[ZSW_PAGE_SIZE];
+        size_t on_disk = 0, in_memory = 0;
+        struct zsw_owner *o;
+        struct fixture f;
+        int fd;
+
+        private_mounts();
+        if (!ext4_on_loop(dir))
+                TEST_SKIP("no loop device with ext4 here");
+        fixture_open(&f, dir, 0, 32 << 20);
+        ASSERT_OK(zsw_store_owner_new(f.s, NULL, &o));
+        ASSERT_EQ(store_range(&f, o, 55, 0, 512), 512);
+        for (int i = 0; i < 8; i++)
+                ASSERT_GT(zsw_writeback_shrink_owner(f.wb, o, ZSW_WRITEBACK_STEP), 0);
+        ASSERT_EQ_U(owner_stats(o).disk_pages, 8 * 32);
+        /* The coldest pages went first: pages of the first batches. */
+        ASSERT_OK(zsw_swapfile_drop_cache(f.sf));
+
+        fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        ASSERT_GE(fd, 0);
+        ASSERT_OK(ioctl(fd, EXT4_IOC_SHUTDOWN, &flags));
+        close(fd);
+
+        for (uint64_t pgno = 0; pgno < 512; pgno++) {
+                int r;
+
+                memset(buf, 0x5a, sizeof(buf));
+                memset(junk, 0x5a, sizeof(junk));
+                r = zsw_store_load(f.w, o, pgno, buf, ZSW_LOAD_EXCLUSIVE);
+                if (r == -EIO) {
+                        /* Kept for another try, and nothing handed out. */
+                        ASSERT_TRUE(zsw_store_contains(o, pgno));
+                        on_disk++;
+                        continue;
+                }
+                ASSERT_OK(r);
+                assert_page(buf, kind_of(pgno), 55 + pgno);
+                in_memory++;
+        }
+        ASSERT_EQ_U(on_disk, 8 * 32);
+        ASSERT_EQ_U(in_memory, 512 - 8 * 32);
+        ASSERT_EQ_U(owner_stats(o).stored_pages, 8 * 32);
+        /* Writing back now fails and keeps the pages. */
+        ASSERT_EQ(store_range(&f, o, 55, 1024, 256), 256);
+        ASSERT_LT(zsw_writeback_shrink_owner(f.wb, o, ZSW_WRITEBACK_STEP), 0);
+        ASSERT_GT(wb_stats(&f).write_failures, 0);
+        check_range(&f, o, 55, 1024, 256, ZSW_LOAD_EXCLUSIVE);
+        /* The lost pages can still be dropped, their sectors freed. */
+        zsw_store_owner_free(o);
+        ASSERT_EQ_U(wb_stats(&f).disk_bytes_in_use, 0);
+        fixture_close(&f);
+        ASSERT_OK(umount(dir));
+}
+
+TEST(read_errors_never_hand_out_wrong_data) {
+        _cleanup_free_ char *dir = make_dir();
+        int status;
+        pid_t pid;
+
+        pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+                read_errors_body(dir);
                 _exit(EXIT_SUCCESS);
         }
         ASSERT_EQ(waitpid(pid, &status, 0), pid);
