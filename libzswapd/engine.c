@@ -675,6 +675,7 @@ static int writeback_open(struct zsw_engine *e, struct zsw_store_config *sc) {
         if (r < 0)
                 return zsw_log_errno(e->log, LOG_ERR, r, "Failed to open the swapfile %s: %m", path);
         sc->read_disk = zsw_writeback_read_disk;
+        sc->read_disk_batch = zsw_writeback_read_disk_batch;
         sc->free_disk = zsw_writeback_free_disk;
         sc->disk_userdata = e->swapfile;
         return 0;

@@ -820,6 +820,108 @@ int zsw_store_load(struct zsw_worker *w, struct zsw_owner *o, uint64_t pgno, voi
         return 0;
 }
 
+/* Where e's payload is on disk, if it is; the switch is one way, so an
+ * entry seen on disk stays there while referenced. */
+static bool entry_on_disk(struct zsw_store *s, struct zsw_entry *e, uint64_t *ret_sector,
+                          uint32_t *ret_len, unsigned *ret_compressor) {
+        bool disk;
+
+        pthread_rwlock_rdlock(&s->pool_lock);
+        disk = e->state == ZSW_ENTRY_DISK;
+        if (disk) {
+                *ret_sector = e->disk_sector;
+                *ret_len = e->length;
+                *ret_compressor = e->compressor;
+        }
+        pthread_rwlock_unlock(&s->pool_lock);
+        return disk;
+}
+
+/* The disk part of a run: one batched read into the worker's scratch, then
+ * each payload into place. Returns how many of the n succeeded, in order. */
+static size_t run_read_disk(struct zsw_worker *w, const uint64_t *sectors, const uint32_t *lens,
+                            const unsigned *compressors, void *const *bufs, size_t n) {
+        struct zsw_store *s = w->store;
+        void *dsts[ZSW_STORE_BATCH_MAX];
+        size_t i;
+
+        for (i = 0; i < n; i++)
+                dsts[i] = w->scratch[i];
+        if (!s->cfg.read_disk_batch ||
+            s->cfg.read_disk_batch(s->cfg.disk_userdata, sectors, lens, n, dsts) < 0)
+                /* One at a time: a failure then only shortens the run. */
+                for (i = 0; i < n; i++)
+                        if (!s->cfg.read_disk ||
+                            s->cfg.read_disk(s->cfg.disk_userdata, sectors[i], lens[i], dsts[i]) < 0)
+                                break;
+        n = i;
+        for (i = 0; i < n; i++) {
+                if (compressors[i] == ZSW_ENTRY_DISK_RAW)
+                        memcpy(bufs[i], dsts[i], ZSW_PAGE_SIZE);
+                else if (zsw_decompress(w->dctx, compressors[i], dsts[i], lens[i], bufs[i]) < 0)
+                        break;
+        }
+        return i;
+}
+
+int zsw_store_load_run(struct zsw_worker *w, struct zsw_owner *o, uint64_t first, size_t n,
+                       void *const *bufs) {
+        struct zsw_entry *v[ZSW_STORE_BATCH_MAX];
+        uint64_t sectors[ZSW_STORE_BATCH_MAX];
+        uint32_t lens[ZSW_STORE_BATCH_MAX];
+        unsigned compressors[ZSW_STORE_BATCH_MAX];
+        void *disk_bufs[ZSW_STORE_BATCH_MAX];
+        size_t got = 0, ok = 0, ndisk = 0, disk_ok, disk_at[ZSW_STORE_BATCH_MAX];
+        int r = 0;
+
+        if (first > ZSW_INDEX_MAX_PGNO)
+                return 0;
+        n = MIN(MIN(n, (size_t) ZSW_STORE_BATCH_MAX), ZSW_INDEX_MAX_PGNO + 1 - first);
+        pthread_mutex_lock(&o->lock);
+        for (; got < n; got++) {
+                struct zsw_entry *e = zsw_index_lookup(o->index, first + got);
+
+                if (!e)
+                        break;
+                atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
+                atomic_store_explicit(&e->referenced, 1, memory_order_relaxed);
+                v[got] = e;
+        }
+        pthread_mutex_unlock(&o->lock);
+
+        /* Pages in memory first; the run stops at the first that fails. */
+        for (; ok < got; ok++) {
+                if (entry_on_disk(o->store, v[ok], &sectors[ndisk], &lens[ndisk], &compressors[ndisk])) {
+                        disk_at[ndisk] = ok;
+                        disk_bufs[ndisk++] = bufs[ok];
+                        continue;
+                }
+                r = entry_read(w, v[ok], bufs[ok]);
+                if (r < 0)
+                        break;
+                /* Switched to disk since we looked: it came from there. */
+                if (r > 0) {
+                        count(&o->counters[C_DISK_READS], 1);
+                        count(&o->store->counters[C_DISK_READS], 1);
+                }
+        }
+        /* Disk pages before the first failure, together. */
+        disk_ok = run_read_disk(w, sectors, lens, compressors, disk_bufs, ndisk);
+        if (disk_ok < ndisk) {
+                ok = disk_at[disk_ok];
+                r = -EIO;
+        }
+        entries_release(o, v, got);
+        count(&o->counters[C_LOADS], (int64_t) ok);
+        count(&o->store->counters[C_LOADS], (int64_t) ok);
+        count(&o->counters[C_DISK_READS], (int64_t) disk_ok);
+        count(&o->store->counters[C_DISK_READS], (int64_t) disk_ok);
+        if (ok == 0 && r < 0)
+                return zsw_log_errno(o->store->cfg.log, LOG_ERR, r,
+                                     "Failed to load page 0x%" PRIx64 ": %m", first);
+        return (int) ok;
+}
+
 bool zsw_store_contains(struct zsw_owner *o, uint64_t pgno) {
         bool found;
 

@@ -84,6 +84,11 @@ struct zsw_store_config {
         /* Gives the disk space of an on-disk entry back, when its last
          * reference goes (or when it was invalidated while being written). */
         void (*free_disk)(void *userdata, uint64_t sector, uint32_t len);
+        /* Optional: reads n payloads at once (entries written in one batch
+         * lie on consecutive sectors: one request), for
+         * zsw_store_load_run(). All or nothing, like read_disk. */
+        int (*read_disk_batch)(void *userdata, const uint64_t *sectors, const uint32_t *lens,
+                               size_t n, void *const *dsts);
         void *disk_userdata;
         /* Test hook: called at the start of each stage (for
          * ZSW_STAGE_INDEX before each page's insertion, page = its position
@@ -218,6 +223,19 @@ int zsw_store_pages(struct zsw_worker *w, struct zsw_owner *o, const uint64_t *p
  */
 int zsw_store_load(struct zsw_worker *w, struct zsw_owner *o, uint64_t pgno, void *buf,
                    unsigned flags);
+
+/*
+ * Prefetch: shared loads (as zsw_store_load() without ZSW_LOAD_EXCLUSIVE)
+ * of the pages first, first + 1, ... up to n (at most
+ * ZSW_STORE_BATCH_MAX), stopping at the first page o does not have;
+ * page i goes to bufs[i]. Pages on disk are read together with
+ * read_disk_batch when the store has it: neighbours written back in one
+ * batch come back in one read request. Returns the number of pages loaded
+ * (0 when o lacks the first), or a negative errno when the first page
+ * could not be read; a failure further on shortens the run instead.
+ */
+int zsw_store_load_run(struct zsw_worker *w, struct zsw_owner *o, uint64_t first, size_t n,
+                       void *const *bufs);
 
 /* Whether o has page pgno. */
 bool zsw_store_contains(struct zsw_owner *o, uint64_t pgno);

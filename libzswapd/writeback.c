@@ -65,6 +65,13 @@ int zsw_writeback_read_disk(void *userdata, uint64_t sector, uint32_t len, void 
         return r < 0 && r != -EINVAL ? -EIO : r;
 }
 
+int zsw_writeback_read_disk_batch(void *userdata, const uint64_t *sectors, const uint32_t *lens,
+                                  size_t n, void *const *dsts) {
+        int r = zsw_swapfile_read_batch(userdata, sectors, lens, n, dsts);
+
+        return r < 0 && r != -EINVAL ? -EIO : r;
+}
+
 void zsw_writeback_free_disk(void *userdata, uint64_t sector, uint32_t len) {
         (void) zsw_swapfile_free(userdata, sector, len);
 }

@@ -92,4 +92,6 @@ void zsw_writeback_get_stats(struct zsw_writeback *wb, struct zsw_writeback_stat
 
 /* The store's disk callbacks for a payload in swapfile userdata. */
 int zsw_writeback_read_disk(void *userdata, uint64_t sector, uint32_t len, void *dst);
+int zsw_writeback_read_disk_batch(void *userdata, const uint64_t *sectors, const uint32_t *lens,
+                                  size_t n, void *const *dsts);
 void zsw_writeback_free_disk(void *userdata, uint64_t sector, uint32_t len);

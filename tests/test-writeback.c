@@ -40,6 +40,7 @@ static void fixture_open(struct fixture *f, const char *dir, uint64_t pool_limit
                          uint64_t file_max) {
         struct zsw_store_config sc = {
                 .read_disk = zsw_writeback_read_disk,
+                .read_disk_batch = zsw_writeback_read_disk_batch,
                 .free_disk = zsw_writeback_free_disk,
         };
 
@@ -214,6 +215,49 @@ TEST(batches_of_cold_entries_merge_into_few_requests) {
         check_range(&f, o, 7, 0, 32 * 32, 0);
         /* Referenced by those loads, yet on disk already: nothing to do. */
         ASSERT_EQ(zsw_writeback_shrink_owner(f.wb, o, ZSW_WRITEBACK_STEP), 0);
+        zsw_store_owner_free(o);
+        ASSERT_EQ_U(wb_stats(&f).disk_bytes_in_use, 0);
+        fixture_close(&f);
+        ASSERT_OK(rmdir(dir));
+}
+
+TEST(prefetch_runs_read_neighbours_together) {
+        _cleanup_free_ char *dir = make_dir();
+        static uint8_t pages[ZSW_STORE_BATCH_MAX][ZSW_PAGE_SIZE];
+        void *bufs[ZSW_STORE_BATCH_MAX];
+        struct zsw_swapfile_stats before, after;
+        struct zsw_owner *o;
+        struct fixture f;
+
+        fixture_open(&f, dir, 0, 64 << 20);
+        ASSERT_OK(zsw_store_owner_new(f.s, NULL, &o));
+        ASSERT_EQ(store_range(&f, o, 13, 0, 96), 96);
+        /* The first 64 (cold) go to disk in two steps. */
+        ASSERT_GT(zsw_writeback_shrink_owner(f.wb, o, ZSW_WRITEBACK_STEP), 0);
+        ASSERT_GT(zsw_writeback_shrink_owner(f.wb, o, ZSW_WRITEBACK_STEP), 0);
+        ASSERT_OK(zsw_swapfile_drop_cache(f.sf));
+        for (size_t i = 0; i < ZSW_STORE_BATCH_MAX; i++)
+                bufs[i] = pages[i];
+
+        /* A run of disk pages (and same-filled ones among them). */
+        zsw_swapfile_get_stats(f.sf, &before);
+        ASSERT_EQ(zsw_store_load_run(f.w, o, 16, 32, bufs), 32);
+        zsw_swapfile_get_stats(f.sf, &after);
+        for (size_t i = 0; i < 32; i++)
+                assert_page(pages[i], kind_of(16 + i), 13 + 16 + i);
+        ASSERT_GT(after.reads - before.reads, 16);
+        /* Two write batches: at most one read request each. */
+        ASSERT_LE(after.read_requests - before.read_requests, 2);
+        /* Shared loads: everything is still there. */
+        ASSERT_EQ_U(owner_stats(o).stored_pages, 96);
+
+        /* A run across disk and memory, stopping at the first hole. */
+        ASSERT_EQ(zsw_store_invalidate(o, 80, 1), 1);
+        ASSERT_EQ(zsw_store_load_run(f.w, o, 50, 32, bufs), 30);
+        for (size_t i = 0; i < 30; i++)
+                assert_page(pages[i], kind_of(50 + i), 13 + 50 + i);
+        ASSERT_EQ(zsw_store_load_run(f.w, o, 80, 32, bufs), 0);
+        ASSERT_EQ(zsw_store_load_run(f.w, o, 200, 32, bufs), 0);
         zsw_store_owner_free(o);
         ASSERT_EQ_U(wb_stats(&f).disk_bytes_in_use, 0);
         fixture_close(&f);
@@ -605,6 +649,14 @@ static void read_errors_body(const char *dir) {
         ASSERT_OK(ioctl(fd, EXT4_IOC_SHUTDOWN, &flags));
         close(fd);
 
+        /* A prefetch run over dead sectors: an error, nothing loaded. */
+        {
+                void *bufs[ZSW_STORE_BATCH_MAX];
+
+                for (size_t i = 0; i < ZSW_STORE_BATCH_MAX; i++)
+                        bufs[i] = buf;
+                ASSERT_ERRNO(zsw_store_load_run(f.w, o, 0, 32, bufs), EIO);
+        }
         for (uint64_t pgno = 0; pgno < 512; pgno++) {
                 int r;
 
