@@ -453,3 +453,43 @@ char *conf_format_pressure(char buf[static CONF_FORMAT_MAX], const struct zsw_pr
                  conf_format_timespan(window, p->window_usec));
         return buf;
 }
+
+/* ---- small helpers shared by the config files ---- */
+
+void *mfree(void *p) {
+        free(p);
+        return NULL;
+}
+
+char **strv_free(char **l) {
+        for (char **i = l; i && *i; i++)
+                free(*i);
+        free(l);
+        return NULL;
+}
+
+size_t strv_length(char *const *l) {
+        size_t n = 0;
+
+        while (l && l[n])
+                n++;
+        return n;
+}
+
+int strv_push(char ***l, char *s) {
+        size_t n = strv_length(*l);
+        char **nl = realloc(*l, (n + 2) * sizeof(char *));
+
+        if (!nl)
+                return -ENOMEM;
+        nl[n] = s;
+        nl[n + 1] = NULL;
+        *l = nl;
+        return 0;
+}
+
+bool has_suffix(const char *s, const char *suffix) {
+        size_t n = strlen(s), m = strlen(suffix);
+
+        return n >= m && strcmp(s + n - m, suffix) == 0;
+}

@@ -52,3 +52,13 @@ char *conf_format_timespan(char buf[static CONF_FORMAT_MAX], uint64_t usec);
 char *conf_format_permyriad(char buf[static CONF_FORMAT_MAX], uint64_t permyriad);
 char *conf_format_limit(char buf[static CONF_FORMAT_MAX], const struct zsw_limit *l, unsigned flags);
 char *conf_format_pressure(char buf[static CONF_FORMAT_MAX], const struct zsw_pressure *p);
+
+/* The longest path accepted in a config; PATH_MAX. */
+#define CONF_PATH_MAX 4096
+
+/* Small helpers shared by the config sources. */
+void *mfree(void *p);
+char **strv_free(char **l);
+size_t strv_length(char *const *l);
+int strv_push(char ***l, char *s); /* appends S, taking it over on success */
+bool has_suffix(const char *s, const char *suffix);

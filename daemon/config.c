@@ -1,34 +1,27 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * Reading zswapd.conf and policy.d/: the line syntax of systemd unit files
+ * Parsing zswapd.conf and policy.d/: the line syntax of systemd unit files
  * (sections, Key=Value, comments, continuation lines, optional quotes),
  * tables that map each key to the parser of its value and the field it
- * sets, the checks that span several keys, and the matching of processes
- * to policies.
+ * sets, the checks that span several keys, and writing the result back.
+ * Finding the files is config-files.c's job, matching config-match.c's.
  *
  * The parser never stops at the first problem: a person fixing a config
  * wants every mistake at once. It counts errors while it goes on, and the
  * loader throws the whole result away if there was any, so that a reload
  * never leaves the daemon half on the new config.
  */
-#include <dirent.h>
-#include <fcntl.h>
-#include <fnmatch.h>
 #include <inttypes.h>
 #include <stddef.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "conf-values.h"
 #include "config.h"
 
 #define DEFAULT_SOCKET "/run/zswapd/zswapd.sock"
 #define DEFAULT_SWAPFILE "/var/lib/zswapd/swapfile"
-#define PATH_MAX_LEN 4096
 #define UNIT_NAME_MAX 255
 #define POLICY_NAME_MAX 200
-
-#define container_of(ptr, type, member) ((type *) ((char *) (ptr) - offsetof(type, member)))
 
 static const struct zsw_config global_defaults = {
         .socket_path = (char *) DEFAULT_SOCKET,
@@ -74,37 +67,6 @@ static const char *const log_level_names[] = {
         [LOG_INFO] = "info", [LOG_DEBUG] = "debug",
 };
 
-static void *mfree(void *p) {
-        free(p);
-        return NULL;
-}
-
-static char **strv_free(char **l) {
-        for (char **i = l; i && *i; i++)
-                free(*i);
-        free(l);
-        return NULL;
-}
-
-static size_t strv_length(char *const *l) {
-        size_t n = 0;
-
-        while (l && l[n])
-                n++;
-        return n;
-}
-
-static int strv_push(char ***l, char *s) {
-        size_t n = strv_length(*l);
-        char **nl = realloc(*l, (n + 2) * sizeof(char *));
-
-        if (!nl)
-                return -ENOMEM;
-        nl[n] = s;
-        nl[n + 1] = NULL;
-        *l = nl;
-        return 0;
-}
 
 /* ---- the parsers of single keys ------------------------------------------ */
 
@@ -240,7 +202,7 @@ static bool has_bad_chars(const char *s) {
 static int check_path(struct conf_ctx *c, const char *v, const char *what) {
         if (v[0] != '/')
                 return conf_error(c, "'%s' is not an absolute %s", v, what);
-        if (strlen(v) >= PATH_MAX_LEN)
+        if (strlen(v) >= CONF_PATH_MAX)
                 return conf_error(c, "%s too long", what);
         if (has_bad_chars(v))
                 return conf_error(c, "%s contains control characters, quotes or backslashes",
@@ -268,12 +230,6 @@ static int assign_path(struct conf_ctx *c, const char *v, void *field, unsigned 
 static bool unit_char_ok(char ch) {
         return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
                strchr(":-_.@*?[]!", ch);
-}
-
-static bool has_suffix(const char *s, const char *suffix) {
-        size_t n = strlen(s), m = strlen(suffix);
-
-        return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
 static int check_unit(struct conf_ctx *c, const char *w) {
@@ -845,216 +801,6 @@ int zsw_config_load_sources(const struct zsw_config_source *global,
         return 0;
 }
 
-/* Reads a whole config file; it is small, or refused. */
-static int read_file_at(int dir_fd, const char *name, const char *display,
-                        const struct zsw_log *log, char **ret, size_t *ret_size) {
-        _cleanup_close_ int fd = -EBADF;
-        _cleanup_free_ char *buf = NULL;
-        struct stat st;
-        size_t got = 0;
-
-        /* O_NONBLOCK: a FIFO named like a config must not hang the daemon. */
-        fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-        if (fd < 0)
-                return errno == ENOENT ? -ENOENT
-                                       : zsw_log_errno(log, LOG_ERR, errno, "%s: cannot open: %m", display);
-        if (fstat(fd, &st) < 0)
-                return zsw_log_errno(log, LOG_ERR, errno, "%s: cannot stat: %m", display);
-        if (!S_ISREG(st.st_mode))
-                return zsw_log_errno(log, LOG_ERR, EINVAL, "%s: not a regular file", display);
-        if (st.st_size > ZSW_CONFIG_FILE_MAX)
-                return zsw_log_errno(log, LOG_ERR, EFBIG, "%s: larger than %u bytes", display,
-                                     ZSW_CONFIG_FILE_MAX);
-        buf = malloc((size_t) st.st_size + 1);
-        if (!buf)
-                return -ENOMEM;
-        /* Read to EOF, but no further than the size fstat gave: a file that
-         * grows meanwhile is taken as it was. */
-        while (got < (size_t) st.st_size) {
-                ssize_t n = read(fd, buf + got, (size_t) st.st_size - got);
-
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0)
-                        return zsw_log_errno(log, LOG_ERR, errno, "%s: cannot read: %m", display);
-                if (n == 0)
-                        break;
-                got += (size_t) n;
-        }
-        *ret = TAKE_PTR(buf);
-        *ret_size = got;
-        return 0;
-}
-
-static int cmp_names(const void *a, const void *b) {
-        return strcmp(*(char *const *) a, *(char *const *) b);
-}
-
-/* The sorted names of policy.d's *.conf files, skipping hidden ones. */
-static int list_policy_files(int dir_fd, const char *display, const struct zsw_log *log,
-                             char ***ret, size_t *ret_n) {
-        char **names = NULL;
-        size_t n = 0;
-        struct dirent *de;
-        DIR *d;
-        int fd, r = 0;
-
-        fd = openat(dir_fd, ZSW_POLICY_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd < 0)
-                return errno == ENOENT ? 0
-                                       : zsw_log_errno(log, LOG_ERR, errno, "%s: cannot open: %m", display);
-        d = fdopendir(fd);
-        if (!d) {
-                safe_close(fd);
-                return zsw_log_errno(log, LOG_ERR, errno, "%s: cannot open: %m", display);
-        }
-        while ((errno = 0, de = readdir(d))) {
-                if (de->d_name[0] == '.' || !has_suffix(de->d_name, ".conf"))
-                        continue;
-                char *name = strdup(de->d_name);
-
-                if (!name || strv_push(&names, name) < 0) {
-                        free(name);
-                        r = -ENOMEM;
-                        break;
-                }
-                n++;
-        }
-        if (r == 0 && errno != 0)
-                r = zsw_log_errno(log, LOG_ERR, errno, "%s: cannot read directory: %m", display);
-        closedir(d);
-        if (r < 0) {
-                strv_free(names);
-                return r;
-        }
-        if (n > 0)
-                qsort(names, n, sizeof(char *), cmp_names);
-        *ret = names;
-        *ret_n = n;
-        return 0;
-}
-
-struct loaded_file {
-        char *path;
-        char *text;
-        size_t size;
-};
-
-static void loaded_files_free(struct loaded_file *f, size_t n) {
-        for (size_t i = 0; f && i < n; i++) {
-                free(f[i].path);
-                free(f[i].text);
-        }
-        free(f);
-}
-
-/* Reads policy.d's files into FILES, *ret_n of them; a file removed since
- * the listing is just gone. Returns <0 if one could not be read, after
- * reading all others so that every problem shows. */
-static int read_policy_files(int dir_fd, const char *policy_dir, char **names, size_t n,
-                             const struct zsw_log *log, struct loaded_file *files,
-                             size_t *ret_n) {
-        _cleanup_close_ int fd = -EBADF;
-        size_t k = 0;
-        int ret = 0;
-
-        *ret_n = 0;
-        if (n == 0)
-                return 0;
-        fd = openat(dir_fd, ZSW_POLICY_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd < 0)
-                return zsw_log_errno(log, LOG_ERR, errno, "%s: cannot open: %m", policy_dir);
-        for (size_t i = 0; i < n; i++) {
-                struct loaded_file *f = &files[k];
-                int r;
-
-                if (asprintf(&f->path, "%s/%s", policy_dir, names[i]) < 0) {
-                        f->path = NULL;
-                        return -ENOMEM;
-                }
-                r = read_file_at(fd, names[i], f->path, log, &f->text, &f->size);
-                if (r == -ENOMEM)
-                        return r;
-                if (r < 0) {
-                        f->path = mfree(f->path);
-                        if (r != -ENOENT)
-                                ret = r; /* logged */
-                        continue;
-                }
-                *ret_n = ++k;
-        }
-        return ret;
-}
-
-int zsw_config_load_at(int dir_fd, const char *dir_path, const struct zsw_log *log,
-                       struct zsw_config **ret_config) {
-        struct loaded_file global = {}, *files = NULL;
-        struct zsw_config_source gsrc, *srcs = NULL;
-        _cleanup_free_ char *policy_dir = NULL;
-        struct zsw_config *c = NULL;
-        char **names = NULL;
-        size_t n = 0, n_read = 0;
-        int r, r_read;
-
-        if (!dir_path)
-                dir_path = ".";
-        if (asprintf(&global.path, "%s/%s", dir_path, ZSW_CONFIG_FILE) < 0 ||
-            asprintf(&policy_dir, "%s/%s", dir_path, ZSW_POLICY_DIR) < 0) {
-                free(global.path);
-                return -ENOMEM;
-        }
-        r_read = read_file_at(dir_fd, ZSW_CONFIG_FILE, global.path, log, &global.text,
-                              &global.size);
-        if (r_read == -ENOENT)
-                r_read = 0;
-        gsrc = (struct zsw_config_source) { global.path, global.text, global.size };
-
-        r = list_policy_files(dir_fd, policy_dir, log, &names, &n);
-        if (r < 0)
-                goto out;
-        files = calloc(n ?: 1, sizeof(*files));
-        srcs = calloc(n ?: 1, sizeof(*srcs));
-        if (!files || !srcs) {
-                r = -ENOMEM;
-                goto out;
-        }
-        r = read_policy_files(dir_fd, policy_dir, names, n, log, files, &n_read);
-        if (r == -ENOMEM)
-                goto out;
-        if (r < 0 && r_read >= 0)
-                r_read = r;
-        for (size_t i = 0; i < n_read; i++)
-                srcs[i] = (struct zsw_config_source) { files[i].path, files[i].text, files[i].size };
-
-        /* Even with an unreadable file, parse the rest to report its errors. */
-        r = zsw_config_load_sources(global.text ? &gsrc : NULL, srcs, n_read, log, &c);
-        if (r >= 0 && r_read < 0) {
-                c = zsw_config_free(c);
-                r = r_read;
-        }
-        if (r >= 0)
-                *ret_config = c;
-out:
-        loaded_files_free(files, strv_length(names));
-        free(srcs);
-        strv_free(names);
-        free(global.path);
-        free(global.text);
-        return r;
-}
-
-int zsw_config_load(const char *dir, const struct zsw_log *log, struct zsw_config **ret_config) {
-        _cleanup_close_ int fd = -EBADF;
-
-        if (!dir)
-                dir = ZSW_CONFIG_DIR;
-        fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd < 0 && errno == ENOENT)
-                return zsw_config_load_sources(NULL, NULL, 0, log, ret_config);
-        if (fd < 0)
-                return zsw_log_errno(log, LOG_ERR, errno, "%s: cannot open: %m", dir);
-        return zsw_config_load_at(fd, dir, log, ret_config);
-}
 /* ---- writing the effective config back ----------------------------------- */
 
 /* Words and values with whitespace are quoted; has_bad_chars() kept quotes
@@ -1139,183 +885,4 @@ int zsw_config_dump(const struct zsw_config *c, FILE *f) {
                 r = zsw_policy_dump(&c->policies[i], f);
         }
         return r;
-}
-
-/* ---- matching --------------------------------------------------------------- */
-
-/* Copies the path component at *p into buf and advances; false at the end
- * or for a component longer than any name can be. */
-static bool next_component(const char **p, char buf[static 256]) {
-        const char *s = *p + strspn(*p, "/");
-        size_t n = strcspn(s, "/");
-
-        if (n == 0 || n > 255)
-                return false;
-        memcpy(buf, s, n);
-        buf[n] = '\0';
-        *p = s + n;
-        return true;
-}
-
-/* Some component of the cgroup path is the unit. */
-static bool match_unit(const char *pattern, const char *cgroup) {
-        char comp[256];
-
-        while (next_component(&cgroup, comp))
-                if (fnmatch(pattern, comp, 0) == 0)
-                        return true;
-        return false;
-}
-
-/* The group is PATTERN's or below it, comparing one component at a time. */
-static bool match_cgroup_path(const char *pattern, const char *cgroup) {
-        char pc[256], cc[256];
-
-        while (next_component(&pattern, pc))
-                if (!next_component(&cgroup, cc) || fnmatch(pc, cc, 0) != 0)
-                        return false;
-        return true;
-}
-
-static bool match_executable(const char *pattern, const char *exe) {
-        /* /proc/PID/exe of a binary replaced by an upgrade. */
-        static const char deleted[] = " (deleted)";
-        char buf[PATH_MAX_LEN];
-        size_t n = strlen(exe);
-
-        if (n >= sizeof(buf))
-                return false;
-        memcpy(buf, exe, n + 1);
-        if (has_suffix(buf, deleted))
-                buf[n - strlen(deleted)] = '\0';
-        if (pattern[0] == '/')
-                return fnmatch(pattern, buf, FNM_PATHNAME) == 0;
-        return fnmatch(pattern, strrchr(buf, '/') ? strrchr(buf, '/') + 1 : buf, 0) == 0;
-}
-
-static bool match_any(char *const *patterns, const char *s, bool (*match)(const char *, const char *)) {
-        if (!s)
-                return false;
-        for (size_t i = 0; patterns[i]; i++)
-                if (match(patterns[i], s))
-                        return true;
-        return false;
-}
-
-bool zsw_policy_matches(const struct zsw_policy *p, const char *cgroup_path,
-                        const char *executable) {
-        if (!p->units && !p->cgroup_paths && !p->executables)
-                return false;
-        if (p->units && !match_any(p->units, cgroup_path, match_unit))
-                return false;
-        if (p->cgroup_paths && !match_any(p->cgroup_paths, cgroup_path, match_cgroup_path))
-                return false;
-        if (p->executables && !match_any(p->executables, executable, match_executable))
-                return false;
-        return true;
-}
-
-const struct zsw_policy *zsw_config_match(const struct zsw_config *c, const char *cgroup_path,
-                                          const char *executable) {
-        for (size_t i = 0; i < c->n_policies; i++)
-                if (zsw_policy_matches(&c->policies[i], cgroup_path, executable))
-                        return &c->policies[i];
-        return NULL;
-}
-
-/* ---- /proc/PID/cgroup -------------------------------------------------------- */
-
-static bool has_controller(const char *list, size_t n, const char *name) {
-        size_t m = strlen(name);
-
-        for (const char *p = list, *end = list + n; p < end;) {
-                const char *comma = memchr(p, ',', (size_t) (end - p));
-                size_t len = comma ? (size_t) (comma - p) : (size_t) (end - p);
-
-                if (len == m && memcmp(p, name, m) == 0)
-                        return true;
-                p += len + 1;
-        }
-        return false;
-}
-
-int zsw_proc_cgroup_parse(const char *text, size_t size, char **ret_path) {
-        const char *v2 = NULL, *systemd = NULL, *end = text + size;
-        size_t v2_len = 0, systemd_len = 0;
-        char *path;
-
-        if (memchr(text, '\0', size))
-                return -EBADMSG;
-        for (const char *l = text; l < end;) {
-                const char *nl = memchr(l, '\n', (size_t) (end - l)), *le = nl ?: end;
-                const char *c1 = memchr(l, ':', (size_t) (le - l)), *c2;
-
-                if (le == l) { /* blank line */
-                        l = le + 1;
-                        continue;
-                }
-                c2 = c1 ? memchr(c1 + 1, ':', (size_t) (le - c1 - 1)) : NULL;
-                if (!c2 || c1 == l || c2 + 1 >= le || c2[1] != '/')
-                        return -EBADMSG;
-                for (const char *d = l; d < c1; d++)
-                        if (*d < '0' || *d > '9')
-                                return -EBADMSG;
-                if (c1 - l == 1 && l[0] == '0' && c2 == c1 + 1) {
-                        v2 = c2 + 1;
-                        v2_len = (size_t) (le - v2);
-                } else if (has_controller(c1 + 1, (size_t) (c2 - c1 - 1), "name=systemd")) {
-                        systemd = c2 + 1;
-                        systemd_len = (size_t) (le - systemd);
-                }
-                l = le + 1;
-        }
-        /* On a hybrid system both name the unit's group; on a legacy one
-         * (or one whose v2 tree systemd does not use) the v2 line says "/". */
-        if (!v2 || (v2_len == 1 && systemd)) {
-                v2 = systemd;
-                v2_len = systemd_len;
-        }
-        if (!v2)
-                return -ENODATA;
-        path = strndup(v2, v2_len);
-        if (!path)
-                return -ENOMEM;
-        *ret_path = path;
-        return 0;
-}
-
-int zsw_proc_cgroup_read(int pid_dir_fd, char **ret_path) {
-        _cleanup_close_ int fd = -EBADF;
-        char buf[8192];
-        size_t got = 0;
-
-        fd = openat(pid_dir_fd, "cgroup", O_RDONLY | O_CLOEXEC | O_NOCTTY);
-        if (fd < 0)
-                return -errno;
-        for (;;) {
-                ssize_t n = read(fd, buf + got, sizeof(buf) - got);
-
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0)
-                        return -errno;
-                if (n == 0)
-                        break;
-                got += (size_t) n;
-                if (got == sizeof(buf))
-                        return -EFBIG;
-        }
-        return zsw_proc_cgroup_parse(buf, got, ret_path);
-}
-
-uint64_t zsw_limit_resolve(const struct zsw_limit *l, uint64_t reference) {
-        switch (l->kind) {
-        case ZSW_LIMIT_ABSOLUTE:
-                return l->value;
-        case ZSW_LIMIT_RELATIVE:
-                return (uint64_t) ((unsigned __int128) reference * l->value / ZSW_PERMYRIAD_MAX);
-        case ZSW_LIMIT_NONE:
-        default:
-                return UINT64_MAX;
-        }
 }

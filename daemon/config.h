@@ -139,9 +139,12 @@ struct zsw_config_source {
 /*
  * Loads DIR/zswapd.conf and every DIR/policy.d/NAME.conf (dir NULL means
  * ZSW_CONFIG_DIR). A missing file or directory means built-in defaults and
- * no policies. Returns 0 and a new config in *ret_config, or a negative
- * errno (-EINVAL for a config with errors) after logging every problem at
- * LOG_ERR; *ret_config is then untouched.
+ * no policies; policy files are taken in strcmp() order of their names,
+ * skipping names that start with a dot or do not end in ".conf". Returns 0
+ * and a new config in *ret_config, or a negative errno after logging every
+ * problem at LOG_ERR: -EINVAL for a config with errors, the errno of the
+ * first file that could not be read, -ENOMEM. *ret_config is then
+ * untouched.
  */
 int zsw_config_load(const char *dir, const struct zsw_log *log, struct zsw_config **ret_config);
 

@@ -50,7 +50,6 @@ struct evict_batch {
          * from the target's own. */
         const struct iovec *drops;
         size_t n_drops;
-        pid_t seized_tid;               /* the thread the drop runs in */
         /* Threads that wrote during the drop wait for it to finish. */
         bool wake_pending;
 };
@@ -74,8 +73,8 @@ struct zsw_target {
 
         /* Prefetch heuristic: a fault next to the previous one means a
          * sequential stream. Under serve_lock. */
-        uint64_t last_fault_pgno;
-        unsigned prefetch_window;
+        uint64_t last_fault_pgno, next_fault_pgno;
+        unsigned prefetched_last;
 
         struct zsw_histogram fault_hist;
         _Atomic uint64_t faults, zero_faults, prefetched, prefetch_hits;
@@ -110,9 +109,11 @@ struct zsw_engine {
         struct fault_thread *threads;
         unsigned n_threads;
 
-        /* Reclaim and detach run on the caller's thread with this worker. */
+        /* Reclaim and detach run on the caller's thread with this worker,
+         * reclaim's compression shared with the evict pool's threads. */
         pthread_mutex_t worker_lock;
         struct zsw_worker *worker;
+        struct zsw_parallel *evict_pool;
 
         /* Reaps targets that exited or exec'ed. */
         pthread_t reaper;
@@ -134,7 +135,7 @@ int evict_register_ranges(struct zsw_engine *e, struct zsw_target *t, struct zsw
                           size_t *ret_n);
 int target_read_vmas(struct zsw_target *t, struct zsw_vma_list *ret);
 /* Called by fault threads with serve_lock held. */
-bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr, pid_t tid);
+bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr);
 bool evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, bool unmap);
 
 /* engine.c */

@@ -25,6 +25,7 @@
 #include <linux/kcmp.h>
 
 #include "engine-internal.h"
+#include "parallel.h"
 #include "remote.h"
 #include "uffd.h"
 #include "vma.h"
@@ -550,7 +551,12 @@ static void fill_target_stats(struct zsw_engine *e, struct zsw_target *t, struct
         unsigned long long size, resident;
         FILE *f;
 
+        /* Events the target has seen through (its munmap returned) may be
+         * read but not yet handled: wait for them, so that what we report
+         * matches what the target did. */
+        pthread_mutex_lock(&t->serve_lock);
         zsw_store_owner_get_stats(t->owner, &os);
+        pthread_mutex_unlock(&t->serve_lock);
         zsw_store_get_stats(e->store, &gs);
         *s = (struct zsw_target_stats) {
                 .pid = t->pid,
@@ -733,6 +739,11 @@ int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **r
         if (r >= 0)
                 r = zsw_worker_new(e->store, &e->worker);
         if (r >= 0) {
+                long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+                r = zsw_parallel_new(e->store, cpus > 1 ? (unsigned) cpus - 1 : 0, &e->evict_pool);
+        }
+        if (r >= 0) {
                 e->reaper_epfd = epoll_create1(EPOLL_CLOEXEC);
                 e->reaper_stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
                 if (e->reaper_epfd < 0 || e->reaper_stop_fd < 0 ||
@@ -774,6 +785,8 @@ struct zsw_engine *zsw_engine_free(struct zsw_engine *e) {
         }
         pthread_mutex_unlock(&e->control_lock);
         fault_threads_stop(e);
+        zsw_parallel_free(e->evict_pool);
+        /* No store runs any more: the shrinker can go. */
         zsw_writeback_free(e->writeback);
         zsw_worker_free(e->worker);
         zsw_store_free(e->store);

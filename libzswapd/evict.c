@@ -35,6 +35,7 @@
 #include <sys/uio.h>
 
 #include "engine-internal.h"
+#include "parallel.h"
 #include "remote.h"
 #include "uffd.h"
 #include "vma.h"
@@ -60,7 +61,12 @@ static void batch_cancel(struct evict_batch *b, size_t i) {
         }
 }
 
-bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr, pid_t tid) {
+/* A WP fault may be read long after it was raised: the thread that raised
+ * it may have been interrupted meanwhile (our seize does that) and the
+ * message stays queued. So the rules never depend on who raised it: in a
+ * committed round the page is being dropped whoever wrote it, and the
+ * writer is woken to fault it back in once the drop is done. */
+bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr) {
         struct evict_batch *b = &t->batch;
         bool handled = false;
         ssize_t i;
@@ -68,13 +74,7 @@ bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr, pid_t tid) {
         addr &= ~(uint64_t) (ZSW_PAGE_SIZE - 1);
         pthread_mutex_lock(&t->batch_lock);
         i = b->state == EVICT_IDLE ? -1 : batch_find(b, addr);
-        if (i >= 0 && b->state == EVICT_DROPPING && tid == b->seized_tid) {
-                /* The injected thread writes only after its drop call has
-                 * returned: a page still protected then was not dropped
-                 * (the call failed part way). Keep it. */
-                batch_cancel(b, (size_t) i);
-                zsw_store_invalidate(t->owner, addr / ZSW_PAGE_SIZE, 1);
-        } else if (i >= 0 && b->state == EVICT_DROPPING && !b->cancelled[i]) {
+        if (i >= 0 && b->state == EVICT_DROPPING && !b->cancelled[i]) {
                 /* Being dropped: let the writer wait for the drop, then
                  * fault the page back in from the store. */
                 b->wake_pending = true;
@@ -174,13 +174,42 @@ static size_t collect_runs(const struct evict_batch *b, struct iovec *runs) {
 }
 
 struct round {
+        struct zsw_target *target;
         uint8_t *buf;                           /* ZSW_EVICT_MAX_PAGES pages */
         struct iovec runs[ZSW_EVICT_MAX_PAGES];
         size_t n_runs;
         void *bufs[ZSW_EVICT_MAX_PAGES];
         bool read_ok[ZSW_EVICT_MAX_PAGES];
         bool stored[ZSW_EVICT_MAX_PAGES];
+        /* Where the time goes, for the debug log. */
+        uint64_t ns_scan, ns_protect, ns_read, ns_store, ns_drop;
 };
+
+/* Stores the round's batch number `item` (pages item * 32 ...). Runs on
+ * the evicting thread and the evict pool's threads at once. */
+static void store_batch(void *arg, struct zsw_worker *w, size_t item) {
+        struct round *rd = arg;
+        struct evict_batch *b = &rd->target->batch;
+        size_t off = item * ZSW_STORE_BATCH_MAX, n = MIN(ZSW_STORE_BATCH_MAX, b->n - off), k = 0;
+        const void *pages[ZSW_STORE_BATCH_MAX];
+        uint64_t pgnos[ZSW_STORE_BATCH_MAX];
+        size_t idx[ZSW_STORE_BATCH_MAX];
+        uint32_t mask = 0;
+        int r;
+
+        /* Pages that vanished before the read are not stored. */
+        for (size_t i = off; i < off + n; i++)
+                if (rd->read_ok[i]) {
+                        idx[k] = i;
+                        pages[k] = rd->bufs[i];
+                        pgnos[k++] = b->addrs[i] / ZSW_PAGE_SIZE;
+                }
+        if (k == 0)
+                return;
+        r = zsw_store_pages(w, rd->target->owner, pgnos, pages, k, &mask);
+        for (size_t i = 0; i < k; i++)
+                rd->stored[idx[i]] = r >= 0 && (mask & (1u << i));
+}
 
 /* Steps 2-4: protect, read, store. Pages that cannot go are cancelled. */
 static int round_collect(struct zsw_engine *e, struct zsw_target *t, struct round *rd,
@@ -188,6 +217,7 @@ static int round_collect(struct zsw_engine *e, struct zsw_target *t, struct roun
         struct evict_batch *b = &t->batch;
         int r;
 
+        uint64_t t0 = zsw_now_ns();
         for (size_t i = 0; i < rd->n_runs; i++) {
                 r = zsw_uffd_writeprotect(t->uffd, (uint64_t) rd->runs[i].iov_base,
                                           rd->runs[i].iov_len, true, false);
@@ -200,36 +230,22 @@ static int round_collect(struct zsw_engine *e, struct zsw_target *t, struct roun
 
         for (size_t i = 0; i < b->n; i++)
                 rd->bufs[i] = rd->buf + i * ZSW_PAGE_SIZE;
+        rd->ns_protect += zsw_now_ns() - t0;
+        t0 = zsw_now_ns();
         r = zsw_vma_read_pages(t->pid, b->addrs, b->n, rd->bufs, rd->read_ok);
+        rd->ns_read += zsw_now_ns() - t0;
+        t0 = zsw_now_ns();
         if (r < 0)
                 return zsw_log_errno(e->log, LOG_DEBUG, r, "Cannot read pages of %d: %m", t->pid);
 
         memset(rd->stored, 0, sizeof(rd->stored));
-        for (size_t off = 0; off < b->n; off += ZSW_STORE_BATCH_MAX) {
-                size_t n = MIN(ZSW_STORE_BATCH_MAX, b->n - off), k = 0;
-                const void *pages[ZSW_STORE_BATCH_MAX];
-                uint64_t pgnos[ZSW_STORE_BATCH_MAX];
-                uint32_t mask = 0;
-
-                size_t idx[ZSW_STORE_BATCH_MAX];
-
-                /* Pages that vanished before the read are not stored. */
-                for (size_t i = off; i < off + n; i++)
-                        if (rd->read_ok[i]) {
-                                idx[k] = i;
-                                pages[k] = rd->bufs[i];
-                                pgnos[k++] = b->addrs[i] / ZSW_PAGE_SIZE;
-                        }
-                if (k == 0)
-                        continue;
-                r = zsw_store_pages(e->worker, t->owner, pgnos, pages, k, &mask);
-                for (size_t i = 0; i < k; i++) {
-                        rd->stored[idx[i]] = r >= 0 && (mask & (1u << i));
-                        if (!rd->stored[idx[i]])
-                                res->refused_pages++;
-                }
-        }
-
+        rd->target = t;
+        zsw_parallel_run(e->evict_pool, e->worker, store_batch, rd,
+                         DIV_ROUND_UP(b->n, ZSW_STORE_BATCH_MAX));
+        for (size_t i = 0; i < b->n; i++)
+                if (rd->read_ok[i] && !rd->stored[i])
+                        res->refused_pages++;
+        rd->ns_store += zsw_now_ns() - t0;
         pthread_mutex_lock(&t->batch_lock);
         for (size_t i = 0; i < b->n; i++)
                 if (!rd->stored[i])
@@ -265,18 +281,28 @@ static int round_drop(struct zsw_engine *e, struct zsw_target *t, struct round *
         size_t dropped = 0;
         int r;
 
+        uint64_t rseq = 0;
+        uint32_t rseq_len = 0;
+
         r = zsw_remote_seize(t->pid, e->log, &remote);
         if (r < 0)
                 return r;
+        if (zsw_remote_rseq_area(remote, &rseq, &rseq_len) < 0)
+                rseq = 0;
 
         pthread_mutex_lock(&t->batch_lock);
+        /* The injected call's return writes the thread's rseq area: keep
+         * its page, or the thread would wait on our drop while we wait on
+         * it (see zsw_remote_rseq_area()). */
+        for (size_t i = 0; rseq && i < b->n; i++)
+                if (b->addrs[i] < rseq + MAX(rseq_len, 1u) && rseq < b->addrs[i] + ZSW_PAGE_SIZE)
+                        batch_cancel(b, i);
         for (size_t i = 0; i < b->n; i++)
                 if (b->cancelled[i])
                         zsw_store_invalidate(t->owner, b->addrs[i] / ZSW_PAGE_SIZE, 1);
         rd->n_runs = collect_runs(b, rd->runs);
         b->drops = rd->runs;
         b->n_drops = rd->n_runs;
-        b->seized_tid = zsw_remote_tid(remote);
         b->state = EVICT_DROPPING;
         pthread_mutex_unlock(&t->batch_lock);
 
@@ -337,8 +363,12 @@ static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct round 
                         zsw_store_invalidate(t->owner, b->addrs[i] / ZSW_PAGE_SIZE, 1);
                 }
                 pthread_mutex_unlock(&t->batch_lock);
-        } else
+        } else {
+                uint64_t t0 = zsw_now_ns();
+
                 r = round_drop(e, t, rd, res);
+                rd->ns_drop += zsw_now_ns() - t0;
+        }
 
         round_unprotect_kept(t);
         /* The drop returned once its UFFD_EVENT_REMOVEs were read, not once
@@ -413,7 +443,7 @@ int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
         pagemap = open(path, O_RDONLY | O_CLOEXEC);
         if (pagemap < 0)
                 return -errno;
-        rd = malloc(sizeof(*rd));
+        rd = calloc(1, sizeof(*rd));
         if (rd)
                 rd->buf = aligned_alloc(ZSW_PAGE_SIZE, (size_t) ZSW_EVICT_MAX_PAGES * ZSW_PAGE_SIZE);
         if (!rd || !rd->buf) {
@@ -428,14 +458,22 @@ int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
                         struct zsw_page_run regions[64];
                         uint64_t want = MIN(budget - res->evicted_pages, ZSW_EVICT_MAX_PAGES);
 
+                        uint64_t t0 = zsw_now_ns();
+
                         r = next_round(pagemap, &cursor, ranges[v].end, want, regions,
                                        ARRAY_SIZE(regions));
+                        rd->ns_scan += zsw_now_ns() - t0;
                         if (r > 0)
                                 r = evict_round(e, t, rd, regions, (size_t) r, res);
                         if (r < 0)
                                 break;
                 }
         }
+        zsw_log(e->log, LOG_DEBUG,
+                "Evicted %" PRIu64 " pages of %d; ms spent: scan %" PRIu64 ", protect %" PRIu64
+                ", read %" PRIu64 ", store %" PRIu64 ", drop %" PRIu64, res->evicted_pages, t->pid,
+                rd->ns_scan / 1000000, rd->ns_protect / 1000000, rd->ns_read / 1000000,
+                rd->ns_store / 1000000, rd->ns_drop / 1000000);
         free(rd->buf);
         free(rd);
         if (r < 0 && err)

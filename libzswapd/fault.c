@@ -50,44 +50,43 @@ static void fail_fault(struct zsw_target *t, uint32_t tid, uint64_t addr, int er
         zsw_uffd_wake(t->uffd, addr, ZSW_PAGE_SIZE);
 }
 
-/* Brings back the stored pages after pgno while the stream looks
- * sequential. Shared loads: an entry is dropped only once its page is in
- * place, so a copy that stops early loses nothing. */
-static void prefetch(struct fault_thread *ft, struct zsw_target *t, uint64_t pgno) {
-        unsigned window = t->engine->config.prefetch_window, n = 0;
+/* Brings back the stored pages after pgno, up to the prefetch window,
+ * and returns how many. Shared loads: an entry is dropped only once its
+ * page is in place, so a copy that stops early loses nothing. */
+static unsigned prefetch(struct fault_thread *ft, struct zsw_target *t, uint64_t pgno) {
+        unsigned window = MIN(t->engine->config.prefetch_window, FAULT_PREFETCH_MAX), n = 0;
         ssize_t copied;
 
-        if (window == 0 || pgno != t->last_fault_pgno + 1)
-                return;
-        window = MIN(window, FAULT_PREFETCH_MAX);
         for (; n < window; n++)
                 if (zsw_store_load(ft->worker, t->owner, pgno + 1 + n,
                                    tls_buf->pages + (size_t) n * ZSW_PAGE_SIZE, 0) < 0)
                         break;
         if (n == 0)
-                return;
+                return 0;
         copied = zsw_uffd_copy(t->uffd, (pgno + 1) * ZSW_PAGE_SIZE, tls_buf->pages,
                                (uint64_t) n * ZSW_PAGE_SIZE, 0);
         if (copied <= 0)
-                return;
+                return 0;
         n = (unsigned) (copied / ZSW_PAGE_SIZE);
         zsw_store_invalidate(t->owner, pgno + 1, n);
-        t->prefetch_window = n;
         atomic_fetch_add_explicit(&t->prefetched, n, memory_order_relaxed);
+        return n;
 }
 
 static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_t addr,
                           uint32_t tid) {
         uint64_t pgno = addr / ZSW_PAGE_SIZE, page = pgno * ZSW_PAGE_SIZE;
         uint64_t start = zsw_now_ns();
+        /* A fault right after the pages we brought back last time: a
+         * sequential stream, which used every one of them. */
+        bool sequential = pgno == t->next_fault_pgno;
         ssize_t copied;
         int r;
 
-        /* The whole window ran ahead of this fault: the stream used it. */
-        if (t->prefetch_window && pgno == t->last_fault_pgno + t->prefetch_window + 1)
-                atomic_fetch_add_explicit(&t->prefetch_hits, t->prefetch_window,
+        if (sequential)
+                atomic_fetch_add_explicit(&t->prefetch_hits, t->prefetched_last,
                                           memory_order_relaxed);
-        t->prefetch_window = 0;
+        t->prefetched_last = 0;
 
         r = zsw_store_load(ft->worker, t->owner, pgno, tls_buf->pages, ZSW_LOAD_EXCLUSIVE);
         if (r == -ENOENT) {
@@ -116,18 +115,22 @@ static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_
                  * it either way, a spurious wake only costs a refault. */
                 zsw_uffd_wake(t->uffd, page, ZSW_PAGE_SIZE);
 
-        prefetch(ft, t, pgno);
-        t->last_fault_pgno = pgno;
         atomic_fetch_add_explicit(&t->faults, 1, memory_order_relaxed);
         zsw_histogram_record(&t->fault_hist, zsw_now_ns() - start);
+
+        /* After the faulting thread is on its way: prefetch only costs
+         * the target if it waits for one of these pages meanwhile. */
+        if (sequential || pgno == t->last_fault_pgno + 1)
+                t->prefetched_last = r >= 0 && copied > 0 ? prefetch(ft, t, pgno) : 0;
+        t->last_fault_pgno = pgno;
+        t->next_fault_pgno = pgno + 1 + t->prefetched_last;
 }
 
 static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const struct uffd_msg *m) {
         switch (m->event) {
         case UFFD_EVENT_PAGEFAULT:
                 if (m->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP) {
-                        if (!evict_on_wp_fault(t, m->arg.pagefault.address,
-                                               (pid_t) m->arg.pagefault.feat.ptid))
+                        if (!evict_on_wp_fault(t, m->arg.pagefault.address))
                                 zsw_uffd_writeprotect(t->uffd,
                                                       m->arg.pagefault.address & ~(uint64_t) (ZSW_PAGE_SIZE - 1),
                                                       ZSW_PAGE_SIZE, false, false);

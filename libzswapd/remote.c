@@ -82,6 +82,16 @@ pid_t zsw_remote_tid(const struct zsw_remote *r) {
         return r->tid;
 }
 
+int zsw_remote_rseq_area(struct zsw_remote *r, uint64_t *ret_addr, uint32_t *ret_len) {
+        struct __ptrace_rseq_configuration conf = {};
+
+        if (ptrace(PTRACE_GET_RSEQ_CONFIGURATION, r->tid, sizeof(conf), &conf) < 0)
+                return -errno;
+        *ret_addr = conf.rseq_abi_pointer;
+        *ret_len = conf.rseq_abi_size;
+        return 0;
+}
+
 unsigned zsw_remote_deferred_signals(const struct zsw_remote *r) {
         return r->n_signals;
 }

@@ -51,6 +51,12 @@ pid_t zsw_remote_pid(const struct zsw_remote *r);
 /* The thread that runs the injected calls. */
 pid_t zsw_remote_tid(const struct zsw_remote *r);
 /* Signals that arrived during injection and will be queued again at release. */
+/* The seized thread's rseq area (address 0 when it has none). The kernel
+ * writes it on every return to user space, injected calls included: a
+ * page of it that is write-protected and waiting to be dropped would stop
+ * the thread in a fault before it ever reaches our next ptrace stop. */
+int zsw_remote_rseq_area(struct zsw_remote *r, uint64_t *ret_addr, uint32_t *ret_len);
+
 unsigned zsw_remote_deferred_signals(const struct zsw_remote *r);
 
 /*

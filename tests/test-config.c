@@ -556,6 +556,21 @@ TEST(load_directory) {
         ASSERT_EQ(c->policies[0].compression_level, 3);
         c = zsw_config_free(c);
 
+        /* Oversized files are refused, and the error is the read error. */
+        {
+                int big = openat(pfd, "54-big.conf", O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+
+                ASSERT_GE(big, 0);
+                ASSERT_EQ(ftruncate(big, 2 * ZSW_CONFIG_FILE_MAX), 0);
+                close(big);
+                n_messages = 0;
+                ASSERT_ERRNO(zsw_config_load(dir, &test_log, &c), EFBIG);
+                snprintf(path, sizeof(path), "%s/policy.d/54-big.conf: larger than 1048576 bytes", dir);
+                ASSERT_TRUE(logged(path));
+                ASSERT_EQ(n_messages, 1);
+                ASSERT_EQ(unlinkat(pfd, "54-big.conf", 0), 0);
+        }
+
         /* A FIFO does not hang the reader; it is refused like a directory. */
         ASSERT_EQ(mkfifoat(pfd, "55-fifo.conf", 0644), 0);
         n_messages = 0;

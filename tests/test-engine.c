@@ -157,8 +157,10 @@ static uint64_t rss_kb(pid_t pid) {
 }
 
 TEST(reclaim_fault_detach_round_trip) {
-        struct zsw_engine *e = engine_start();
+        /* The child first: forking a process that already runs the
+         * engine's threads is only safe if the child execs at once. */
         struct child ch = child_start(32, 10);
+        struct zsw_engine *e = engine_start();
         struct zsw_reclaim_result res;
         struct zsw_engine_error err = {};
         struct zsw_target_stats ts;
@@ -193,8 +195,8 @@ TEST(reclaim_fault_detach_round_trip) {
 }
 
 TEST(fork_child_reads_evicted_pages) {
-        struct zsw_engine *e = engine_start();
         struct child ch = child_start(16, 5);
+        struct zsw_engine *e = engine_start();
         struct zsw_reclaim_result res;
 
         ASSERT_OK(zsw_engine_attach(e, ch.pid, NULL));
@@ -207,9 +209,9 @@ TEST(fork_child_reads_evicted_pages) {
 }
 
 TEST(bad_input_changes_nothing) {
+        struct child ch = child_start(1, 0);
         struct zsw_engine *e = engine_start();
         struct zsw_engine_error err = {};
-        struct child ch = child_start(1, 0);
 
         ASSERT_ERRNO(zsw_engine_attach(e, 0x3fffffff, &err), ESRCH);
         ASSERT_ERRNO(zsw_engine_attach(e, getpid(), &err), EINVAL);

@@ -1,0 +1,188 @@
+#!/bin/bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+#
+# Tests bench/compare on a small size: it runs the kernel contenders for
+# real, its table and JSON parse, the workload finds no corrupted byte, it
+# puts every setting back (swap, zswap parameters, zram, debugfs, cgroups),
+# also when interrupted, and it refuses to run over swap that is in use.
+#
+#   tests/test-compare.sh SRCDIR BUILDDIR
+#
+# Skips (77) when not root, when swap is already in use here (we must not
+# disturb it), or without a memory cgroup controller.
+
+set -euo pipefail
+
+srcdir=${1:?SRCDIR}
+builddir=${2:?BUILDDIR}
+compare=$srcdir/bench/compare
+size=32
+tmp=
+own_swap=
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+cleanup() {
+        [ -n "$own_swap" ] && { swapoff "$own_swap" 2>/dev/null; rm -f "$own_swap"; }
+        [ -n "$tmp" ] && rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+[ "$(id -u)" = 0 ] || skip "needs root"
+[ "$(awk 'NR > 1' /proc/swaps | wc -l)" = 0 ] || skip "swap already in use on this machine"
+[ -d /sys/fs/cgroup/memory ] || grep -qw memory /sys/fs/cgroup/cgroup.controllers 2>/dev/null ||
+        skip "no memory cgroup controller"
+[ -x "$builddir/bench/zswapd-bench-workload" ] || fail "workload not built in $builddir"
+
+tmp=$(mktemp -d /tmp/test-compare.XXXXXX)
+swapfile=/var/tmp/test-compare.$$.swap
+
+# Everything the driver may touch, as one text to compare before and after.
+state() {
+        echo "swaps:"; awk 'NR > 1 { print $1 }' /proc/swaps
+        echo "zswap:"; grep -H . /sys/module/zswap/parameters/* 2>/dev/null || true
+        if [ -e /sys/block/zram0 ]; then
+                echo "zram:"; cat /sys/block/zram0/disksize /sys/block/zram0/comp_algorithm
+        fi
+        echo "debugfs:"; grep -c ' /sys/kernel/debug ' /proc/mounts || true
+        echo "cgroups:"; find /sys/fs/cgroup/memory /sys/fs/cgroup -maxdepth 4 -type d \
+                -name 'zswapd-compare.*' 2>/dev/null || true
+        echo "swapfile:"; ls "$swapfile" 2>/dev/null || true
+}
+
+assert_restored() {
+        state > "$tmp/after"
+        diff -u "$tmp/before" "$tmp/after" || fail "$1: settings not restored"
+}
+
+# A JSON checker that exists here, strongest first.
+json_ok() {
+        if command -v jq >/dev/null; then
+                jq -e . "$1" >/dev/null
+        elif command -v python3 >/dev/null; then
+                python3 -m json.tool "$1" >/dev/null
+        else
+                echo "no jq or python3: JSON syntax not checked" >&2
+        fi
+}
+
+# figure WORKLOAD CONTENDER KEY -> its median ("" when absent).
+figure() {
+        jq -r --arg w "$1" --arg c "$2" --arg k "$3" \
+                '.results[] | select(.workload == $w and .contender == $c) | .figures[$k].median // empty' \
+                "$tmp/out.json"
+}
+
+state > "$tmp/before"
+contenders=floor,swapfile,zswap,zram,zswapd-lz4
+
+echo "== JSON run, both workloads"
+rc=0
+"$compare" --size $size --reps 1 --contenders $contenders --workload all --json \
+        --build-dir "$builddir" --swapfile "$swapfile" > "$tmp/out.json" 2> "$tmp/err" || rc=$?
+cat "$tmp/err"
+[ $rc = 77 ] && skip "bench/compare refused to run: $(tail -n 1 "$tmp/err")"
+[ $rc = 0 ] || fail "bench/compare failed with $rc"
+assert_restored "JSON run"
+json_ok "$tmp/out.json" || fail "output is not JSON"
+if command -v jq >/dev/null; then
+        [ "$(jq -r .size_mib "$tmp/out.json")" = $size ] || fail "size_mib"
+        [ "$(jq -r '.results | length' "$tmp/out.json")" = 10 ] || fail "expected 5 contenders x 2 workloads"
+        # Not a byte lost anywhere, in either workload.
+        bad=$(jq '[.results[] | select(.available) | .figures.corrupted_bytes.max] | map(select(. != 0)) | length' "$tmp/out.json")
+        [ "$bad" = 0 ] || fail "corrupted bytes reported"
+        [ "$(jq '[.results[] | select(.available) | .figures.corrupted_bytes] | map(select(. == null)) | length' "$tmp/out.json")" = 0 ] ||
+                fail "a contender reported no corrupted_bytes figure"
+        # The floor evicts nothing; the swapfile takes 3/4 of the size out of
+        # the workload, most of it from the filled pages (a sanitizer
+        # runtime's cold memory may go first).
+        [ "$(figure reread floor evicted_pages)" = 0 ] || fail "floor evicted pages"
+        ev=$(figure reread swapfile evicted_mib)
+        awk -v e="$ev" -v s=$size 'BEGIN { exit !(e >= s / 2 && e <= s) }' ||
+                fail "swapfile reclaim took $ev MiB, expected about $(( size * 3 / 4 ))"
+        # Under ASan its runtime's tens of MiB of cold memory are what the
+        # kernel's LRU takes first at this size: only the MiB check holds.
+        if ! grep -q __asan_init "$builddir/bench/zswapd-bench-workload"; then
+                ev=$(figure reread swapfile evicted_pages)
+                [ -n "$ev" ] && [ "${ev%.*}" -ge $(( size * 256 / 2 )) ] ||
+                        fail "only $ev of the workload's $(( size * 256 )) pages were evicted"
+                [ -n "$(figure reread swapfile lat_p99_us)" ] || fail "no latency for the swapfile"
+        fi
+        # Compressing contenders that ran report a ratio above 1 and save memory.
+        for c in zswap zram; do
+                [ "$(jq -r --arg c $c '.results[] | select(.workload == "reread" and .contender == $c) | .available' "$tmp/out.json")" = true ] || continue
+                awk -v r="$(figure reread $c ratio)" 'BEGIN { exit !(r > 1) }' || fail "$c ratio"
+                awk -v s="$(figure reread $c saved_mib)" 'BEGIN { exit !(s > 0) }' || fail "$c saved nothing"
+        done
+        # The zswapd hook says why it did not run, until the daemon exists.
+        if [ ! -x "$builddir/daemon/zswapd" ]; then
+                [ "$(jq -r '.results[] | select(.contender == "zswapd-lz4") | .available' "$tmp/out.json" | sort -u)" = false ] ||
+                        fail "zswapd-lz4 reported available without a daemon"
+        fi
+        th=$(figure overcommit swapfile throughput_mibs)
+        [ -n "$th" ] || fail "no over-commit throughput for the swapfile"
+fi
+
+echo "== table run"
+"$compare" --size $size --reps 2 --contenders floor,zram --workload reread \
+        --build-dir "$builddir" --swapfile "$swapfile" > "$tmp/out.txt" 2> "$tmp/err" || fail "table run failed: $(cat "$tmp/err")"
+cat "$tmp/out.txt"
+assert_restored "table run"
+grep -q '^reclaim 75% and re-read:' "$tmp/out.txt" || fail "no table heading"
+grep -qE '^floor +- +- +- +- ' "$tmp/out.txt" || fail "no floor row"
+if grep -q '^zram +/dev/zram0' "$tmp/out.txt" || grep -q '^zram +no ' "$tmp/out.txt"; then
+        echo "zram not available here"
+else
+        # Ten columns: name, eight figures and the corrupted bytes (0).
+        awk '$1 == "zram" { exit !(NF == 10 && $NF == 0) }' "$tmp/out.txt" || fail "zram row malformed"
+fi
+
+echo "== interrupted run"
+"$compare" --size 64 --reps 3 --contenders swapfile --workload reread \
+        --build-dir "$builddir" --swapfile "$swapfile" > /dev/null 2> "$tmp/err" &
+pid=$!
+# Interrupt it in the middle, once its swap is on. (TERM: a background job
+# of a non-interactive shell starts with SIGINT ignored, which bash cannot
+# trap; the driver handles INT the same way.)
+for _ in $(seq 1 600); do
+        awk 'NR > 1' /proc/swaps | grep -q "$swapfile" && break
+        sleep 0.05
+done
+awk 'NR > 1' /proc/swaps | grep -q "$swapfile" || fail "interrupt test: swap never came on"
+kill -TERM $pid
+rc=0
+wait $pid || rc=$?
+[ $rc = 143 ] || fail "interrupted run exited with $rc, expected 143"
+assert_restored "interrupted run"
+
+echo "== refuses to run over swap in use"
+own_swap=/var/tmp/test-compare-own.$$.swap
+fallocate -l 16M "$own_swap" && chmod 600 "$own_swap" && mkswap "$own_swap" >/dev/null
+swapon -p -2 "$own_swap"
+rc=0
+"$compare" --size $size --reps 1 --contenders floor --build-dir "$builddir" \
+        --swapfile "$swapfile" > /dev/null 2>&1 || rc=$?
+swapoff "$own_swap"; rm -f "$own_swap"; own_swap=
+[ $rc = 77 ] || fail "ran over swap in use (exit $rc, expected 77)"
+assert_restored "refusal"
+
+echo "== the workload counts changed bytes exactly"
+# Without this, "0 corrupted bytes" above could come from a check that
+# never finds anything.
+for mode in reread usemem; do
+        "$builddir/bench/zswapd-bench-workload" $mode --size 16 --inject-corruption 3 > "$tmp/w.out" &
+        pid=$!
+        for _ in $(seq 1 600); do grep -q '^ready' "$tmp/w.out" && break; sleep 0.05; done
+        kill -USR1 $pid
+        wait $pid || fail "workload $mode failed"
+        grep -qx 'corrupted_bytes=3' "$tmp/w.out" || fail "$mode: $(grep corrupted "$tmp/w.out")"
+        grep -qx 'corrupted_pages=3' "$tmp/w.out" || fail "$mode: wrong corrupted page count"
+done
+
+echo "== bad usage"
+rc=0
+"$compare" --size nope > /dev/null 2>&1 || rc=$?
+[ $rc = 2 ] || fail "--size nope exited with $rc, expected 2"
+
+echo "PASS"
