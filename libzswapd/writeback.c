@@ -305,22 +305,21 @@ int zsw_writeback_new(struct zsw_store *s, struct zsw_swapfile *sf,
         pthread_condattr_destroy(&ca);
         pthread_cond_init(&wb->idle, NULL);
 
-        r = -pthread_create(&wb->thread, NULL, shrink_thread, wb);
-        if (r < 0) {
-                zsw_writeback_free(wb);
-                return r;
-        }
-        wb->started = true;
+        /* Limits first: the thread reads them. A store may wake us before
+         * the thread runs; the wake-up waits in pending. */
         r = zsw_store_set_limits(s, &(struct zsw_store_limits) {
                                          .pool_bytes = config->pool_limit_bytes,
                                          .accept_percent = config->accept_threshold_percent,
                                          .wake = store_wake,
                                          .userdata = wb,
                                  });
+        if (r >= 0)
+                r = -pthread_create(&wb->thread, NULL, shrink_thread, wb);
         if (r < 0) {
                 zsw_writeback_free(wb);
                 return r;
         }
+        wb->started = true;
         *ret = wb;
         return 0;
 }
@@ -329,8 +328,6 @@ struct zsw_writeback *zsw_writeback_free(struct zsw_writeback *wb) {
         if (!wb)
                 return NULL;
         if (wb->started) {
-                /* Stores must not wake a freed object. */
-                zsw_store_set_limits(wb->store, &(struct zsw_store_limits) {});
                 pthread_mutex_lock(&wb->lock);
                 wb->stop = true;
                 pthread_cond_broadcast(&wb->cond);
@@ -338,6 +335,8 @@ struct zsw_writeback *zsw_writeback_free(struct zsw_writeback *wb) {
                 pthread_mutex_unlock(&wb->lock);
                 pthread_join(wb->thread, NULL);
         }
+        /* Stores must not wake a freed object (none runs now). */
+        zsw_store_set_limits(wb->store, &(struct zsw_store_limits) {});
         pthread_cond_destroy(&wb->cond);
         pthread_cond_destroy(&wb->idle);
         pthread_mutex_destroy(&wb->lock);
