@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 
 #include "control.h"
 #include "util.h"
@@ -21,6 +22,8 @@ static const char *arg_socket = NULL;
 static bool arg_json = false;
 static bool arg_all = false;
 static uint64_t arg_bytes = 0;
+static unsigned arg_iterations = 0; /* top: 0 = until interrupted */
+static unsigned arg_interval_ms = 1000;
 static char **arg_words = NULL;
 static int arg_n_words = 0;
 
@@ -44,10 +47,17 @@ static void help(void) {
                "                              Compress and take away its pages (default all;\n"
                "                              N takes K, M, G suffixes)\n"
                "  detach PID                  Give every page back and let it go\n"
-               "  stats [PID] [--json]        Show memory saved and fault latency\n\n"
+               "  stats [PID] [--json]        Show memory saved and fault latency\n"
+               "  status [--json]             One screen: store, pressure, policies, targets\n"
+               "  policies [--json]           Policies, their groups and control decisions\n"
+               "  targets [--json]            Attached processes and the policy of each\n"
+               "  top [-n N] [-d SECONDS]     status, refreshed every second (N times)\n"
+               "  reload                      Re-read the configuration (as SIGHUP does)\n\n"
                "Options:\n"
                "  -s --socket=PATH            Daemon socket (default $ZSWAPD_SOCKET or %s)\n"
                "     --json                   Print one JSON object\n"
+               "  -n --iterations=N           top: refresh N times, then exit\n"
+               "  -d --delay=SECONDS          top: time between refreshes (default 1)\n"
                "  -h --help                   Show this help\n"
                "     --version                Show the version\n",
                program_invocation_short_name, CONTROL_SOCKET_DEFAULT);
@@ -88,17 +98,21 @@ static int parse_argv(int argc, char *argv[]) {
                 { "json", no_argument, NULL, ARG_JSON },
                 { "all", no_argument, NULL, ARG_ALL },
                 { "bytes", required_argument, NULL, ARG_BYTES },
+                { "iterations", required_argument, NULL, 'n' },
+                { "delay", required_argument, NULL, 'd' },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, ARG_VERSION },
                 {}
         };
         int c, r;
+        char *end;
+        double d;
 
         arg_socket = getenv("ZSWAPD_SOCKET") ?: CONTROL_SOCKET_DEFAULT;
 
         /* One line per error, in zswapctl's words, not getopt's. */
         opterr = 0;
-        while ((c = getopt_long(argc, argv, ":s:h", options, NULL)) >= 0)
+        while ((c = getopt_long(argc, argv, ":s:hn:d:", options, NULL)) >= 0)
                 switch (c) {
                 case 's':
                         arg_socket = optarg;
@@ -114,6 +128,21 @@ static int parse_argv(int argc, char *argv[]) {
                         if (r < 0)
                                 return fail(r, "invalid size '%s': give a number of bytes > 0, "
                                                "optionally with K, M or G (e.g. 64M)", optarg);
+                        break;
+                case 'n':
+                        errno = 0;
+                        arg_iterations = (unsigned) strtoul(optarg, &end, 10);
+                        if (errno || *end || arg_iterations == 0 || optarg[0] == '-')
+                                return fail(EINVAL, "invalid count '%s': give a number > 0",
+                                            optarg);
+                        break;
+                case 'd':
+                        errno = 0;
+                        d = strtod(optarg, &end);
+                        if (errno || *end || !(d >= 0.1 && d <= 3600))
+                                return fail(EINVAL, "invalid delay '%s': give seconds, 0.1 to "
+                                                    "3600", optarg);
+                        arg_interval_ms = (unsigned) (d * 1000);
                         break;
                 case 'h':
                         help();
@@ -152,12 +181,28 @@ static int parse_pid_arg(const char *verb, const char *s) {
         return (int) v;
 }
 
+static bool is_listing(const char *verb) {
+        return !strcmp(verb, "status") || !strcmp(verb, "policies") || !strcmp(verb, "targets") ||
+               !strcmp(verb, "top") || !strcmp(verb, "reload");
+}
+
 /* The request for the command line, in the words of the protocol. */
 static int build_request(char *buf, size_t size) {
         const char *verb = arg_words[0];
         bool want_pid = !!strcmp(verb, "stats");
         int pid = 0, n;
 
+        if (is_listing(verb)) {
+                if (arg_n_words != 1)
+                        return fail(EINVAL, "usage: zswapctl %s", verb);
+                if (arg_all || arg_bytes)
+                        return fail(EINVAL, "--all and --bytes are options of 'reclaim'");
+                if (arg_iterations && strcmp(verb, "top"))
+                        return fail(EINVAL, "--iterations is an option of 'top'");
+                /* top shows what status says, again and again. */
+                return snprintf(buf, size, "%s%s", strcmp(verb, "top") ? verb : "status",
+                                arg_json ? " json" : "");
+        }
         if (strcmp(verb, "attach") && strcmp(verb, "detach") && strcmp(verb, "reclaim") &&
             strcmp(verb, "stats"))
                 return fail(EINVAL, "unknown command '%s'; see 'zswapctl --help'", verb);
@@ -172,6 +217,8 @@ static int build_request(char *buf, size_t size) {
                 return fail(EINVAL, "--all and --bytes are options of 'reclaim'");
         if (arg_all && arg_bytes)
                 return fail(EINVAL, "reclaim: give either --all or --bytes, not both");
+        if (arg_iterations)
+                return fail(EINVAL, "--iterations is an option of 'top'");
 
         if (!strcmp(verb, "reclaim") && arg_bytes)
                 n = snprintf(buf, size, "reclaim %d bytes %" PRIu64, pid, arg_bytes);
@@ -234,19 +281,12 @@ static int receive_reply(int fd, char **ret) {
         return 0;
 }
 
-static int run(int argc, char *argv[]) {
+/* One request, one reply: the body printed, or the daemon's error. */
+static int request(const char *req, size_t n, bool clear) {
         _cleanup_close_ int fd = -EBADF;
         _cleanup_free_ char *reply = NULL;
-        char req[CONTROL_REQUEST_MAX + 1];
         const char *body;
-        int r, n;
-
-        r = parse_argv(argc, argv);
-        if (r <= 0)
-                return r;
-        n = build_request(req, sizeof(req));
-        if (n < 0)
-                return n;
+        int r;
 
         r = connect_daemon(&fd);
         if (r < 0)
@@ -262,6 +302,8 @@ static int run(int argc, char *argv[]) {
         body = strchr(reply, '\n');
         body = body ? body + 1 : "";
         if (strncmp(reply, "ok\n", 3) == 0 || strcmp(reply, "ok") == 0) {
+                if (clear)
+                        fputs("\033[H\033[2J", stdout);
                 fputs(body, stdout);
                 return fflush(stdout) == 0 ? 0 : fail(errno, "cannot write the output: %m");
         }
@@ -270,6 +312,42 @@ static int run(int argc, char *argv[]) {
                                     "both the same version?");
         /* The daemon words its errors for a person already. */
         return fail(EIO, "%.*s", (int) strcspn(body, "\n"), *body ? body : reply + 6);
+}
+
+/* `top`: status again and again; on a terminal each screen replaces the
+ * last, otherwise screens follow each other, separated by a blank line. */
+static int top(const char *req, size_t n) {
+        bool tty = isatty(STDOUT_FILENO);
+
+        for (unsigned i = 0; arg_iterations == 0 || i < arg_iterations; i++) {
+                struct timespec ts = { arg_interval_ms / 1000, arg_interval_ms % 1000 * 1000000L };
+                int r;
+
+                if (i > 0) {
+                        nanosleep(&ts, NULL);
+                        if (!tty)
+                                fputc('\n', stdout);
+                }
+                r = request(req, n, tty);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static int run(int argc, char *argv[]) {
+        char req[CONTROL_REQUEST_MAX + 1];
+        int r, n;
+
+        r = parse_argv(argc, argv);
+        if (r <= 0)
+                return r;
+        n = build_request(req, sizeof(req));
+        if (n < 0)
+                return n;
+        if (strcmp(arg_words[0], "top") == 0)
+                return top(req, n);
+        return request(req, n, false);
 }
 
 int main(int argc, char *argv[]) {

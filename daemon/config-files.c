@@ -157,8 +157,11 @@ static int read_policy_files(int dir_fd, const char *policy_dir, char **names, s
         return ret;
 }
 
-int zsw_config_load_at(int dir_fd, const char *dir_path, const struct zsw_log *log,
-                       struct zsw_config **ret_config) {
+/* Loads GLOBAL_NAME (a missing one means defaults unless MUST_EXIST) and
+ * policy.d/ under DIR_FD. */
+static int config_load_at(int dir_fd, const char *dir_path, const char *global_name,
+                          bool must_exist, const struct zsw_log *log,
+                          struct zsw_config **ret_config) {
         struct loaded_file global = {}, *files = NULL;
         struct zsw_config_source gsrc, *srcs = NULL;
         _cleanup_free_ char *policy_dir = NULL;
@@ -169,14 +172,16 @@ int zsw_config_load_at(int dir_fd, const char *dir_path, const struct zsw_log *l
 
         if (!dir_path)
                 dir_path = ".";
-        if (asprintf(&global.path, "%s/%s", dir_path, ZSW_CONFIG_FILE) < 0 ||
+        if (asprintf(&global.path, "%s/%s", dir_path, global_name) < 0 ||
             asprintf(&policy_dir, "%s/%s", dir_path, ZSW_POLICY_DIR) < 0) {
                 free(global.path);
                 return -ENOMEM;
         }
-        r_read = read_file_at(dir_fd, ZSW_CONFIG_FILE, global.path, log, &global.text,
+        r_read = read_file_at(dir_fd, global_name, global.path, log, &global.text,
                               &global.size);
-        if (r_read == -ENOENT)
+        if (r_read == -ENOENT && must_exist)
+                r_read = zsw_log_errno(log, LOG_ERR, ENOENT, "%s: cannot open: %m", global.path);
+        else if (r_read == -ENOENT)
                 r_read = 0;
         gsrc = (struct zsw_config_source) { global.path, global.text, global.size };
 
@@ -212,6 +217,33 @@ out:
         free(global.path);
         free(global.text);
         return r;
+}
+
+int zsw_config_load_at(int dir_fd, const char *dir_path, const struct zsw_log *log,
+                       struct zsw_config **ret_config) {
+        return config_load_at(dir_fd, dir_path, ZSW_CONFIG_FILE, false, log, ret_config);
+}
+
+int zsw_config_load_path(const char *path, const struct zsw_log *log,
+                         struct zsw_config **ret_config) {
+        _cleanup_free_ char *dir = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        const char *slash, *name;
+        struct stat st;
+
+        if (stat(path, &st) < 0)
+                return zsw_log_errno(log, LOG_ERR, errno, "%s: cannot read: %m", path);
+        if (S_ISDIR(st.st_mode))
+                return zsw_config_load(path, log, ret_config);
+        slash = strrchr(path, '/');
+        dir = slash ? strndup(path, slash == path ? 1 : (size_t) (slash - path)) : strdup(".");
+        if (!dir)
+                return -ENOMEM;
+        name = slash ? slash + 1 : path;
+        fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                return zsw_log_errno(log, LOG_ERR, errno, "%s: cannot open: %m", dir);
+        return config_load_at(fd, strcmp(dir, "/") == 0 ? "" : dir, name, true, log, ret_config);
 }
 
 int zsw_config_load(const char *dir, const struct zsw_log *log, struct zsw_config **ret_config) {

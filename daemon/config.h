@@ -148,6 +148,14 @@ struct zsw_config_source {
  */
 int zsw_config_load(const char *dir, const struct zsw_log *log, struct zsw_config **ret_config);
 
+/*
+ * What zswapd -c PATH loads: a directory as zsw_config_load() does, or a
+ * file as the global settings (it must exist) with the policy.d/ directory
+ * next to it.
+ */
+int zsw_config_load_path(const char *path, const struct zsw_log *log,
+                         struct zsw_config **ret_config);
+
 /* The same, with the configuration directory given as an open fd; DIR_PATH
  * (may be NULL) is how messages name it. */
 int zsw_config_load_at(int dir_fd, const char *dir_path, const struct zsw_log *log,

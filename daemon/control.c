@@ -12,6 +12,10 @@
  *     reclaim PID all
  *     reclaim PID bytes N          N > 0, decimal, in bytes
  *     stats [PID]
+ *     reload                    re-read the configuration
+ *     policies                  the policies and their groups' control state
+ *     targets                   every attached process, with its policy
+ *     status                    one screen: store, pressure, policies, targets
  *
  * and any of them may end with the word "json". The reply is one message:
  * a first line "ok" or "error NAME", where NAME is the errno name
@@ -54,6 +58,7 @@ struct client {
 
 struct control {
         struct zsw_engine *engine;
+        const struct control_hooks *hooks;
         char *path;
         dev_t sock_dev;
         ino_t sock_ino;
@@ -145,8 +150,17 @@ int control_parse_request(const char *text, size_t len, struct control_request *
                 *reason = "expected: stats [PID]";
                 if (n > 2 || (n == 2 && parse_pid(words[1], &req.pid) < 0))
                         return -EINVAL;
+        } else if (strcmp(words[0], "reload") == 0 || strcmp(words[0], "policies") == 0 ||
+                   strcmp(words[0], "targets") == 0 || strcmp(words[0], "status") == 0) {
+                req.verb = words[0][0] == 'r' ? CONTROL_RELOAD :
+                           words[0][0] == 'p' ? CONTROL_POLICIES :
+                           words[0][1] == 'a' ? CONTROL_TARGETS : CONTROL_STATUS;
+                *reason = "expected no argument";
+                if (n != 1)
+                        return -EINVAL;
         } else {
-                *reason = "unknown command; expected attach, detach, reclaim or stats";
+                *reason = "unknown command; expected attach, detach, reclaim, stats, reload, "
+                          "policies, targets or status";
                 return -EINVAL;
         }
 
@@ -185,6 +199,10 @@ static const char *verb_name(enum control_verb verb) {
                 [CONTROL_DETACH] = "detach from",
                 [CONTROL_RECLAIM] = "reclaim from",
                 [CONTROL_STATS] = "get stats of",
+                [CONTROL_RELOAD] = "reload the configuration",
+                [CONTROL_POLICIES] = "list policies",
+                [CONTROL_TARGETS] = "list targets",
+                [CONTROL_STATUS] = "get the status",
         };
         return names[verb];
 }
@@ -412,6 +430,8 @@ static int execute(struct control *c, const struct control_request *req, FILE *b
                         r = zsw_engine_detach(c->engine, req->pid, err);
                 if (r < 0)
                         return r;
+                if (req->verb == CONTROL_DETACH && c->hooks && c->hooks->detached)
+                        c->hooks->detached(c->hooks->userdata, req->pid);
                 log_info("%s %d.", req->verb == CONTROL_ATTACH ? "Attached to" : "Detached from",
                          req->pid);
                 if (req->json)
@@ -425,6 +445,20 @@ static int execute(struct control *c, const struct control_request *req, FILE *b
                 return do_reclaim(c, req, body, err);
         case CONTROL_STATS:
                 return do_stats(c, req, body);
+        case CONTROL_RELOAD:
+                if (!c->hooks)
+                        return -EOPNOTSUPP;
+                r = c->hooks->reload(c->hooks->userdata, err);
+                if (r < 0)
+                        return r;
+                fputs(req->json ? "{\"reloaded\":true}\n" : "configuration reloaded\n", body);
+                return 0;
+        case CONTROL_POLICIES:
+        case CONTROL_TARGETS:
+        case CONTROL_STATUS:
+                if (!c->hooks)
+                        return -EOPNOTSUPP;
+                return c->hooks->dump(c->hooks->userdata, req->verb, body, req->json);
         }
         return -EINVAL;
 }
@@ -613,6 +647,10 @@ int control_process(struct control *c) {
                         accept_all(c);
         }
         return 0;
+}
+
+void control_set_hooks(struct control *c, const struct control_hooks *hooks) {
+        c->hooks = hooks;
 }
 
 int control_get_fd(const struct control *c) {

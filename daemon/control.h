@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "engine.h"
@@ -25,6 +26,10 @@ enum control_verb {
         CONTROL_DETACH,
         CONTROL_RECLAIM,
         CONTROL_STATS,
+        CONTROL_RELOAD,
+        CONTROL_POLICIES,
+        CONTROL_TARGETS,
+        CONTROL_STATUS,
 };
 
 struct control_request {
@@ -49,6 +54,21 @@ int control_new(const char *path, struct zsw_engine *engine, struct control **re
 /* Closes every connection and removes the socket, if it is still ours. */
 struct control *control_free(struct control *c);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct control *, control_free);
+
+/* What the daemon does for the requests beyond the engine's: reload the
+ * configuration, and the policy manager's listings. */
+struct control_hooks {
+        void *userdata;
+        /* Returns 0, or -errno with a one-line reason in err->message. */
+        int (*reload)(void *userdata, struct zsw_engine_error *err);
+        /* CONTROL_POLICIES, CONTROL_TARGETS or CONTROL_STATUS, written to f. */
+        int (*dump)(void *userdata, enum control_verb verb, FILE *f, bool json);
+        /* A client detached pid by hand: policies must not take it back. */
+        void (*detached)(void *userdata, pid_t pid);
+};
+
+/* Without hooks those requests get "error EOPNOTSUPP". hooks must outlive c. */
+void control_set_hooks(struct control *c, const struct control_hooks *hooks);
 
 /* A descriptor that polls readable when a client connects or sends. */
 int control_get_fd(const struct control *c);

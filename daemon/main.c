@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * zswapd: owns one engine and serves the control socket from a single
- * epoll loop, next to a signalfd (SIGTERM/SIGINT stop, SIGHUP reload) and a
- * timer that pings the systemd watchdog and refreshes the STATUS= line.
- * Faults never pass through this loop: the engine's own threads serve them.
+ * zswapd: loads the configuration, owns one engine and the policy manager
+ * that drives it, and serves the control socket, all from a single epoll
+ * loop next to a signalfd (SIGTERM/SIGINT stop, SIGHUP reload) and a timer
+ * that pings the systemd watchdog and refreshes the STATUS= line. Faults
+ * never pass through this loop: the engine's own threads serve them.
  */
-#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -21,6 +21,7 @@
 #include "control.h"
 #include "engine.h"
 #include "log.h"
+#include "policy.h"
 
 /* How often STATUS= is refreshed when no watchdog asks for more. */
 #define STATUS_INTERVAL_USEC (10 * 1000000ull)
@@ -33,10 +34,11 @@ static void help(void) {
                "Compressed memory for processes, in user space. Runs in the foreground\n"
                "and takes requests from zswapctl(8) on its control socket.\n\n"
                "  -s --socket=PATH   Control socket (default $ZSWAPD_SOCKET or %s)\n"
-               "  -c --config=FILE   Configuration file\n"
+               "  -c --config=PATH   Configuration file, or directory holding zswapd.conf\n"
+               "                     and policy.d/ (default %s)\n"
                "  -h --help          Show this help\n"
                "     --version       Show the version\n",
-               program_invocation_short_name, CONTROL_SOCKET_DEFAULT);
+               program_invocation_short_name, CONTROL_SOCKET_DEFAULT, ZSW_CONFIG_DIR);
 }
 
 static int parse_argv(int argc, char *argv[]) {
@@ -50,7 +52,8 @@ static int parse_argv(int argc, char *argv[]) {
         };
         int c;
 
-        arg_socket = getenv("ZSWAPD_SOCKET") ?: CONTROL_SOCKET_DEFAULT;
+        /* The config's Socket= comes after -s and $ZSWAPD_SOCKET. */
+        arg_socket = getenv("ZSWAPD_SOCKET");
 
         while ((c = getopt_long(argc, argv, "s:c:h", options, NULL)) >= 0)
                 switch (c) {
@@ -82,36 +85,95 @@ static int parse_argv(int argc, char *argv[]) {
 }
 
 /* The one-line summary systemd shows in `systemctl status`. */
-static void notify_status(struct zsw_engine *engine) {
+static void notify_status(struct zsw_engine *engine, struct policy_manager *policies) {
         struct zsw_engine_stats s;
 
         if (zsw_engine_get_stats(engine, &s) < 0)
                 return;
-        sd_notifyf(false, "STATUS=Serving %u targets: %.1f MiB stored in %.1f MiB (ratio %.2f)",
+        sd_notifyf(false, "STATUS=Serving %u targets: %.1f MiB stored in %.1f MiB (ratio %.2f), "
+                          "%zu policies",
                    s.targets, s.stored_pages * (double) getpagesize() / (1024.0 * 1024.0),
                    s.pool_bytes / (1024.0 * 1024.0),
-                   s.pool_bytes ? s.stored_pages * (double) getpagesize() / s.pool_bytes : 0.0);
+                   s.pool_bytes ? s.stored_pages * (double) getpagesize() / s.pool_bytes : 0.0,
+                   policy_manager_get_config(policies)->n_policies);
 }
 
-static void reload(void) {
-        if (!arg_config) {
-                log_info("Received SIGHUP, but no configuration file was given (--config); "
-                         "nothing to reload.");
-                return;
-        }
+/* A logger that passes everything on to the daemon's and keeps the first
+ * error, so that `zswapctl reload` can tell the user what is wrong. */
+struct first_error {
+        struct zsw_log log;
+        char message[200];
+};
+
+static void log_keep_first_error(void *userdata, int priority, const char *file, int line,
+                                 const char *func, const char *format, va_list ap) {
+        struct first_error *fe = userdata;
+        const struct zsw_log *daemon_log = log_get();
+        int saved = errno;
+        va_list aq;
+
+        va_copy(aq, ap);
+        if (priority <= LOG_ERR && !fe->message[0])
+                vsnprintf(fe->message, sizeof(fe->message), format, aq);
+        va_end(aq);
+        errno = saved;
+        if (priority <= daemon_log->max_priority)
+                daemon_log->fn(daemon_log->userdata, priority, file, line, func, format, ap);
+}
+
+static int load_config(const struct zsw_log *log, struct zsw_config **ret) {
+        if (arg_config)
+                return zsw_config_load_path(arg_config, log, ret);
+        return zsw_config_load(NULL, log, ret);
+}
+
+/* Loads the configuration again; on any error the running one stays. */
+static int reload(void *userdata, struct zsw_engine_error *err) {
+        struct policy_manager *policies = userdata;
+        struct first_error fe = {
+                .log = { .fn = log_keep_first_error, .max_priority = LOG_DEBUG },
+        };
+        struct zsw_config *config = NULL;
+        int r;
+
+        fe.log.userdata = &fe;
         sd_notify(false, "RELOADING=1");
-        if (access(arg_config, R_OK) < 0)
-                log_warning_errno(errno, "Cannot read %s, keeping the running configuration: %m",
-                                  arg_config);
-        else
-                log_notice("Received SIGHUP: this version reads no settings from %s yet; "
-                           "nothing changed.",
-                           arg_config);
+        r = load_config(&fe.log, &config);
+        if (r < 0) {
+                log_error_errno(r, "Keeping the running configuration: the new one has errors.");
+                if (err)
+                        snprintf(err->message, sizeof(err->message),
+                                 "%s; kept the running configuration", fe.message[0] ? fe.message :
+                                 "the configuration has errors");
+        } else {
+                log_info("Configuration reloaded: %zu policies.", config->n_policies);
+                policy_manager_set_config(policies, config);
+        }
         sd_notify(false, "READY=1");
+        return r;
+}
+
+static void detached(void *userdata, pid_t pid) {
+        policy_manager_forget(userdata, pid);
+}
+
+static int dump(void *userdata, enum control_verb verb, FILE *f, bool json) {
+        struct policy_manager *policies = userdata;
+
+        switch (verb) {
+        case CONTROL_POLICIES:
+                return policy_manager_dump_policies(policies, f, json);
+        case CONTROL_TARGETS:
+                return policy_manager_dump_targets(policies, f, json);
+        case CONTROL_STATUS:
+                return policy_manager_dump_status(policies, f, json);
+        default:
+                return -EINVAL;
+        }
 }
 
 /* Returns > 0 to keep running, 0 to stop. */
-static int process_signal(int sfd) {
+static int process_signal(int sfd, struct policy_manager *policies) {
         struct signalfd_siginfo si;
         ssize_t n;
 
@@ -121,7 +183,8 @@ static int process_signal(int sfd) {
         if (n != sizeof(si))
                 return -EIO;
         if (si.ssi_signo == SIGHUP) {
-                reload();
+                log_notice("Received SIGHUP, reloading the configuration.");
+                (void) reload(policies, NULL);
                 return 1;
         }
         log_info("Received SIG%s, detaching every target.", sigabbrev_np(si.ssi_signo) ?: "?");
@@ -150,39 +213,41 @@ static int watch(int epfd, int fd) {
         return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
 }
 
-static int process_timer(int tfd, struct zsw_engine *engine, bool watchdog) {
+static int process_timer(int tfd, struct zsw_engine *engine, struct policy_manager *policies,
+                         bool watchdog) {
         uint64_t ticks;
 
         if (read(tfd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
                 return log_error_errno(errno, "Failed to read the timer: %m");
         if (watchdog)
                 sd_notify(false, "WATCHDOG=1");
-        notify_status(engine);
+        notify_status(engine, policies);
         return 1;
 }
 
-static int process_control(struct control *control, struct zsw_engine *engine) {
+static int process_control(struct control *control, struct zsw_engine *engine,
+                           struct policy_manager *policies) {
         int r;
 
         r = control_process(control);
         if (r < 0)
                 return log_error_errno(r, "Failed to serve the control socket: %m");
         /* Attach and detach change the summary at once. */
-        notify_status(engine);
+        notify_status(engine, policies);
         return 1;
 }
 
 /* Runs until a stop signal (returns 0) or a failure of the loop itself. */
-static int loop(struct zsw_engine *engine, struct control *control, int sfd, int tfd,
-                bool watchdog) {
+static int loop(struct zsw_engine *engine, struct policy_manager *policies,
+                struct control *control, int sfd, int tfd, bool watchdog) {
         _cleanup_close_ int epfd = -EBADF;
-        int r;
+        int r, pfd = policy_manager_get_fd(policies);
 
         epfd = epoll_create1(EPOLL_CLOEXEC);
         if (epfd < 0)
                 return log_error_errno(errno, "Failed to create an epoll instance: %m");
         if ((r = watch(epfd, sfd)) < 0 || (r = watch(epfd, tfd)) < 0 ||
-            (r = watch(epfd, control_get_fd(control))) < 0)
+            (r = watch(epfd, pfd)) < 0 || (r = watch(epfd, control_get_fd(control))) < 0)
                 return log_error_errno(r, "Failed to set up the event loop: %m");
 
         for (;;) {
@@ -197,13 +262,18 @@ static int loop(struct zsw_engine *engine, struct control *control, int sfd, int
                 }
                 for (int i = 0; i < n; i++) {
                         if (ev[i].data.fd == sfd) {
-                                r = process_signal(sfd);
+                                r = process_signal(sfd, policies);
                                 if (r < 0)
                                         return log_error_errno(r, "Failed to read a signal: %m");
                         } else if (ev[i].data.fd == tfd)
-                                r = process_timer(tfd, engine, watchdog);
-                        else
-                                r = process_control(control, engine);
+                                r = process_timer(tfd, engine, policies, watchdog);
+                        else if (ev[i].data.fd == pfd) {
+                                r = policy_manager_process(policies);
+                                if (r < 0)
+                                        return log_error_errno(r, "Failed to run the policies: %m");
+                                r = 1;
+                        } else
+                                r = process_control(control, engine, policies);
                         if (r <= 0)
                                 return r;
                 }
@@ -212,34 +282,30 @@ static int loop(struct zsw_engine *engine, struct control *control, int sfd, int
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_engine *, zsw_engine_free);
 
-/* The settings of --config (the built-in defaults without it). */
-static int load_config(struct zsw_config **ret) {
-        struct zsw_config_source src = { .path = arg_config };
-        _cleanup_free_ char *text = NULL;
-        _cleanup_close_ int fd = -EBADF;
-        ssize_t n;
+/* Blocks the signals the loop handles and returns a signalfd for them.
+ * Called before the engine starts its threads, so that they inherit the
+ * mask and every signal arrives at the signalfd. */
+static int setup_signals(int *ret_fd) {
+        sigset_t mask;
+        int fd;
 
-        if (!arg_config)
-                return zsw_config_load_sources(NULL, NULL, 0, log_get(), ret);
-        fd = open(arg_config, O_RDONLY | O_CLOEXEC);
-        text = malloc(ZSW_CONFIG_FILE_MAX + 1);
-        if (fd < 0 || !text)
-                return log_error_errno(fd < 0 ? errno : ENOMEM,
-                                       "Cannot read the configuration file %s: %m", arg_config);
-        do {
-                n = read(fd, text + src.size, ZSW_CONFIG_FILE_MAX + 1 - src.size);
-                if (n < 0 && errno != EINTR)
-                        return log_error_errno(errno, "Cannot read the configuration file %s: %m",
-                                               arg_config);
-                src.size += n > 0 ? (size_t) n : 0;
-        } while (n != 0 && src.size <= ZSW_CONFIG_FILE_MAX);
-        if (src.size > ZSW_CONFIG_FILE_MAX)
-                return log_error_errno(EFBIG, "Configuration file %s is too big.", arg_config);
-        src.text = text;
-        return zsw_config_load_sources(&src, NULL, 0, log_get(), ret);
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGHUP);
+        sigaddset(&mask, SIGPIPE);
+        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
+                return log_error_errno(errno, "Failed to block signals: %m");
+        sigdelset(&mask, SIGPIPE);
+        fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+        if (fd < 0)
+                return log_error_errno(errno, "Failed to create a signalfd: %m");
+        *ret_fd = fd;
+        return 0;
 }
 
-/* [Pool] and [Writeback] as the engine takes them. */
+/* [Pool] and [Writeback] as the engine takes them. A reload does not
+ * change them (the engine is not rebuilt). */
 static void engine_config_pool(const struct zsw_config *c, struct zsw_engine_config *ec) {
         struct sysinfo si;
         uint64_t ram = sysinfo(&si) == 0 ? (uint64_t) si.totalram * si.mem_unit : 0, limit;
@@ -253,13 +319,14 @@ static void engine_config_pool(const struct zsw_config *c, struct zsw_engine_con
 }
 
 static int run(int argc, char *argv[]) {
-        _cleanup_(zsw_config_freep) struct zsw_config *config = NULL;
         _cleanup_(zsw_engine_freep) struct zsw_engine *engine = NULL;
+        _cleanup_(policy_manager_freep) struct policy_manager *policies = NULL;
         _cleanup_(control_freep) struct control *control = NULL;
-        struct zsw_engine_config ec = {};
+        _cleanup_(zsw_config_freep) struct zsw_config *config = NULL;
         _cleanup_close_ int sfd = -EBADF, tfd = -EBADF;
         uint64_t watchdog_usec = 0, interval = STATUS_INTERVAL_USEC;
-        sigset_t mask;
+        struct control_hooks hooks = { .reload = reload, .dump = dump, .detached = detached };
+        struct zsw_engine_config ec;
         int r;
 
         log_setup(LOG_INFO);
@@ -271,28 +338,27 @@ static int run(int argc, char *argv[]) {
         if (geteuid() != 0)
                 return log_error_errno(EPERM, "zswapd must run as root: it ptraces the processes "
                                               "it serves.");
-        if (arg_config && access(arg_config, R_OK) < 0)
-                return log_error_errno(errno, "Cannot read the configuration file %s: %m",
-                                       arg_config);
-
-        /* Blocked before the engine starts its threads, so that they inherit
-         * the mask and every signal arrives at the signalfd. */
-        sigemptyset(&mask);
-        sigaddset(&mask, SIGTERM);
-        sigaddset(&mask, SIGINT);
-        sigaddset(&mask, SIGHUP);
-        sigaddset(&mask, SIGPIPE);
-        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
-                return log_error_errno(errno, "Failed to block signals: %m");
-        sigdelset(&mask, SIGPIPE);
-        sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-        if (sfd < 0)
-                return log_error_errno(errno, "Failed to create a signalfd: %m");
-
-        r = load_config(&config);
+        /* Every error was logged with its file and line. */
+        r = load_config(log_get(), &config);
         if (r < 0)
-                return r; /* every problem logged */
-        ec.log = log_get();
+                return log_error_errno(r, "Refusing to start with a bad configuration%s%s.",
+                                       arg_config ? " in " : "", arg_config ?: "");
+        /* Set once, before any engine thread logs; a reload does not change
+         * it (the engine's threads read the level without a lock). */
+        log_setup(config->log_level);
+        if (!arg_socket)
+                arg_socket = config->socket_path ?: CONTROL_SOCKET_DEFAULT;
+
+        r = setup_signals(&sfd);
+        if (r < 0)
+                return r;
+
+        ec = (struct zsw_engine_config) {
+                .compressor = zsw_compressor_to_string(config->compressor),
+                .compression_level = config->compression_level,
+                .reject_incompressible = config->incompressible == ZSW_INCOMPRESSIBLE_REJECT,
+                .log = log_get(),
+        };
         engine_config_pool(config, &ec);
         r = zsw_engine_new(&ec, &engine);
         if (r < 0 && ec.writeback) {
@@ -308,6 +374,12 @@ static int run(int argc, char *argv[]) {
         if (r < 0)
                 return r; /* logged with the reason and what to do */
 
+        r = policy_manager_new(engine, TAKE_PTR(config), &policies);
+        if (r < 0)
+                return r;
+        hooks.userdata = policies;
+        control_set_hooks(control, &hooks);
+
         /* Pinging at half the watchdog period leaves a whole half for a
          * slow request (a long reclaim runs on this loop). */
         if (sd_watchdog_enabled(false, &watchdog_usec) > 0)
@@ -316,14 +388,16 @@ static int run(int argc, char *argv[]) {
         if (r < 0)
                 return log_error_errno(r, "Failed to set up the status timer: %m");
 
-        log_info("zswapd %s listening on %s.", ZSWAPD_VERSION, arg_socket);
+        log_info("zswapd %s listening on %s, %zu policies.", ZSWAPD_VERSION, arg_socket,
+                 policy_manager_get_config(policies)->n_policies);
         sd_notify(false, "READY=1");
-        notify_status(engine);
+        notify_status(engine, policies);
 
-        r = loop(engine, control, sfd, tfd, watchdog_usec > 0);
+        r = loop(engine, policies, control, sfd, tfd, watchdog_usec > 0);
 
         sd_notify(false, "STOPPING=1\nSTATUS=Detaching every target");
         control = control_free(control);
+        policies = policy_manager_free(policies);
         /* Puts every stored page back into its process before returning. */
         engine = zsw_engine_free(engine);
         if (r >= 0)

@@ -475,6 +475,26 @@ static bool target_exec_ed(struct zsw_target *t) {
         return syscall(SYS_kcmp, getpid(), t->pid, KCMP_FILE, t->uffd, t->target_uffd) != 0;
 }
 
+/* A fork child's uffd arrived in our process only: if we died, its
+ * missing pages would read as zeros. Like an attached target, it keeps a
+ * reference of its own, and the parent's, which it inherited, goes. */
+static void give_child_its_uffd(struct zsw_engine *e, struct zsw_target *t) {
+        _cleanup_remote_ struct zsw_remote *remote = NULL;
+        int r, tfd;
+
+        r = zsw_remote_seize(t->pid, e->log, &remote);
+        if (r >= 0)
+                r = zsw_remote_install_fd(remote, t->uffd, &tfd);
+        if (r < 0) {
+                zsw_log(e->log, LOG_WARNING,
+                        "Cannot give fork child %d a reference to its userfaultfd: %s; it depends on "
+                        "zswapd staying up", t->pid, strerror(-r));
+                return;
+        }
+        t->target_uffd = tfd;
+        zsw_log(e->log, LOG_DEBUG, "Fork child %d holds its userfaultfd as fd %d", t->pid, tfd);
+}
+
 /* Names fork children (see engine_add_fork_child) and watches their exit. */
 static void name_children(struct zsw_engine *e) {
         for (;;) {
@@ -500,7 +520,8 @@ static void name_children(struct zsw_engine *e) {
                                 epoll_ctl(e->reaper_epfd, EPOLL_CTL_ADD, t->pidfd, &ev);
                 }
                 pthread_mutex_unlock(&e->table_lock);
-                zsw_log(e->log, LOG_DEBUG, "Fork child of %d is process %d", t->pid, pid);
+                if (pid > 0)
+                        give_child_its_uffd(e, t);
         }
 }
 

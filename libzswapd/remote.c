@@ -265,7 +265,11 @@ static int attach(struct zsw_remote *r) {
                 return zsw_log_errno(r->log, LOG_DEBUG, errno, "Failed to interrupt %d: %m", r->tid);
 
         /* Signals dequeued before our stop are the target's business: pass
-         * them on unchanged; the interrupt stays pending meanwhile. */
+         * them on unchanged. Any other trap (a signal-delivery stop, the
+         * exec event of a target that was finishing execve) clears the
+         * pending interrupt (kernel/signal.c ptrace_stop(): "any trap
+         * clears pending STOP trap"), so ask again after each, or wait
+         * forever. */
         for (;;) {
                 k = wait_stop(r, &status);
                 if (k < 0)
@@ -276,6 +280,9 @@ static int attach(struct zsw_remote *r) {
                 k = event_of(status) == 0 ? WSTOPSIG(status) : 0;
                 if (ptrace(PTRACE_CONT, r->tid, NULL, (void *) (long) k) < 0)
                         return zsw_log_errno(r->log, LOG_DEBUG, errno, "Failed to resume %d: %m",
+                                             r->tid);
+                if (ptrace(PTRACE_INTERRUPT, r->tid, NULL, NULL) < 0)
+                        return zsw_log_errno(r->log, LOG_DEBUG, errno, "Failed to interrupt %d: %m",
                                              r->tid);
         }
 }
@@ -738,6 +745,22 @@ static long pass_fd(struct zsw_remote *r, uint64_t scratch, int fd) {
                 result = k;
         (void) zsw_remote_close(r, (int) sock);
         return result;
+}
+
+int zsw_remote_install_fd(struct zsw_remote *r, int fd, int *ret_target_fd) {
+        uint64_t scratch;
+        long tfd;
+        int k;
+
+        k = zsw_remote_map_scratch(r, sizeof(struct fdpass_area), &scratch);
+        if (k < 0)
+                return k;
+        tfd = pass_fd(r, scratch, fd);
+        (void) zsw_remote_unmap(r, scratch, sizeof(struct fdpass_area));
+        if (tfd < 0)
+                return (int) tfd;
+        *ret_target_fd = (int) tfd;
+        return 0;
 }
 
 /* A full userfaultfd for a target without CAP_SYS_PTRACE: it gets our

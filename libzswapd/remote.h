@@ -86,6 +86,11 @@ int zsw_remote_read(struct zsw_remote *r, uint64_t addr, void *buf, size_t len);
 
 int zsw_remote_close(struct zsw_remote *r, int target_fd);
 
+/* Gives the target a descriptor of the same file as our fd (SCM_RIGHTS
+ * over an abstract socket, as for /dev/userfaultfd below) and returns its
+ * number in the target, O_CLOEXEC. */
+int zsw_remote_install_fd(struct zsw_remote *r, int fd, int *ret_target_fd);
+
 /*
  * Creates a userfaultfd inside the target that handles faults taken in
  * kernel mode too (never UFFD_USER_MODE_ONLY; flags: O_CLOEXEC, O_NONBLOCK),

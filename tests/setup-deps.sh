@@ -5,7 +5,7 @@ set -eu
 
 PKGS="build-essential meson ninja-build pkg-config liburing-dev libzstd-dev liblz4-dev
 libcgroup-dev libsystemd-dev stress-ng clang libclang-rt-14-dev util-linux systemd
-e2fsprogs"
+e2fsprogs jq"
 
 missing=""
 for p in $PKGS; do

@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "test.h"
+#include "test-cgroups.h"
 #include "util.h"
 
 #define NOBODY 65534
@@ -238,6 +239,9 @@ static void target_fill(uint8_t *buf, size_t size, bool check, bool *ok) {
         }
 }
 
+/* When set, targets start inside this group. */
+static const struct test_cgroup *target_cgroup;
+
 static void target_start(struct target *t) {
         int cmd[2], res[2];
 
@@ -250,6 +254,8 @@ static void target_start(struct target *t) {
                 char c;
 
                 child_setup();
+                if (target_cgroup && test_cgroup_enter(target_cgroup) < 0)
+                        _exit(1);
                 /* Only its own ends of its own pipes: EOF on cmd must mean
                  * the test is done with this target. */
                 if (dup2(cmd[0], 100) < 0 || dup2(res[1], 101) < 0)
@@ -931,6 +937,330 @@ TEST(sigterm_puts_every_page_back) {
 
         target_stop(&t);
         daemon_cleanup(&d);
+}
+
+
+/* ---- policies: the service on real cgroups ---------------------------------------- */
+
+/* A configuration directory: zswapd.conf with debug logging, and one
+ * policy file whose text is set (and reset) with policy_write(). */
+struct confdir {
+        char dir[64];
+        char policy[128];
+};
+
+static void confdir_new(struct confdir *c, const char *global) {
+        char path[128];
+        int fd;
+
+        snprintf(c->dir, sizeof(c->dir), "/tmp/zswapd-test-conf.XXXXXX");
+        ASSERT_TRUE(mkdtemp(c->dir));
+        snprintf(path, sizeof(path), "%s/zswapd.conf", c->dir);
+        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        ASSERT_GE(fd, 0);
+        ASSERT_EQ(write(fd, global, strlen(global)), (ssize_t) strlen(global));
+        close(fd);
+        snprintf(path, sizeof(path), "%s/policy.d", c->dir);
+        ASSERT_OK(mkdir(path, 0755));
+        snprintf(c->policy, sizeof(c->policy), "%s/policy.d/50-test.conf", c->dir);
+}
+
+_printf_(2, 3) static void policy_write(struct confdir *c, const char *fmt, ...) {
+        char text[1024];
+        va_list ap;
+        int fd, n;
+
+        va_start(ap, fmt);
+        n = vsnprintf(text, sizeof(text), fmt, ap);
+        va_end(ap);
+        fd = open(c->policy, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        ASSERT_GE(fd, 0);
+        ASSERT_EQ(write(fd, text, n), n);
+        close(fd);
+}
+
+static void confdir_remove(struct confdir *c) {
+        char cmd[128];
+
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", c->dir);
+        ASSERT_EQ(system(cmd), 0);
+}
+
+static void daemon_start_config(struct daemon *d, const char *config) {
+        ASSERT_OK(setenv("ZSWAPD_TEST_CONFIG", config, 1));
+        daemon_start(d);
+        unsetenv("ZSWAPD_TEST_CONFIG");
+}
+
+/* The part of `targets --json` about pid, or NULL. */
+static const char *targets_entry(const char *json, pid_t pid) {
+        char pat[32];
+
+        assert_json(json);
+        snprintf(pat, sizeof(pat), "{\"pid\":%d,", pid);
+        return strstr(json, pat);
+}
+
+/* Waits, for as long as a slow machine may need but boundedly, until the
+ * policy has taken at least min_pages from pid. */
+static uint64_t wait_evicted(const char *sock, pid_t pid, uint64_t min_pages) {
+        for (int i = 0; i < 600; i++) {
+                _cleanup_free_ char *out = ctl_ok(sock, CTL_ARGS(sock, "targets", "--json"));
+                const char *t = targets_entry(out, pid);
+
+                if (t && strncmp(strstr(t, "\"policy\":"), "\"policy\":\"50-test\"", 18) == 0 &&
+                    json_u64(t, "evicted_pages") >= min_pages)
+                        return json_u64(t, "evicted_pages");
+                usleep(100000);
+        }
+        TEST_FAIL("the policy took fewer than %" PRIu64 " pages from %d", min_pages, pid);
+}
+
+static char *read_log(const struct daemon *d) {
+        int fd = open(d->log, O_RDONLY | O_CLOEXEC);
+        char *s;
+
+        ASSERT_GE(fd, 0);
+        s = memfd_slurp(fd);
+        close(fd);
+        return s;
+}
+
+TEST(config_errors_refuse_start) {
+        _cleanup_free_ char *out = NULL, *err = NULL;
+        struct confdir c;
+        char file[128];
+
+        confdir_new(&c, "[Daemon]\nLogLevel=debug\n");
+        policy_write(&c, "[Match]\nCgroupPath=/x\n\n[Policy]\nMemoryBudget=12X\n");
+        ASSERT_NE(run_as(0, &out, &err, (const char *const[]) { zswapd_path, "-s",
+                                                                "/tmp/zswapd-never.sock", "-c",
+                                                                c.dir, NULL }),
+                  0);
+        if (!strstr(err, "policy.d/50-test.conf:5") || !strstr(err, "Refusing to start"))
+                TEST_FAIL("expected file:line and a refusal in: %s", err);
+        free(TAKE_PTR(out)), free(TAKE_PTR(err));
+
+        confdir_remove(&c);
+
+        /* A bad global file, named with -c FILE. */
+        confdir_new(&c, "[Daemon]\nLogLevel=loud\n");
+        snprintf(file, sizeof(file), "%s/zswapd.conf", c.dir);
+        ASSERT_NE(run_as(0, &out, &err, (const char *const[]) { zswapd_path, "-s",
+                                                                "/tmp/zswapd-never.sock", "-c",
+                                                                file, NULL }),
+                  0);
+        if (!strstr(err, "zswapd.conf:2"))
+                TEST_FAIL("expected zswapd.conf:2 in: %s", err);
+        ASSERT_FALSE(can_connect("/tmp/zswapd-never.sock"));
+        confdir_remove(&c);
+}
+
+/* The whole service: a policy matching a cgroup of the test's own attaches
+ * to the target started there and reclaims from it on its own; every byte
+ * comes back; a bad reload keeps the policy; disabling it by reload gives
+ * the target back and reclaim stops. */
+TEST(policy_attach_reclaim_reload) {
+        _cleanup_free_ char *out = NULL, *err = NULL;
+        struct test_cgroup *g;
+        struct confdir c;
+        struct daemon d;
+        struct target t;
+        uint64_t evicted;
+
+        if (!test_cgroups_usable())
+                TEST_SKIP("needs a writable cgroup tree");
+        g = test_cgroup_new(0);
+        confdir_new(&c, "[Daemon]\nLogLevel=debug\n");
+        policy_write(&c, "[Match]\nCgroupPath=%s\n[Policy]\nMinColdAge=0\nMaxReclaimRate=256M/s\n"
+                         "RefaultLimit=infinity\n", g->name);
+        target_cgroup = g;
+        target_start(&t);
+        target_cgroup = NULL;
+        daemon_start_config(&d, c.dir);
+
+        evicted = wait_evicted(d.sock, t.pid, 1024);
+        fprintf(stderr, "policy took %" PRIu64 " pages\n", evicted);
+        ASSERT_TRUE(target_verify(&t));
+
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "policies", "--json"));
+        assert_json(out);
+        ASSERT_TRUE(strstr(out, "\"name\":\"50-test\"") && strstr(out, g->name));
+        ASSERT_GT(json_u64(out, "reclaimed_bytes"), 0);
+        free(TAKE_PTR(out));
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "status"));
+        ASSERT_TRUE(strstr(out, "50-test") && strstr(out, "POLICY") && strstr(out, "PID"));
+        free(TAKE_PTR(out));
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "top", "-n", "2", "-d", "0.1"));
+        ASSERT_TRUE(strstr(out, "50-test") && strstr(strstr(out, "50-test") + 1, "zswapd:"));
+        free(TAKE_PTR(out));
+
+        /* A bad reload is refused with the file and line; the policy stays. */
+        policy_write(&c, "[Match]\nCgroupPath=%s\n[Policy]\nMinColdAge=soon\n", g->name);
+        ASSERT_NE(ctl(&out, &err, d.sock, "reload"), 0);
+        if (!strstr(err, "50-test.conf:4") || !strstr(err, "kept the running configuration"))
+                TEST_FAIL("expected file:line in: %s", err);
+        free(TAKE_PTR(out)), free(TAKE_PTR(err));
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "targets", "--json"));
+        ASSERT_TRUE(targets_entry(out, t.pid));
+        free(TAKE_PTR(out));
+
+        /* Disabled: detached, every page back, nothing taken any more. */
+        policy_write(&c, "[Match]\nCgroupPath=%s\n[Policy]\nEnabled=no\n", g->name);
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "reload"));
+        ASSERT_TRUE(strstr(out, "reloaded"));
+        free(TAKE_PTR(out));
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "targets", "--json"));
+        ASSERT_FALSE(targets_entry(out, t.pid));
+        free(TAKE_PTR(out));
+        ASSERT_GE(rss_bytes(t.pid), TARGET_NONZERO);
+        ASSERT_TRUE(target_verify(&t));
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "stats", "--json"));
+        evicted = json_u64(out, "evicted_pages");
+        free(TAKE_PTR(out));
+        usleep(2500000); /* two more control periods, and a rescan */
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "stats", "--json"));
+        ASSERT_EQ_U(json_u64(out, "evicted_pages"), evicted);
+        ASSERT_EQ(json_u64(out, "targets"), 0);
+        free(TAKE_PTR(out));
+
+        target_stop(&t);
+        daemon_cleanup(&d);
+        confdir_remove(&c);
+        test_cgroup_free(g);
+}
+
+/* MemoryBudget=50%: the policy reclaims until the group uses half of what
+ * it used when first seen, and holds there. */
+TEST(budget_is_reached_and_held) {
+        _cleanup_free_ char *out = NULL;
+        struct test_cgroup *g;
+        struct confdir c;
+        struct daemon d;
+        struct target t;
+        uint64_t usage, budget, evicted;
+        int i;
+
+        if (!test_cgroups_usable())
+                TEST_SKIP("needs a writable cgroup tree");
+        g = test_cgroup_new(0);
+        confdir_new(&c, "[Daemon]\nLogLevel=debug\n");
+        policy_write(&c, "[Match]\nCgroupPath=%s\n[Policy]\nMinColdAge=0\nMemoryBudget=50%%\n"
+                         "MaxReclaimRate=8M/s\nRefaultLimit=infinity\n", g->name);
+        target_cgroup = g;
+        target_start(&t);
+        target_cgroup = NULL;
+        daemon_start_config(&d, c.dir);
+
+        for (i = 0; i < 600; i++) {
+                out = ctl_ok(d.sock, CTL_ARGS(d.sock, "policies", "--json"));
+                if (strstr(out, "\"decision\":\"at budget\""))
+                        break;
+                free(TAKE_PTR(out));
+                usleep(100000);
+        }
+        if (!out)
+                TEST_FAIL("the policy never reached its budget; see %s", d.log);
+        usage = json_u64(out, "usage_bytes");
+        budget = json_u64(out, "budget_bytes");
+        fprintf(stderr, "at budget: usage %" PRIu64 " KiB, budget %" PRIu64 " KiB\n",
+                usage / 1024, budget / 1024);
+        ASSERT_LE(usage, budget);
+        free(TAKE_PTR(out));
+
+        /* Held: an idle target under its budget loses nothing more. */
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "targets", "--json"));
+        evicted = json_u64(targets_entry(out, t.pid), "evicted_pages");
+        free(TAKE_PTR(out));
+        usleep(2500000);
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "targets", "--json"));
+        ASSERT_EQ_U(json_u64(targets_entry(out, t.pid), "evicted_pages"), evicted);
+        ASSERT_GT(evicted, 0);
+        ASSERT_TRUE(target_verify(&t));
+
+        target_stop(&t);
+        daemon_cleanup(&d);
+        confdir_remove(&c);
+        test_cgroup_free(g);
+}
+
+/* A real pressure source in the policy's group: a child re-reads a file
+ * much larger than what the group's limit leaves beside the target. The
+ * group stalls (its own memory.pressure says so) and the daemon backs off
+ * for that reason, which its log and `policies` show. */
+TEST(pressure_makes_the_policy_back_off) {
+        char path[256], psi[256];
+        _cleanup_free_ char *out = NULL, *log = NULL;
+        ssize_t n;
+        struct test_cgroup *g;
+        struct confdir c;
+        struct daemon d;
+        struct target t;
+        uint64_t backoffs_before, backoffs = 0;
+        int status, fd, file;
+        pid_t thrash;
+
+        if (!test_cgroups_usable())
+                TEST_SKIP("needs a writable cgroup tree");
+        g = test_cgroup_new(0);
+        file = test_thrash_file_create(128u << 20);
+        ASSERT_OK(file);
+        confdir_new(&c, "[Daemon]\nLogLevel=debug\n");
+        policy_write(&c, "[Match]\nCgroupPath=%s\n[Policy]\nMinColdAge=0\nMaxReclaimRate=64M/s\n"
+                         "RefaultLimit=infinity\nPressureThreshold=some 2%%/2s\n", g->name);
+        target_cgroup = g;
+        target_start(&t);
+        target_cgroup = NULL;
+        /* Room for 16 MiB of page cache beside the target: the file is 8
+         * times that. */
+        test_cgroup_limit_to_usage(g, 16u << 20);
+        daemon_start_config(&d, c.dir);
+        (void) wait_evicted(d.sock, t.pid, 1);
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "policies", "--json"));
+        backoffs_before = json_u64(out, "backoffs");
+        free(TAKE_PTR(out));
+
+        thrash = fork();
+        ASSERT_GE(thrash, 0);
+        if (thrash == 0) {
+                child_setup();
+                if (test_cgroup_enter(g) < 0)
+                        _exit(2);
+                test_thrash_read(file, 0);
+                _exit(0);
+        }
+        for (int i = 0; i < 600 && backoffs <= backoffs_before; i++) {
+                usleep(100000);
+                out = ctl_ok(d.sock, CTL_ARGS(d.sock, "policies", "--json"));
+                backoffs = json_u64(out, "backoffs");
+                if (backoffs > backoffs_before)
+                        fprintf(stderr, "policies: %s", out);
+                free(TAKE_PTR(out));
+        }
+        ASSERT_GT(backoffs, backoffs_before);
+        log = read_log(&d);
+        if (!strstr(log, "backing off (PSI trigger)") && !strstr(log, "backing off (pressure)"))
+                TEST_FAIL("no backoff for the group's pressure in the log %s", d.log);
+
+        /* What the kernel measured in the group meanwhile. */
+        snprintf(path, sizeof(path), "%s/memory.pressure", g->v2);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        ASSERT_GE(fd, 0);
+        n = read(fd, psi, sizeof(psi) - 1); /* kernfs: one read, no seeking to the end */
+        ASSERT_GT(n, 0);
+        psi[n] = 0;
+        close(fd);
+        fprintf(stderr, "%s: %s", path, psi);
+        ASSERT_TRUE(strncmp(psi, "some avg10=", 11) == 0 && !strstr(psi, "total=0\n"));
+
+        kill(thrash, SIGKILL);
+        ASSERT_EQ(waitpid(thrash, &status, 0), thrash);
+        ASSERT_TRUE(target_verify(&t));
+        target_stop(&t);
+        daemon_cleanup(&d);
+        confdir_remove(&c);
+        close(file);
+        test_cgroup_free(g);
 }
 
 int main(int argc, char **argv) {

@@ -5,6 +5,7 @@
  * detached, and must read exactly what it wrote every time.
  */
 #include <fcntl.h>
+#include <dirent.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -66,6 +67,32 @@ static void child_loop(int cmd, int reply) {
                                 _exit(verify_all() == 0 ? 0 : 1);
                         answer = waitpid(p, &status, 0) == p && WIFEXITED(status) ?
                                          (size_t) WEXITSTATUS(status) : 99;
+                        break;
+                }
+                case 'F': {
+                        /* A child that lives on: it verifies, we answer its
+                         * verdict and its pid; it waits for us to go. */
+                        int gp[2];
+                        size_t bad = 99;
+                        pid_t p;
+
+                        if (pipe(gp) < 0)
+                                _exit(2);
+                        p = fork();
+                        if (p == 0) {
+                                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                                bad = verify_all();
+                                if (write(gp[1], &bad, sizeof(bad)) != sizeof(bad))
+                                        _exit(2);
+                                pause();
+                                _exit(0);
+                        }
+                        if (read(gp[0], &bad, sizeof(bad)) != sizeof(bad) ||
+                            write(reply, &bad, sizeof(bad)) != sizeof(bad))
+                                _exit(2);
+                        close(gp[0]);
+                        close(gp[1]);
+                        answer = (size_t) p;
                         break;
                 }
                 case 'q':
@@ -199,11 +226,64 @@ TEST(fork_child_reads_evicted_pages) {
         struct zsw_engine *e = engine_start();
         struct zsw_reclaim_result res;
 
+        ASSERT_EQ(child_ask(&ch, 'v'), 0);      /* filled */
         ASSERT_OK(zsw_engine_attach(e, ch.pid, NULL));
         ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, NULL));
-        ASSERT_GT(res.evicted_pages, 0);
+        ASSERT_GE(res.evicted_pages, npages * 8 / 10);
         ASSERT_EQ(child_ask(&ch, 'f'), 0);
         ASSERT_EQ(child_ask(&ch, 'v'), 0);
+        child_stop(&ch);
+        zsw_engine_free(e);
+}
+
+static unsigned count_uffds(pid_t pid) {
+        char path[64], link[256];
+        struct dirent *de;
+        unsigned n = 0;
+        DIR *d;
+
+        snprintf(path, sizeof(path), "/proc/%d/fd", pid);
+        d = opendir(path);
+        ASSERT_TRUE(d);
+        while ((de = readdir(d))) {
+                char p[600];
+                ssize_t l;
+
+                snprintf(p, sizeof(p), "%s/%s", path, de->d_name);
+                l = readlink(p, link, sizeof(link) - 1);
+                if (l > 0) {
+                        link[l] = 0;
+                        n += strstr(link, "userfaultfd") != NULL;
+                }
+        }
+        closedir(d);
+        return n;
+}
+
+TEST(fork_child_holds_its_own_uffd) {
+        struct child ch = child_start(8, 5);
+        struct zsw_engine *e = engine_start();
+        struct zsw_reclaim_result res;
+        size_t bad = 99, gc_answer = 0;
+        pid_t gc;
+
+        ASSERT_EQ(child_ask(&ch, 'v'), 0);
+        ASSERT_OK(zsw_engine_attach(e, ch.pid, NULL));
+        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, NULL));
+        ASSERT_GE(res.evicted_pages, npages * 8 / 10);
+        /* The grandchild answers first (its verification), then the child
+         * (the grandchild's pid). */
+        ASSERT_EQ(write(ch.cmd, "F", 1), 1);
+        ASSERT_EQ(read(ch.reply, &bad, sizeof(bad)), (ssize_t) sizeof(bad));
+        ASSERT_EQ(bad, 0);
+        ASSERT_EQ(read(ch.reply, &gc_answer, sizeof(gc_answer)), (ssize_t) sizeof(gc_answer));
+        gc = (pid_t) gc_answer;
+        /* The parent's uffd it inherited, and its own that the engine
+         * gives it once the reaper has named it. */
+        for (int i = 0; i < 50 && count_uffds(gc) < 2; i++)
+                usleep(100 * 1000);
+        ASSERT_EQ(count_uffds(gc), 2);
+        ASSERT_EQ(zsw_engine_list_targets(e, NULL, 0), 2);
         child_stop(&ch);
         zsw_engine_free(e);
 }

@@ -105,7 +105,6 @@ static void handler_stop(struct handler *h) {
         ASSERT_EQ(write(h->stop, &one, sizeof(one)), (ssize_t) sizeof(one));
         ASSERT_EQ(pthread_join(h->thread, NULL), 0);
         close(h->stop);
-        pthread_mutex_destroy(&h->lock);
 }
 
 /* Copies out the messages of one kind seen so far. */

@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The policy manager's state, shared by policy.c (discovery and control)
+ * and policy-dump.c (listings). Nothing else includes this.
+ */
+#pragma once
+
+#include <string.h>
+
+#include "cgroup.h"
+#include "policy.h"
+
+struct policy_target {
+        pid_t pid;
+        uint64_t attached_usec;
+        uint64_t refaults_prev; /* faults on pages the engine had taken */
+        uint64_t evicted_prev;
+};
+
+/* The processes of one policy in one cgroup: the unit of control. */
+struct policy_group {
+        const struct zsw_policy *policy; /* into the manager's config */
+        char *policy_name;
+        char *cgroup;           /* as policies match it: v2, or name=systemd */
+
+        int psi_dir_fd;         /* the v2 group, or /proc/pressure */
+        const char *psi_name;   /* "memory.pressure" or "memory" */
+        char *psi_path;         /* for messages */
+        int trigger_fd;
+        int memory_fd;          /* where memory use is read, or -EBADF */
+
+        struct policy_target *pids;
+        size_t n_pids;
+
+        /* The control loop. */
+        uint64_t time_prev, psi_total_prev;
+        uint64_t step_bytes;     /* next reclaim, before the rate cap */
+        unsigned pause_periods;  /* left before reclaiming again */
+        unsigned backoff_pause;  /* the next backoff pauses this long */
+        uint64_t evicted_recent; /* pages, decaying: halves each period */
+        bool trigger_fired;      /* since the last period */
+
+        /* What the last period saw and did, for the listings. */
+        const char *decision;
+        unsigned pressure_pm;    /* stall over the last period, 1/10000 */
+        unsigned avg10;          /* 1/10000 */
+        uint64_t usage_bytes, budget_bytes;
+        uint64_t refaults_last, refault_limit_last;
+        uint64_t reclaimed_last, reclaimed_total; /* bytes */
+        uint64_t periods, backoffs, trigger_events, budget_base;
+};
+
+struct policy_manager {
+        struct zsw_engine *engine;
+        struct zsw_config *config;
+        struct zsw_cgroup_layout layout;
+
+        struct policy_group **groups;
+        size_t n_groups;
+
+        pid_t *ignored; /* refused or attached by hand: not tried again */
+        size_t n_ignored;
+
+        int epoll_fd;   /* the timer and every PSI trigger */
+        int timer_fd;
+        int global_trigger_fd;
+        bool global_fired;
+        uint64_t global_events;
+        unsigned ticks;
+};
+
+static inline char *strjoin2(const char *a, const char *b) {
+        char *s = malloc(strlen(a) + strlen(b) + 1);
+
+        if (s)
+                strcat(strcpy(s, a), b);
+        return s;
+}

@@ -1,0 +1,752 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The policy manager (see policy.h): discovery of processes by policy and
+ * the per-group control loop. Everything here runs on the daemon's main
+ * loop; the engine serves faults on its own threads meanwhile, so a slow
+ * scan or reclaim delays decisions, never a target.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <time.h>
+
+#include "cgroup.h"
+#include "json.h"
+#include "log.h"
+#include "policy-internal.h"
+#include "psi.h"
+
+#define PF_KTHREAD 0x00200000u
+
+static uint64_t now_usec(void) {
+        return zsw_now_ns() / 1000;
+}
+
+/* ---- groups ----------------------------------------------------------------- */
+
+static struct policy_group *group_free(struct policy_group *g) {
+        if (!g)
+                return NULL;
+        safe_close(g->trigger_fd);
+        safe_close(g->psi_dir_fd);
+        safe_close(g->memory_fd);
+        free(g->policy_name);
+        free(g->cgroup);
+        free(g->psi_path);
+        free(g->pids);
+        free(g);
+        return NULL;
+}
+
+static const struct zsw_policy *find_policy(const struct zsw_config *c, const char *name) {
+        for (size_t i = 0; i < c->n_policies; i++)
+                if (strcmp(c->policies[i].name, name) == 0)
+                        return &c->policies[i];
+        return NULL;
+}
+
+/* Registers the group's PSI trigger from its policy's threshold. A group
+ * without one still works from the averages, one period later. */
+static void group_arm_trigger(struct policy_manager *m, struct policy_group *g) {
+        const struct zsw_pressure *pr = &g->policy->pressure;
+        uint64_t stall, window;
+        int r;
+
+        if (g->trigger_fd >= 0) {
+                (void) epoll_ctl(m->epoll_fd, EPOLL_CTL_DEL, g->trigger_fd, NULL);
+                g->trigger_fd = safe_close(g->trigger_fd);
+        }
+        if (g->psi_dir_fd < 0)
+                return;
+        r = zsw_psi_trigger_open_widen_at(g->psi_dir_fd, g->psi_name, pr->full, pr->stall_usec,
+                                          pr->window_usec, &g->trigger_fd, &stall, &window);
+        if (r < 0) {
+                log_warning_errno(r, "Policy %s, group %s: cannot register a PSI trigger on "
+                                     "%s/%s, backing off from averages only: %m",
+                                  g->policy_name, g->cgroup, g->psi_path, g->psi_name);
+                return;
+        }
+        if (epoll_ctl(m->epoll_fd, EPOLL_CTL_ADD, g->trigger_fd,
+                      &(struct epoll_event) { .events = EPOLLPRI, .data.ptr = g }) < 0) {
+                log_warning_errno(errno, "Cannot watch a PSI trigger, ignoring: %m");
+                g->trigger_fd = safe_close(g->trigger_fd);
+                return;
+        }
+        log_full(r > 0 ? LOG_INFO : LOG_DEBUG,
+                 "Policy %s, group %s: PSI trigger \"%s %" PRIu64 " %" PRIu64 "\" on %s/%s%s.",
+                 g->policy_name, g->cgroup, pr->full ? "full" : "some", stall, window,
+                 g->psi_path, g->psi_name,
+                 r > 0 ? " (window widened: no CAP_SYS_RESOURCE for shorter ones)" : "");
+}
+
+static int open_dir(const char *root, const char *path) {
+        _cleanup_free_ char *p = NULL;
+
+        if (!root || !path || asprintf(&p, "%s%s", root, path) < 0)
+                return -EBADF;
+        return open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+/* Where the group's pressure and memory use are read: its v2 group (which
+ * has memory.pressure even on a hybrid system without v2 controllers), the
+ * v1 memory group for usage when there is one. */
+static void group_open_files(struct policy_manager *m, struct policy_group *g,
+                             const struct zsw_proc_cgroups *cg) {
+        if (cg->v2 && strcmp(cg->v2, "/") != 0) {
+                g->psi_dir_fd = open_dir(m->layout.v2_root, cg->v2);
+                if (g->psi_dir_fd >= 0 && faccessat(g->psi_dir_fd, "memory.pressure", R_OK, 0) == 0) {
+                        g->psi_name = "memory.pressure";
+                        g->psi_path = strjoin2(m->layout.v2_root, cg->v2);
+                } else
+                        g->psi_dir_fd = safe_close(g->psi_dir_fd);
+        }
+        if (g->psi_dir_fd < 0) {
+                /* The root group's pressure is the system's. */
+                g->psi_dir_fd = open("/proc/pressure", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                g->psi_name = "memory";
+                g->psi_path = strdup("/proc/pressure");
+        }
+        if (m->layout.memory_root && cg->memory && strcmp(cg->memory, "/") != 0)
+                g->memory_fd = open_dir(m->layout.memory_root, cg->memory);
+        else if (!m->layout.memory_root && cg->v2 && strcmp(cg->v2, "/") != 0)
+                g->memory_fd = open_dir(m->layout.v2_root, cg->v2);
+}
+
+static struct policy_group *group_find(struct policy_manager *m, const char *policy,
+                                       const char *cgroup) {
+        for (size_t i = 0; i < m->n_groups; i++)
+                if (strcmp(m->groups[i]->policy_name, policy) == 0 &&
+                    strcmp(m->groups[i]->cgroup, cgroup) == 0)
+                        return m->groups[i];
+        return NULL;
+}
+
+static int group_new(struct policy_manager *m, const struct zsw_policy *p, const char *cgroup,
+                     const struct zsw_proc_cgroups *cg, struct policy_group **ret) {
+        struct policy_group *g, **a;
+
+        a = realloc(m->groups, (m->n_groups + 1) * sizeof(*a));
+        if (!a)
+                return -ENOMEM;
+        m->groups = a;
+        g = calloc(1, sizeof(*g));
+        if (!g)
+                return -ENOMEM;
+        g->trigger_fd = g->psi_dir_fd = g->memory_fd = -EBADF;
+        g->policy = p;
+        g->policy_name = strdup(p->name);
+        g->cgroup = strdup(cgroup);
+        if (!g->policy_name || !g->cgroup) {
+                group_free(g);
+                return -ENOMEM;
+        }
+        g->backoff_pause = 1;
+        g->decision = "new";
+        group_open_files(m, g, cg);
+        if (g->psi_dir_fd >= 0) {
+                struct zsw_psi psi;
+
+                if (zsw_psi_read_at(g->psi_dir_fd, g->psi_name, &psi) >= 0)
+                        g->psi_total_prev = psi.some.total_usec;
+        }
+        g->time_prev = now_usec();
+        group_arm_trigger(m, g);
+        m->groups[m->n_groups++] = g;
+        log_info("Policy %s manages group %s (pressure from %s/%s%s).", p->name, cgroup,
+                 g->psi_path ?: "?", g->psi_name ?: "?",
+                 g->memory_fd >= 0 ? ", usage from its memory group" : "");
+        *ret = g;
+        return 0;
+}
+
+static int group_add_pid(struct policy_group *g, pid_t pid) {
+        struct policy_target *t;
+
+        t = realloc(g->pids, (g->n_pids + 1) * sizeof(*t));
+        if (!t)
+                return -ENOMEM;
+        g->pids = t;
+        g->pids[g->n_pids++] = (struct policy_target) { .pid = pid, .attached_usec = now_usec() };
+        return 0;
+}
+
+/* Detaches every target of the group (the policy went away or was
+ * disabled: leave its processes alone, every page given back). */
+static void group_detach_all(struct policy_manager *m, struct policy_group *g, const char *why) {
+        for (size_t i = 0; i < g->n_pids; i++) {
+                struct zsw_engine_error err = {};
+                int r = zsw_engine_detach(m->engine, g->pids[i].pid, &err);
+
+                if (r < 0 && r != -ENOENT)
+                        log_warning_errno(r, "Cannot detach from %d: %s", g->pids[i].pid,
+                                          err.message[0] ? err.message : "%m");
+                else if (r >= 0)
+                        log_info("Detached from %d: policy %s %s.", g->pids[i].pid,
+                                 g->policy_name, why);
+        }
+        g->n_pids = 0;
+}
+
+static void group_remove(struct policy_manager *m, size_t i) {
+        struct policy_group *g = m->groups[i];
+
+        if (g->trigger_fd >= 0)
+                (void) epoll_ctl(m->epoll_fd, EPOLL_CTL_DEL, g->trigger_fd, NULL);
+        group_free(g);
+        m->groups[i] = m->groups[--m->n_groups];
+}
+
+const char *policy_manager_target_policy(const struct policy_manager *m, pid_t pid) {
+        for (size_t i = 0; i < m->n_groups; i++)
+                for (size_t j = 0; j < m->groups[i]->n_pids; j++)
+                        if (m->groups[i]->pids[j].pid == pid)
+                                return m->groups[i]->policy_name;
+        return NULL;
+}
+
+/* ---- discovery ---------------------------------------------------------------- */
+
+int policy_process_eligible(int pid_dir_fd, pid_t pid) {
+        char buf[1024], state;
+        const char *p;
+        unsigned flags;
+        ssize_t n;
+        int fd;
+
+        if (pid == getpid())
+                return 0;
+        fd = openat(pid_dir_fd, "stat", O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return errno == ENOENT || errno == ESRCH ? 0 : -errno;
+        n = read(fd, buf, sizeof(buf) - 1);
+        safe_close(fd);
+        if (n <= 0)
+                return n == 0 || errno == ESRCH ? 0 : -errno;
+        buf[n] = 0;
+        /* The command name may hold anything, ')' too: the last one ends it. */
+        p = strrchr(buf, ')');
+        if (!p || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %u", &state, &flags) != 2)
+                return -EBADMSG;
+        if (state == 'Z' || state == 'X' || (flags & PF_KTHREAD))
+                return 0;
+        return 1;
+}
+
+int policy_process_executable(int pid_dir_fd, char **ret) {
+        char buf[4096];
+        ssize_t n;
+        char *s;
+
+        n = readlinkat(pid_dir_fd, "exe", buf, sizeof(buf) - 1);
+        if (n < 0) {
+                int fd = openat(pid_dir_fd, "comm", O_RDONLY | O_CLOEXEC);
+
+                if (fd < 0)
+                        return -errno;
+                n = read(fd, buf, sizeof(buf) - 1);
+                safe_close(fd);
+                if (n <= 0)
+                        return n == 0 ? -ENODATA : -errno;
+                if (buf[n - 1] == '\n')
+                        n--;
+        }
+        buf[n] = 0;
+        s = strdup(buf);
+        if (!s)
+                return -ENOMEM;
+        *ret = s;
+        return 0;
+}
+
+static bool pid_listed(const pid_t *l, size_t n, pid_t pid) {
+        for (size_t i = 0; i < n; i++)
+                if (l[i] == pid)
+                        return true;
+        return false;
+}
+
+static bool is_managed(const struct policy_manager *m, pid_t pid) {
+        return policy_manager_target_policy(m, pid) != NULL;
+}
+
+/* Remembers a process discovery must not try again (refused by the
+ * engine, or attached by hand). */
+static void ignore_pid(struct policy_manager *m, pid_t pid) {
+        pid_t *l;
+
+        if (pid_listed(m->ignored, m->n_ignored, pid))
+                return;
+        l = realloc(m->ignored, (m->n_ignored + 1) * sizeof(pid_t));
+        if (!l)
+                return; /* tried again next scan: harmless */
+        m->ignored = l;
+        m->ignored[m->n_ignored++] = pid;
+}
+
+void policy_manager_forget(struct policy_manager *m, pid_t pid) {
+        for (size_t i = 0; i < m->n_groups; i++)
+                for (size_t k = 0; k < m->groups[i]->n_pids; k++)
+                        if (m->groups[i]->pids[k].pid == pid) {
+                                log_info("Policy %s lets go of %d, detached by hand.",
+                                         m->groups[i]->policy_name, pid);
+                                m->groups[i]->pids[k] =
+                                        m->groups[i]->pids[--m->groups[i]->n_pids];
+                                ignore_pid(m, pid);
+                                return;
+                        }
+}
+
+/* Attaches to PID for policy P in its group; 1 attached, 0 not. */
+static int scan_attach(struct policy_manager *m, const struct zsw_policy *p, pid_t pid,
+                       const char *cgroup, const struct zsw_proc_cgroups *cg, const char *exe) {
+        struct zsw_engine_error err = {};
+        struct policy_group *g;
+        int r;
+
+        r = zsw_engine_attach(m->engine, pid, &err);
+        if (r == -EALREADY) {
+                log_debug("Process %d (%s) matches policy %s but is attached already (by "
+                          "hand, or followed through a fork); leaving it as it is.",
+                          pid, exe, p->name);
+                ignore_pid(m, pid);
+                return 0;
+        }
+        if (r < 0) {
+                log_debug_errno(r, "Process %d (%s) matches policy %s, cannot attach: %s", pid,
+                                exe, p->name, err.message[0] ? err.message : "%m");
+                ignore_pid(m, pid);
+                return 0;
+        }
+        g = group_find(m, p->name, cgroup);
+        if (!g && group_new(m, p, cgroup, cg, &g) < 0) {
+                (void) zsw_engine_detach(m->engine, pid, NULL);
+                return log_oom();
+        }
+        if (group_add_pid(g, pid) < 0) {
+                (void) zsw_engine_detach(m->engine, pid, NULL);
+                return log_oom();
+        }
+        log_info("Attached to %d (%s in %s): policy %s.", pid, exe, cgroup, p->name);
+        return 1;
+}
+
+/* Looks at one /proc entry: matches it and attaches when it should. */
+static int scan_one(struct policy_manager *m, int proc_fd, pid_t pid) {
+        struct zsw_proc_cgroups cg = {};
+        _cleanup_free_ char *unit_path = NULL, *exe = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        const struct zsw_policy *p;
+        char name[16];
+        int r;
+
+        snprintf(name, sizeof(name), "%d", pid);
+        fd = openat(proc_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                return 0; /* gone meanwhile */
+        if (policy_process_eligible(fd, pid) <= 0)
+                return 0;
+        if (zsw_proc_cgroup_read(fd, &unit_path) < 0)
+                unit_path = NULL;
+        if (policy_process_executable(fd, &exe) < 0)
+                return 0;
+        p = zsw_config_match(m->config, unit_path, exe);
+        if (!p || !p->enabled)
+                return 0;
+        if (zsw_proc_cgroups_read(fd, &cg) < 0)
+                return 0;
+        r = scan_attach(m, p, pid, unit_path ?: "/", &cg, exe);
+        zsw_proc_cgroups_done(&cg);
+        return r;
+}
+
+int policy_manager_scan(struct policy_manager *m) {
+        _cleanup_free_ pid_t *seen = NULL;
+        size_t n_seen = 0, cap = 0;
+        struct dirent *de;
+        DIR *d;
+        int attached = 0;
+
+        if (m->config->n_policies == 0)
+                return 0;
+        d = opendir("/proc");
+        if (!d)
+                return log_error_errno(errno, "Cannot open /proc: %m");
+        while ((de = readdir(d))) {
+                char *end;
+                long v = strtol(de->d_name, &end, 10);
+                pid_t pid = (pid_t) v;
+
+                if (*end || v <= 0 || v > INT32_MAX)
+                        continue;
+                if (n_seen == cap) {
+                        pid_t *s = realloc(seen, (cap = cap ? cap * 2 : 512) * sizeof(pid_t));
+
+                        if (!s)
+                                break;
+                        seen = s;
+                }
+                seen[n_seen++] = pid;
+                if (is_managed(m, pid) || pid_listed(m->ignored, m->n_ignored, pid))
+                        continue;
+                if (scan_one(m, dirfd(d), pid) > 0)
+                        attached++;
+        }
+        closedir(d);
+
+        /* Forget refusals of processes that are gone: their pids may be
+         * reused by processes that deserve a fresh look. */
+        for (size_t i = 0; i < m->n_ignored;)
+                if (!pid_listed(seen, n_seen, m->ignored[i]))
+                        m->ignored[i] = m->ignored[--m->n_ignored];
+                else
+                        i++;
+        return attached;
+}
+
+/* ---- control -------------------------------------------------------------------- */
+
+#define STEP_MIN_BYTES (256u * 1024u)
+#define PAUSE_MAX_PERIODS 16u
+
+/* Sums the engine's view of the group's targets and forgets the ones the
+ * engine reaped (exit, exec). Returns resident bytes; refaults and evicted
+ * pages of this period through the pointers. */
+static uint64_t group_collect(struct policy_manager *m, struct policy_group *g,
+                              uint64_t *ret_refaults, uint64_t *ret_evicted) {
+        uint64_t resident = 0, refaults = 0, evicted = 0;
+
+        for (size_t i = 0; i < g->n_pids;) {
+                struct policy_target *t = &g->pids[i];
+                struct zsw_target_stats s;
+                uint64_t rf;
+
+                if (zsw_engine_get_target_stats(m->engine, t->pid, &s) < 0) {
+                        log_debug("Target %d of policy %s is gone.", t->pid, g->policy_name);
+                        *t = g->pids[--g->n_pids];
+                        continue;
+                }
+                /* Faults on pages never taken are first touches, not
+                 * refaults: they cost nothing the policy caused. */
+                rf = s.faults - MIN(s.zero_faults, s.faults);
+                refaults += rf - MIN(t->refaults_prev, rf);
+                evicted += s.evicted_pages - MIN(t->evicted_prev, s.evicted_pages);
+                t->refaults_prev = rf;
+                t->evicted_prev = s.evicted_pages;
+                resident += s.resident_bytes;
+                i++;
+        }
+        *ret_refaults = refaults;
+        *ret_evicted = evicted;
+        return resident;
+}
+
+/* How many refaults this period are too many. */
+static uint64_t refault_limit(const struct policy_group *g, uint64_t elapsed_usec) {
+        const struct zsw_limit *l = &g->policy->refault_limit;
+
+        switch (l->kind) {
+        case ZSW_LIMIT_ABSOLUTE:
+                return MAX(l->value * elapsed_usec / ZSW_USEC_PER_SEC, 1u);
+        case ZSW_LIMIT_RELATIVE:
+                /* Of what was taken lately; nothing taken, nothing to
+                 * come back, and a handful of faults is not a trend. */
+                return MAX(g->evicted_recent * l->value / ZSW_PERMYRIAD_MAX, 8u);
+        default:
+                return UINT64_MAX;
+        }
+}
+
+static void group_backoff(struct policy_group *g, const char *why) {
+        g->step_bytes = MAX(g->step_bytes / 2, (uint64_t) STEP_MIN_BYTES);
+        g->pause_periods = g->backoff_pause;
+        g->backoff_pause = MIN(g->backoff_pause * 2, PAUSE_MAX_PERIODS);
+        g->backoffs++;
+        g->decision = why;
+        log_debug("Policy %s, group %s: backing off (%s): step %" PRIu64 " KiB, pausing %u "
+                  "periods; stall %u.%02u%%, refaults %" PRIu64 " (limit %" PRIu64 ").",
+                  g->policy_name, g->cgroup, why, g->step_bytes / 1024, g->pause_periods,
+                  g->pressure_pm / 100, g->pressure_pm % 100, g->refaults_last,
+                  g->refault_limit_last);
+}
+
+/* Reclaims up to WANT bytes from the group's targets that are old enough,
+ * first target first; returns the bytes taken. */
+static uint64_t group_reclaim(struct policy_manager *m, struct policy_group *g, uint64_t want) {
+        uint64_t got = 0, now = now_usec(), page = (uint64_t) getpagesize();
+
+        for (size_t i = 0; i < g->n_pids && got + page <= want; i++) {
+                struct zsw_reclaim_result res = {};
+                struct zsw_engine_error err = {};
+                int r;
+
+                /* The engine cannot yet tell a page's age: a process is
+                 * left alone until it has been watched for MinColdAge. */
+                if (now - g->pids[i].attached_usec < g->policy->min_cold_age_usec)
+                        continue;
+                r = zsw_engine_reclaim(m->engine, g->pids[i].pid, want - got, &res, &err);
+                if (r < 0) {
+                        log_debug_errno(r, "Policy %s: cannot reclaim from %d: %s",
+                                        g->policy_name, g->pids[i].pid,
+                                        err.message[0] ? err.message : "%m");
+                        continue;
+                }
+                got += res.evicted_pages * page;
+        }
+        return got;
+}
+
+static void group_read_pressure(struct policy_group *g, uint64_t elapsed) {
+        struct zsw_psi psi;
+
+        g->pressure_pm = 0;
+        if (g->psi_dir_fd < 0 || zsw_psi_read_at(g->psi_dir_fd, g->psi_name, &psi) < 0)
+                return;
+        g->pressure_pm = zsw_psi_stall_permyriad(g->psi_total_prev, psi.some.total_usec, elapsed);
+        if (g->policy->pressure.full && psi.has_full)
+                g->pressure_pm = zsw_psi_stall_permyriad(g->psi_total_prev, psi.full.total_usec,
+                                                         elapsed);
+        g->psi_total_prev = g->policy->pressure.full && psi.has_full ? psi.full.total_usec :
+                                                                       psi.some.total_usec;
+        g->avg10 = g->policy->pressure.full && psi.has_full ? psi.full.avg10 : psi.some.avg10;
+}
+
+/* One period of one group: measure, then decide. */
+static void group_tick(struct policy_manager *m, struct policy_group *g, bool global_fired) {
+        const struct zsw_policy *p = g->policy;
+        uint64_t now = now_usec(), elapsed = now - g->time_prev, refaults, evicted, resident;
+        uint64_t threshold = p->pressure.stall_usec * ZSW_PERMYRIAD_MAX / p->pressure.window_usec;
+        uint64_t cap, want;
+
+        g->time_prev = now;
+        g->periods++;
+        g->reclaimed_last = 0;
+        resident = group_collect(m, g, &refaults, &evicted);
+        g->evicted_recent = g->evicted_recent / 2 + evicted;
+        g->refaults_last = refaults;
+        g->refault_limit_last = refault_limit(g, elapsed);
+        group_read_pressure(g, elapsed);
+        if (g->memory_fd < 0 || zsw_cgroup_read_memory_at(g->memory_fd, &g->usage_bytes) < 0)
+                g->usage_bytes = resident;
+        if (g->budget_base == 0)
+                g->budget_base = g->usage_bytes;
+        g->budget_bytes = zsw_limit_resolve(&p->memory_budget, g->budget_base);
+
+        if (g->n_pids == 0) {
+                g->decision = "no processes";
+                return;
+        }
+        if (g->trigger_fired) {
+                /* Backed off when it fired; this period only waits. */
+                g->trigger_fired = false;
+                return;
+        }
+        if (global_fired || g->pressure_pm >= threshold || refaults > g->refault_limit_last) {
+                group_backoff(g, global_fired ? "system pressure" :
+                                 g->pressure_pm >= threshold ? "pressure" : "refaults");
+                return;
+        }
+        if (g->pause_periods > 0) {
+                g->pause_periods--;
+                g->decision = "paused";
+                log_debug("Policy %s, group %s: paused, %u periods left.", g->policy_name,
+                          g->cgroup, g->pause_periods);
+                return;
+        }
+        g->backoff_pause = MAX(g->backoff_pause / 2, 1u);
+
+        cap = p->max_reclaim_rate == UINT64_MAX ? UINT64_MAX :
+                                                  p->max_reclaim_rate / ZSW_USEC_PER_SEC * elapsed;
+        if (p->memory_budget.kind != ZSW_LIMIT_NONE) {
+                if (g->usage_bytes <= g->budget_bytes) {
+                        g->decision = "at budget";
+                        log_debug("Policy %s, group %s: at budget (%" PRIu64 " KiB of %" PRIu64
+                                  " KiB).", g->policy_name, g->cgroup, g->usage_bytes / 1024,
+                                  g->budget_bytes / 1024);
+                        return;
+                }
+                want = MIN(g->usage_bytes - g->budget_bytes, cap);
+        } else {
+                /* Probing: a small step that grows by a quarter each calm
+                 * period, as Senpai does, so the cold set is found without
+                 * a burst of refaults. */
+                if (g->step_bytes == 0)
+                        g->step_bytes = MAX(g->usage_bytes / 64, (uint64_t) STEP_MIN_BYTES);
+                else
+                        g->step_bytes += g->step_bytes / 4;
+                want = MIN(g->step_bytes, cap);
+        }
+        want = MAX(want, (uint64_t) getpagesize());
+        g->reclaimed_last = group_reclaim(m, g, want);
+        g->reclaimed_total += g->reclaimed_last;
+        g->decision = g->reclaimed_last > 0 ? "reclaiming" : "nothing to reclaim";
+        log_debug("Policy %s, group %s: stall %u.%02u%% < %u.%02u%%, refaults %" PRIu64 " <= %" PRIu64
+                  ", usage %" PRIu64 " KiB: reclaimed %" PRIu64 " of %" PRIu64 " KiB.",
+                  g->policy_name, g->cgroup, g->pressure_pm / 100, g->pressure_pm % 100,
+                  (unsigned) threshold / 100, (unsigned) threshold % 100, refaults,
+                  g->refault_limit_last, g->usage_bytes / 1024, g->reclaimed_last / 1024,
+                  want / 1024);
+}
+
+static void manager_tick(struct policy_manager *m) {
+        bool global_fired = m->global_fired;
+
+        m->global_fired = false;
+        if (m->ticks++ % POLICY_SCAN_PERIODS == 0)
+                (void) policy_manager_scan(m);
+        for (size_t i = 0; i < m->n_groups; i++)
+                group_tick(m, m->groups[i], global_fired);
+        /* Groups whose processes are all gone go too; a new process of the
+         * same policy and cgroup starts a fresh group. */
+        for (size_t i = 0; i < m->n_groups;)
+                if (m->groups[i]->n_pids == 0)
+                        group_remove(m, i);
+                else
+                        i++;
+}
+
+int policy_manager_process(struct policy_manager *m) {
+        struct epoll_event ev[16];
+        int n;
+
+        n = epoll_wait(m->epoll_fd, ev, ARRAY_SIZE(ev), 0);
+        if (n < 0)
+                return errno == EINTR ? 0 : -errno;
+        for (int i = 0; i < n; i++) {
+                struct policy_group *g = ev[i].data.ptr;
+                uint64_t ticks;
+
+                if (g == (void *) m) {
+                        if (read(m->timer_fd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
+                                return -errno;
+                        manager_tick(m);
+                } else if (!g) {
+                        m->global_fired = true;
+                        m->global_events++;
+                        log_debug("System memory pressure crossed the threshold.");
+                } else {
+                        /* Act now, not at the next period: that is what the
+                         * trigger is for. */
+                        g->trigger_events++;
+                        g->trigger_fired = true;
+                        group_backoff(g, "PSI trigger");
+                }
+        }
+        return 0;
+}
+
+/* ---- the manager --------------------------------------------------------------- */
+
+static void arm_global_trigger(struct policy_manager *m) {
+        const struct zsw_pressure *pr = &m->config->pressure;
+        int r;
+
+        if (m->global_trigger_fd >= 0) {
+                (void) epoll_ctl(m->epoll_fd, EPOLL_CTL_DEL, m->global_trigger_fd, NULL);
+                m->global_trigger_fd = safe_close(m->global_trigger_fd);
+        }
+        r = zsw_psi_trigger_open_widen_at(AT_FDCWD, "/proc/pressure/memory", pr->full,
+                                          pr->stall_usec, pr->window_usec, &m->global_trigger_fd,
+                                          NULL, NULL);
+        if (r < 0) {
+                log_warning_errno(r, "Cannot register a trigger on /proc/pressure/memory, "
+                                     "ignoring: %m");
+                return;
+        }
+        if (epoll_ctl(m->epoll_fd, EPOLL_CTL_ADD, m->global_trigger_fd,
+                      &(struct epoll_event) { .events = EPOLLPRI, .data.ptr = NULL }) < 0) {
+                log_warning_errno(errno, "Cannot watch the system PSI trigger, ignoring: %m");
+                m->global_trigger_fd = safe_close(m->global_trigger_fd);
+        }
+}
+
+int policy_manager_new(struct zsw_engine *engine, struct zsw_config *config,
+                       struct policy_manager **ret) {
+        _cleanup_(policy_manager_freep) struct policy_manager *m = NULL;
+        struct itimerspec its = {
+                .it_interval = { .tv_sec = POLICY_PERIOD_USEC / ZSW_USEC_PER_SEC,
+                                 .tv_nsec = POLICY_PERIOD_USEC % ZSW_USEC_PER_SEC * 1000 },
+                .it_value = { .tv_nsec = 1 }, /* the first scan at once */
+        };
+        int r;
+
+        m = calloc(1, sizeof(*m));
+        if (!m) {
+                zsw_config_free(config);
+                return log_oom();
+        }
+        m->engine = engine;
+        m->config = config;
+        m->epoll_fd = m->timer_fd = m->global_trigger_fd = -EBADF;
+
+        r = zsw_cgroup_layout_detect(&m->layout);
+        if (r < 0)
+                log_warning_errno(r, "Cannot find the cgroup hierarchies, matching by "
+                                     "executable only: %m");
+        else
+                log_info("Cgroups: v2 at %s, v1 memory at %s, name=systemd at %s.",
+                         m->layout.v2_root ?: "-", m->layout.memory_root ?: "-",
+                         m->layout.systemd_root ?: "-");
+
+        m->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+        if (m->epoll_fd < 0)
+                return log_error_errno(errno, "Failed to create an epoll instance: %m");
+        m->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        if (m->timer_fd < 0 || timerfd_settime(m->timer_fd, 0, &its, NULL) < 0)
+                return log_error_errno(errno, "Failed to set up the policy timer: %m");
+        if (epoll_ctl(m->epoll_fd, EPOLL_CTL_ADD, m->timer_fd,
+                      &(struct epoll_event) { .events = EPOLLIN, .data.ptr = m }) < 0)
+                return log_error_errno(errno, "Failed to watch the policy timer: %m");
+        arm_global_trigger(m);
+
+        *ret = TAKE_PTR(m);
+        return 0;
+}
+
+struct policy_manager *policy_manager_free(struct policy_manager *m) {
+        if (!m)
+                return NULL;
+        for (size_t i = 0; i < m->n_groups; i++)
+                group_free(m->groups[i]);
+        free(m->groups);
+        free(m->ignored);
+        safe_close(m->global_trigger_fd);
+        safe_close(m->timer_fd);
+        safe_close(m->epoll_fd);
+        zsw_cgroup_layout_done(&m->layout);
+        zsw_config_free(m->config);
+        free(m);
+        return NULL;
+}
+
+int policy_manager_get_fd(const struct policy_manager *m) {
+        return m->epoll_fd;
+}
+
+const struct zsw_config *policy_manager_get_config(const struct policy_manager *m) {
+        return m->config;
+}
+
+void policy_manager_set_config(struct policy_manager *m, struct zsw_config *config) {
+        for (size_t i = 0; i < m->n_groups;) {
+                struct policy_group *g = m->groups[i];
+                const struct zsw_policy *p = find_policy(config, g->policy_name);
+
+                if (!p || !p->enabled) {
+                        group_detach_all(m, g, p ? "disabled" : "removed");
+                        group_remove(m, i);
+                        continue;
+                }
+                g->policy = p;
+                group_arm_trigger(m, g);
+                i++;
+        }
+        zsw_config_free(m->config);
+        m->config = config;
+        m->n_ignored = 0;
+        arm_global_trigger(m);
+        (void) policy_manager_scan(m);
+}
