@@ -227,6 +227,25 @@ static void stats_json_global(struct json *j, const struct zsw_engine_stats *g) 
         json_u64(j, "fault_ns_p99", g->fault_ns_p99);
         json_u64(j, "page_size", (uint64_t) getpagesize());
         json_double(j, "ratio", ratio(g->stored_pages, g->pool_bytes));
+        json_object_open(j, "writeback");
+        json_u64(j, "pool_limit_bytes", g->pool_limit_bytes);
+        json_u64(j, "pool_limit_hit", g->pool_limit_hit);
+        json_u64(j, "refused_limit", g->refused_limit);
+        json_u64(j, "refused_pool_limit", g->refused_pool_limit);
+        json_u64(j, "refused_writeback_off", g->refused_writeback_off);
+        json_u64(j, "refused_reclaim_fail", g->refused_reclaim_fail);
+        json_u64(j, "shrink_wakeups", g->shrink_wakeups);
+        json_u64(j, "shrink_steps", g->shrink_steps);
+        json_u64(j, "written_back_pages", g->written_back_pages);
+        json_u64(j, "write_requests", g->write_requests);
+        json_double(j, "pages_per_write",
+                    g->write_requests ? (double) g->written_back_pages / g->write_requests : 0.0);
+        json_u64(j, "bytes_written", g->bytes_written);
+        json_u64(j, "write_failures", g->write_failures);
+        json_u64(j, "disk_reads", g->disk_reads);
+        json_u64(j, "disk_pages", g->disk_pages);
+        json_u64(j, "disk_bytes_in_use", g->disk_bytes_in_use);
+        json_object_close(j);
         json_object_close(j);
 }
 
@@ -248,6 +267,16 @@ static void stats_json_target(struct json *j, const struct zsw_target_stats *t) 
         json_u64(j, "fault_ns_p95", t->fault_ns_p95);
         json_u64(j, "fault_ns_p99", t->fault_ns_p99);
         json_double(j, "ratio", ratio(t->stored_pages, t->pool_bytes));
+        json_object_open(j, "writeback");
+        json_u64(j, "written_back_pages", t->written_back_pages);
+        json_u64(j, "disk_pages", t->disk_pages);
+        json_u64(j, "disk_bytes", t->disk_bytes);
+        json_u64(j, "disk_reads", t->disk_reads);
+        json_u64(j, "refused_limit", t->refused_limit);
+        json_u64(j, "refused_pool_limit", t->refused_pool_limit);
+        json_u64(j, "refused_writeback_off", t->refused_writeback_off);
+        json_u64(j, "refused_reclaim_fail", t->refused_reclaim_fail);
+        json_object_close(j);
         json_object_close(j);
 }
 
@@ -265,6 +294,11 @@ static void stats_text(FILE *f, const struct zsw_engine_stats *g, const struct z
                 g->fault_ns_p95 / 1e3, g->fault_ns_p99 / 1e3);
         fprintf(f, "same-filled: %" PRIu64 " pages   incompressible: %" PRIu64 " pages\n",
                 g->same_filled_pages, g->incompressible_pages);
+        fprintf(f, "writeback: %" PRIu64 " pages on disk (%.1f MiB), %" PRIu64 " written in %" PRIu64
+                   " requests, %" PRIu64 " failed, %" PRIu64 " read back   pool limit hit %" PRIu64
+                   " times\n",
+                g->disk_pages, g->disk_bytes_in_use / MIB, g->written_back_pages, g->write_requests,
+                g->write_failures, g->disk_reads, g->pool_limit_hit);
         if (n == 0)
                 return;
 

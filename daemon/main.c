@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
+#include <sys/sysinfo.h>
 #include <sys/timerfd.h>
 #include <systemd/sd-daemon.h>
 
@@ -303,6 +304,20 @@ static int setup_signals(int *ret_fd) {
         return 0;
 }
 
+/* [Pool] and [Writeback] as the engine takes them. A reload does not
+ * change them (the engine is not rebuilt). */
+static void engine_config_pool(const struct zsw_config *c, struct zsw_engine_config *ec) {
+        struct sysinfo si;
+        uint64_t ram = sysinfo(&si) == 0 ? (uint64_t) si.totalram * si.mem_unit : 0, limit;
+
+        limit = zsw_limit_resolve(&c->pool_limit, ram);
+        ec->pool_limit_bytes = limit == UINT64_MAX ? 0 : limit;
+        ec->accept_threshold_percent = c->accept_threshold;
+        ec->writeback = c->writeback;
+        ec->swapfile = c->swapfile;
+        ec->swapfile_max_bytes = c->swapfile_size;
+}
+
 static int run(int argc, char *argv[]) {
         _cleanup_(zsw_engine_freep) struct zsw_engine *engine = NULL;
         _cleanup_(policy_manager_freep) struct policy_manager *policies = NULL;
@@ -311,6 +326,7 @@ static int run(int argc, char *argv[]) {
         _cleanup_close_ int sfd = -EBADF, tfd = -EBADF;
         uint64_t watchdog_usec = 0, interval = STATUS_INTERVAL_USEC;
         struct control_hooks hooks = { .reload = reload, .dump = dump, .detached = detached };
+        struct zsw_engine_config ec;
         int r;
 
         log_setup(LOG_INFO);
@@ -337,14 +353,20 @@ static int run(int argc, char *argv[]) {
         if (r < 0)
                 return r;
 
-        r = zsw_engine_new(&(struct zsw_engine_config) {
-                                   .compressor = zsw_compressor_to_string(config->compressor),
-                                   .compression_level = config->compression_level,
-                                   .reject_incompressible =
-                                           config->incompressible == ZSW_INCOMPRESSIBLE_REJECT,
-                                   .log = log_get(),
-                           },
-                           &engine);
+        ec = (struct zsw_engine_config) {
+                .compressor = zsw_compressor_to_string(config->compressor),
+                .compression_level = config->compression_level,
+                .reject_incompressible = config->incompressible == ZSW_INCOMPRESSIBLE_REJECT,
+                .log = log_get(),
+        };
+        engine_config_pool(config, &ec);
+        r = zsw_engine_new(&ec, &engine);
+        if (r < 0 && ec.writeback) {
+                log_warning_errno(r, "Failed to set up writeback to %s, running without it: %m",
+                                  ec.swapfile);
+                ec.writeback = false;
+                r = zsw_engine_new(&ec, &engine);
+        }
         if (r < 0)
                 return log_error_errno(r, "Failed to start the engine: %m");
 

@@ -97,6 +97,8 @@ struct zsw_engine {
         struct zsw_engine_config config;
         const struct zsw_log *log;
         struct zsw_store *store;
+        struct zsw_swapfile *swapfile;  /* NULL without writeback */
+        struct zsw_writeback *writeback;
 
         pthread_mutex_t control_lock;
         pthread_rwlock_t targets_lock;

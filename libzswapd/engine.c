@@ -29,6 +29,7 @@
 #include "remote.h"
 #include "uffd.h"
 #include "vma.h"
+#include "writeback.h"
 
 #define SCRATCH_SIZE (64u * 1024u)
 #define DETACH_CHUNK 64u
@@ -594,6 +595,14 @@ static void fill_target_stats(struct zsw_engine *e, struct zsw_target *t, struct
                 .fault_ns_p50 = zsw_histogram_percentile(&t->fault_hist, 0.50),
                 .fault_ns_p95 = zsw_histogram_percentile(&t->fault_hist, 0.95),
                 .fault_ns_p99 = zsw_histogram_percentile(&t->fault_hist, 0.99),
+                .written_back_pages = os.written_back,
+                .disk_pages = os.disk_pages,
+                .disk_bytes = os.disk_bytes,
+                .disk_reads = os.disk_reads,
+                .refused_limit = os.rejects[ZSW_REJECT_LIMIT],
+                .refused_pool_limit = os.rejects[ZSW_REJECT_POOL_LIMIT],
+                .refused_writeback_off = os.rejects[ZSW_REJECT_WRITEBACK_OFF],
+                .refused_reclaim_fail = os.rejects[ZSW_REJECT_RECLAIM_FAIL],
         };
         snprintf(path, sizeof(path), "/proc/%d/statm", t->pid);
         f = t->pid > 0 ? fopen(path, "re") : NULL;
@@ -613,6 +622,29 @@ int zsw_engine_get_target_stats(struct zsw_engine *e, pid_t pid, struct zsw_targ
                 fill_target_stats(e, t, ret);
         pthread_mutex_unlock(&e->control_lock);
         return t ? 0 : -ENOENT;
+}
+
+static void writeback_fill_stats(struct zsw_engine *e, const struct zsw_store_stats *gs,
+                                 struct zsw_engine_stats *s) {
+        struct zsw_writeback_stats ws = {};
+
+        if (e->writeback)
+                zsw_writeback_get_stats(e->writeback, &ws);
+        s->pool_limit_bytes = e->config.pool_limit_bytes;
+        s->pool_limit_hit = gs->pool_limit_hit;
+        s->refused_limit = gs->rejects[ZSW_REJECT_LIMIT];
+        s->refused_pool_limit = gs->rejects[ZSW_REJECT_POOL_LIMIT];
+        s->refused_writeback_off = gs->rejects[ZSW_REJECT_WRITEBACK_OFF];
+        s->refused_reclaim_fail = gs->rejects[ZSW_REJECT_RECLAIM_FAIL];
+        s->shrink_wakeups = ws.wakeups;
+        s->shrink_steps = ws.steps;
+        s->written_back_pages = ws.written_back;
+        s->write_requests = ws.write_requests;
+        s->bytes_written = ws.bytes_written;
+        s->write_failures = ws.write_failures;
+        s->disk_reads = gs->disk_reads;
+        s->disk_pages = gs->disk_pages;
+        s->disk_bytes_in_use = ws.disk_bytes_in_use;
 }
 
 int zsw_engine_get_stats(struct zsw_engine *e, struct zsw_engine_stats *ret) {
@@ -640,6 +672,7 @@ int zsw_engine_get_stats(struct zsw_engine *e, struct zsw_engine_stats *ret) {
         s.fault_ns_p50 = zsw_histogram_percentile(&all, 0.50);
         s.fault_ns_p95 = zsw_histogram_percentile(&all, 0.95);
         s.fault_ns_p99 = zsw_histogram_percentile(&all, 0.99);
+        writeback_fill_stats(e, &gs, &s);
         *ret = s;
         return 0;
 }
@@ -653,6 +686,43 @@ size_t zsw_engine_list_targets(struct zsw_engine *e, pid_t *pids, size_t n) {
                         pids[i] = t->pid;
         pthread_mutex_unlock(&e->table_lock);
         return i;
+}
+
+/* The swapfile before the store (whose disk callbacks point at it), the
+ * shrinker after it; without writeback, only the limit. */
+static int writeback_open(struct zsw_engine *e, struct zsw_store_config *sc) {
+        const struct zsw_engine_config *c = &e->config;
+        const char *path = c->swapfile ?: ZSW_ENGINE_STATE_DIR;
+        int r;
+
+        if (!c->writeback)
+                return 0;
+        r = zsw_swapfile_open(path, c->swapfile_max_bytes ?: ZSW_ENGINE_SWAPFILE_DEFAULT, e->log,
+                              &e->swapfile);
+        if (r < 0)
+                return zsw_log_errno(e->log, LOG_ERR, r, "Failed to open the swapfile %s: %m", path);
+        sc->read_disk = zsw_writeback_read_disk;
+        sc->read_disk_batch = zsw_writeback_read_disk_batch;
+        sc->free_disk = zsw_writeback_free_disk;
+        sc->disk_userdata = e->swapfile;
+        return 0;
+}
+
+static int writeback_start(struct zsw_engine *e) {
+        const struct zsw_engine_config *c = &e->config;
+
+        if (!e->swapfile)
+                return zsw_store_set_limits(e->store, &(struct zsw_store_limits) {
+                                                              .pool_bytes = c->pool_limit_bytes,
+                                                              .accept_percent = c->accept_threshold_percent,
+                                                      });
+        return zsw_writeback_new(e->store, e->swapfile,
+                                 &(struct zsw_writeback_config) {
+                                         .pool_limit_bytes = c->pool_limit_bytes,
+                                         .accept_threshold_percent = c->accept_threshold_percent,
+                                         .log = e->log,
+                                 },
+                                 &e->writeback);
 }
 
 int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **ret) {
@@ -682,7 +752,11 @@ int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **r
         sc.level = config->compression_level;
         sc.reject_incompressible = config->reject_incompressible;
         sc.log = config->log;
-        r = zsw_store_new(&sc, &e->store);
+        r = writeback_open(e, &sc);
+        if (r >= 0)
+                r = zsw_store_new(&sc, &e->store);
+        if (r >= 0)
+                r = writeback_start(e);
         if (r >= 0)
                 r = zsw_worker_new(e->store, &e->worker);
         if (r >= 0) {
@@ -733,8 +807,11 @@ struct zsw_engine *zsw_engine_free(struct zsw_engine *e) {
         pthread_mutex_unlock(&e->control_lock);
         fault_threads_stop(e);
         zsw_parallel_free(e->evict_pool);
+        /* No store runs any more: the shrinker can go. */
+        zsw_writeback_free(e->writeback);
         zsw_worker_free(e->worker);
         zsw_store_free(e->store);
+        zsw_swapfile_close(e->swapfile);
         safe_close(e->reaper_epfd);
         safe_close(e->reaper_stop_fd);
         pthread_mutex_destroy(&e->control_lock);

@@ -27,8 +27,22 @@ struct zsw_engine_config {
         bool reject_incompressible;     /* refuse pages that do not shrink */
         unsigned prefetch_window;       /* pages brought back around a fault, 0 = off */
         unsigned fault_threads;         /* 0 = one per online CPU, each pinned */
+        /* The pool limit (object bytes in the pool), 0 for none; stores
+         * are refused from the limit until the pool is back under
+         * accept_threshold_percent of it (0 = 90). */
+        uint64_t pool_limit_bytes;
+        unsigned accept_threshold_percent;
+        /* Writeback tier: at the limit, the coldest entries go to a
+         * swapfile. swapfile names a directory (an unnamed O_TMPFILE in
+         * it; NULL for ZSW_ENGINE_STATE_DIR) or a file to create. */
+        bool writeback;
+        const char *swapfile;
+        uint64_t swapfile_max_bytes;    /* 0 = ZSW_ENGINE_SWAPFILE_DEFAULT */
         const struct zsw_log *log;
 };
+
+#define ZSW_ENGINE_STATE_DIR "/var/lib/zswapd"
+#define ZSW_ENGINE_SWAPFILE_DEFAULT (4ull << 30)
 
 /* Why an attach/request failed beyond the errno, for error messages that
  * tell the user what to do. */
@@ -78,6 +92,15 @@ struct zsw_target_stats {
         uint64_t prefetched_pages;
         uint64_t prefetch_hits;
         uint64_t fault_ns_p50, fault_ns_p95, fault_ns_p99;
+        /* Writeback tier: the target's share (per fork family for disk). */
+        uint64_t written_back_pages;
+        uint64_t disk_pages;
+        uint64_t disk_bytes;            /* payload bytes on disk */
+        uint64_t disk_reads;
+        uint64_t refused_limit;         /* its own limit */
+        uint64_t refused_pool_limit;
+        uint64_t refused_writeback_off;
+        uint64_t refused_reclaim_fail;
 };
 
 struct zsw_engine_stats {
@@ -91,6 +114,22 @@ struct zsw_engine_stats {
         uint64_t evicted_pages;
         uint64_t evict_aborted;
         uint64_t fault_ns_p50, fault_ns_p95, fault_ns_p99;
+        /* Limits and the writeback tier. */
+        uint64_t pool_limit_bytes;
+        uint64_t pool_limit_hit;
+        uint64_t refused_limit;         /* owners' own limits */
+        uint64_t refused_pool_limit;
+        uint64_t refused_writeback_off;
+        uint64_t refused_reclaim_fail;
+        uint64_t shrink_wakeups;
+        uint64_t shrink_steps;
+        uint64_t written_back_pages;
+        uint64_t write_requests;
+        uint64_t bytes_written;         /* disk bytes, sector-padded */
+        uint64_t write_failures;        /* pages kept in memory after a failed write */
+        uint64_t disk_reads;
+        uint64_t disk_pages;
+        uint64_t disk_bytes_in_use;     /* swapfile space allocated */
 };
 
 int zsw_engine_get_stats(struct zsw_engine *engine, struct zsw_engine_stats *ret);

@@ -46,11 +46,15 @@ struct zsw_entry {
         _Atomic uint32_t refs;
         uint16_t length;         /* payload bytes; 0 for same-filled */
         uint8_t state : 4;       /* enum zsw_entry_state; changed under the owner lock */
-        uint8_t compressor : 4;  /* enum zsw_compressor of a compressed payload */
+        /* enum zsw_compressor of a compressed payload; on disk,
+         * ZSW_ENTRY_DISK_RAW for a page written as it was. */
+        uint8_t compressor : 4;
         /* Second chance: set by loads that keep the entry, cleared by the
          * LRU walk, read and written without a lock. */
         _Atomic uint8_t referenced;
 };
+
+#define ZSW_ENTRY_DISK_RAW 15u
 
 _Static_assert(sizeof(struct zsw_entry) == 40, "keep entries small: metadata per page <= 64 bytes");
 

@@ -24,6 +24,9 @@ struct zsw_lru {
         struct zsw_entry head;   /* sentinel: head.next is the newest */
         size_t count;
         _Atomic unsigned owners; /* owners sharing this LRU */
+        /* The family's written-back entries (an entry is shared only
+         * within its family, so the family can count it exactly). */
+        _Atomic uint64_t disk_pages, disk_bytes;
 };
 
 int zsw_lru_new(struct zsw_lru **ret);

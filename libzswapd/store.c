@@ -23,8 +23,16 @@
  * Reference counts: one per index slot pointing to the entry, plus one per
  * loader or isolation in flight. The owner lock orders index changes; a
  * reference taken under it keeps the payload alive after it is released.
- * Lock order: owner lock, then LRU lock; the pool and the entry cache have
- * their own leaf locks.
+ *
+ * Writeback switches an entry from the pool to disk once, never back. The
+ * switch holds pool_lock for writing and the locks of every owner of the
+ * entry's family (the only owners that can reach it); loads read pool
+ * payloads under pool_lock for reading, so pool memory is never freed under
+ * a reader, and everything that reads an entry's state holds one of those.
+ *
+ * Lock order: owners_lock, owner locks (in list order, only the switch
+ * takes more than one), pool_lock, LRU lock; the pool and the entry cache
+ * have their own leaf locks.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -47,6 +55,11 @@ enum {
         C_STORES,
         C_LOADS,
         C_INVALIDATIONS,
+        C_DISK_PAGES,   /* global only: per owner, see struct zsw_lru */
+        C_DISK_BYTES,
+        C_WRITTEN_BACK,
+        C_DISK_READS,
+        C_LIMIT_HIT,
         C_REJECT,
         _C_MAX = C_REJECT + _ZSW_REJECT_MAX,
 };
@@ -62,7 +75,14 @@ struct zsw_store {
 
         pthread_mutex_t owners_lock;
         struct zsw_owner *owners;
+        uint64_t next_owner_id;   /* under owners_lock */
         _Atomic unsigned workers;
+
+        pthread_rwlock_t pool_lock;     /* pool payload reads vs. the switch to disk */
+        struct zsw_store_limits limits;
+        uint64_t accept_bytes;          /* the limit's accept threshold */
+        _Atomic bool reached_full;      /* refusing until under accept_bytes */
+        _Atomic bool reclaim_failing;
 };
 
 struct zsw_owner {
@@ -73,6 +93,8 @@ struct zsw_owner {
         struct zsw_lru *lru;
         counters_t counters;
         struct zsw_histogram hist[_ZSW_LATENCY_MAX];
+        uint64_t id;                   /* creation order, for round-robin walks */
+        _Atomic bool reached_limit;    /* refusing until under owner_accept_pages() */
         struct zsw_owner *prev, *next; /* in store->owners */
 };
 
@@ -92,6 +114,9 @@ static const char *const reject_names[_ZSW_REJECT_MAX] = {
         [ZSW_REJECT_INDEX] = "index",
         [ZSW_REJECT_LIMIT] = "limit",
         [ZSW_REJECT_INCOMPRESSIBLE] = "incompressible",
+        [ZSW_REJECT_POOL_LIMIT] = "pool_limit",
+        [ZSW_REJECT_WRITEBACK_OFF] = "writeback_off",
+        [ZSW_REJECT_RECLAIM_FAIL] = "reclaim_fail",
 };
 
 const char *zsw_reject_to_string(enum zsw_reject r) {
@@ -106,6 +131,12 @@ static bool entry_in_pool(const struct zsw_entry *e) {
         return e->state == ZSW_ENTRY_COMPRESSED || e->state == ZSW_ENTRY_RAW;
 }
 
+/* A page kept as it was, in the pool or on disk. */
+static bool entry_raw(const struct zsw_entry *e) {
+        return e->state == ZSW_ENTRY_RAW ||
+               (e->state == ZSW_ENTRY_DISK && e->compressor == ZSW_ENTRY_DISK_RAW);
+}
+
 /* Changes of the "stored" counters, summed over a batch and applied with
  * one atomic add per counter: the counters are shared by every thread. */
 struct charge {
@@ -116,7 +147,7 @@ static void charge_add(struct charge *d, const struct zsw_entry *e, int sign) {
         d->pages += sign;
         d->payload += sign * (int64_t) e->length;
         d->same += sign * (e->state == ZSW_ENTRY_SAME);
-        d->incompressible += sign * (e->state == ZSW_ENTRY_RAW);
+        d->incompressible += sign * entry_raw(e);
 }
 
 static void charge_apply(counters_t c, struct charge *d) {
@@ -152,8 +183,20 @@ struct release {
         struct charge uncharge; /* of the owner, for slots dropped */
 };
 
-/* Frees entries nobody references and that are off every LRU. */
-static void entries_destroy(struct zsw_store *s, struct zsw_entry *const *v, size_t n) {
+/* An on-disk entry of family lru goes: its sectors and its disk charge. */
+static void entry_destroy_disk(struct zsw_store *s, struct zsw_lru *lru, struct zsw_entry *e) {
+        if (s->cfg.free_disk)
+                s->cfg.free_disk(s->cfg.disk_userdata, e->disk_sector, e->length);
+        count(&s->counters[C_DISK_PAGES], -1);
+        count(&s->counters[C_DISK_BYTES], -(int64_t) e->length);
+        atomic_fetch_sub_explicit(&lru->disk_pages, 1, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&lru->disk_bytes, e->length, memory_order_relaxed);
+}
+
+/* Frees entries of family lru that nobody references and that are off
+ * every LRU. */
+static void entries_destroy(struct zsw_store *s, struct zsw_lru *lru, struct zsw_entry *const *v,
+                            size_t n) {
         zsw_handle_t handles[RELEASE_CHUNK];
         struct charge d = {};
         size_t nh = 0;
@@ -161,6 +204,8 @@ static void entries_destroy(struct zsw_store *s, struct zsw_entry *const *v, siz
         for (size_t i = 0; i < n; i++) {
                 if (entry_in_pool(v[i]))
                         handles[nh++] = v[i]->handle;
+                else if (v[i]->state == ZSW_ENTRY_DISK)
+                        entry_destroy_disk(s, lru, v[i]);
                 charge_add(&d, v[i], -1);
                 if (nh == RELEASE_CHUNK) {
                         zsw_pool_free_bulk(s->pool, handles, nh);
@@ -189,7 +234,7 @@ static void release_flush(struct release *rel) {
                         zsw_lru_del_locked(rel->owner->lru, rel->dead[i]);
                 pthread_mutex_unlock(&rel->owner->lru->lock);
         }
-        entries_destroy(rel->owner->store, rel->dead, rel->n);
+        entries_destroy(rel->owner->store, rel->owner->lru, rel->dead, rel->n);
         rel->n = 0;
         charge_apply(rel->owner->counters, &rel->uncharge);
 }
@@ -260,6 +305,7 @@ struct store_batch {
         struct zsw_entry *old[ZSW_STORE_BATCH_MAX];
         size_t nold;
         bool stale_dropped;
+        bool wake;        /* refused at a limit that writeback can make room under */
 };
 
 static int stage_fault(struct store_batch *b, enum zsw_store_stage stage, unsigned page) {
@@ -447,14 +493,60 @@ static void batch_drop_stale(struct store_batch *b) {
         b->stale_dropped = true;
 }
 
+/* Why a store refused at a limit is refused, and whether the shrinker
+ * should hear of it. */
+static enum zsw_reject limit_reason(struct zsw_owner *o, enum zsw_reject reason, bool *ret_wake) {
+        *ret_wake = !o->cfg.no_writeback && o->store->limits.wake;
+        if (o->cfg.no_writeback)
+                return ZSW_REJECT_WRITEBACK_OFF;
+        if (atomic_load_explicit(&o->store->reclaim_failing, memory_order_relaxed))
+                return ZSW_REJECT_RECLAIM_FAIL;
+        return reason;
+}
+
+/* o's stored pages in the pool (same-filled ones take none). Written-back
+ * pages are counted per family: exact for an owner alone, an estimate
+ * within a fork family. */
+static uint64_t owner_pool_pages(struct zsw_owner *o) {
+        uint64_t pages = atomic_load_explicit(&o->counters[C_PAGES], memory_order_relaxed);
+        uint64_t same = atomic_load_explicit(&o->counters[C_SAME], memory_order_relaxed);
+        uint64_t disk = atomic_load_explicit(&o->lru->disk_pages, memory_order_relaxed);
+
+        pages -= MIN(pages, same);
+        return pages - MIN(pages, disk);
+}
+
+/* Where an owner that reached its limit accepts stores again: its accept
+ * threshold, low enough that a whole batch fits after it. */
+static uint64_t owner_accept_pages(struct zsw_owner *o) {
+        uint64_t max = o->cfg.max_pages, pct = o->store->limits.accept_percent ?: 90;
+
+        return MIN(max * pct / 100, max > ZSW_STORE_BATCH_MAX ? max - ZSW_STORE_BATCH_MAX : 0);
+}
+
+/* The owner's limit, with the same hysteresis as the pool's. */
+static bool owner_full(struct zsw_owner *o, size_t adding) {
+        uint64_t pages = owner_pool_pages(o);
+
+        if (o->cfg.max_pages == 0)
+                return false;
+        if (pages + adding > o->cfg.max_pages) {
+                atomic_store_explicit(&o->reached_limit, true, memory_order_relaxed);
+                return true;
+        }
+        if (pages <= owner_accept_pages(o))
+                atomic_store_explicit(&o->reached_limit, false, memory_order_relaxed);
+        return atomic_load_explicit(&o->reached_limit, memory_order_relaxed);
+}
+
 static int batch_index(struct store_batch *b, enum zsw_reject *ret_reason) {
         struct zsw_owner *o = b->o;
-        size_t inserted = 0, want = b->n - (size_t) __builtin_popcount(b->refused);
+        size_t inserted = 0;
         int r = 0;
 
         batch_drop_stale(b);
-        if (o->cfg.max_pages > 0 && zsw_index_count(o->index) + want > o->cfg.max_pages) {
-                *ret_reason = ZSW_REJECT_LIMIT;
+        if (owner_full(o, b->npool)) {
+                *ret_reason = limit_reason(o, ZSW_REJECT_LIMIT, &b->wake);
                 return -ENOSPC;
         }
 
@@ -536,6 +628,24 @@ static int store_batch_abort(struct store_batch *b, enum zsw_reject reason, int 
                              b->n, zsw_reject_to_string(reason));
 }
 
+/* The global limit, as zswap_check_limits() does it: full at the limit,
+ * and full until the pool is back under the accept threshold. */
+static bool pool_full(struct zsw_store *s) {
+        struct zsw_pool_stats ps;
+
+        if (s->limits.pool_bytes == 0)
+                return false;
+        zsw_pool_get_stats(s->pool, &ps);
+        if (ps.used_bytes >= s->limits.pool_bytes) {
+                count(&s->counters[C_LIMIT_HIT], 1);
+                atomic_store_explicit(&s->reached_full, true, memory_order_relaxed);
+                return true;
+        }
+        if (ps.used_bytes <= s->accept_bytes)
+                atomic_store_explicit(&s->reached_full, false, memory_order_relaxed);
+        return atomic_load_explicit(&s->reached_full, memory_order_relaxed);
+}
+
 static int batch_check(const struct store_batch *b) {
         if (b->n == 0 || b->n > ZSW_STORE_BATCH_MAX)
                 return -EINVAL;
@@ -561,6 +671,13 @@ int zsw_store_pages(struct zsw_worker *w, struct zsw_owner *o, const uint64_t *p
         if (r < 0)
                 return r;
 
+        if (pool_full(b.s)) {
+                reason = atomic_load_explicit(&b.s->reclaim_failing, memory_order_relaxed)
+                                 ? ZSW_REJECT_RECLAIM_FAIL : ZSW_REJECT_POOL_LIMIT;
+                if (b.s->limits.wake)
+                        b.s->limits.wake(b.s->limits.userdata);
+                return store_batch_abort(&b, reason, -ENOSPC);
+        }
         r = batch_init_entries(&b);
         if (r < 0)
                 return store_batch_abort(&b, ZSW_REJECT_ENOMEM, r);
@@ -577,8 +694,11 @@ int zsw_store_pages(struct zsw_worker *w, struct zsw_owner *o, const uint64_t *p
         if (r >= 0)
                 batch_account(&b, stored);
         pthread_mutex_unlock(&o->lock);
-        if (r < 0)
+        if (r < 0) {
+                if (b.wake)
+                        b.s->limits.wake(b.s->limits.userdata);
                 return store_batch_abort(&b, reason, r);
+        }
 
         /* Published: only the displaced and refused entries are left. */
         entries_release(o, b.old, b.nold);
@@ -597,32 +717,56 @@ int zsw_store_pages(struct zsw_worker *w, struct zsw_owner *o, const uint64_t *p
 
 /* ---- loads ---------------------------------------------------------------- */
 
-/* Copies e's page to buf. e is referenced by the caller. */
-static int entry_read(struct zsw_worker *w, struct zsw_entry *e, void *buf) {
+/* A payload on disk: on disk for good (the switch is one way), so the read
+ * needs no lock; the caller's reference keeps its sectors allocated. */
+static int entry_read_disk(struct zsw_worker *w, uint64_t sector, uint32_t len,
+                           unsigned compressor, void *buf) {
         struct zsw_store *s = w->store;
+        uint8_t *tmp = w->scratch[ZSW_STORE_BATCH_MAX];
         int r;
 
+        if (!s->cfg.read_disk)
+                return -EIO;
+        if (compressor == ZSW_ENTRY_DISK_RAW)
+                return s->cfg.read_disk(s->cfg.disk_userdata, sector, len, buf) ?: 1;
+        r = s->cfg.read_disk(s->cfg.disk_userdata, sector, len, tmp);
+        if (r < 0)
+                return r;
+        return zsw_decompress(w->dctx, compressor, tmp, len, buf) ?: 1;
+}
+
+/* Copies e's page to buf. e is referenced by the caller. Returns 0, or 1
+ * when the page came from disk. */
+static int entry_read(struct zsw_worker *w, struct zsw_entry *e, void *buf) {
+        struct zsw_store *s = w->store;
+        int r = -EINVAL;
+
+        /* Pool memory is freed by the switch to disk, which waits for us. */
+        pthread_rwlock_rdlock(&s->pool_lock);
         switch (e->state) {
         case ZSW_ENTRY_SAME:
                 page_fill(buf, e->value);
-                return 0;
+                r = 0;
+                break;
         case ZSW_ENTRY_RAW:
                 memcpy(buf, zsw_pool_map(s->pool, e->handle), ZSW_PAGE_SIZE);
-                return 0;
+                r = 0;
+                break;
         case ZSW_ENTRY_COMPRESSED:
-                return zsw_decompress(w->dctx, e->compressor, zsw_pool_map(s->pool, e->handle),
-                                      e->length, buf);
-        case ZSW_ENTRY_DISK:
-                if (!s->cfg.read_disk)
-                        return -EIO;
-                r = s->cfg.read_disk(s->cfg.disk_userdata, e->disk_sector, e->length,
-                                     w->scratch[ZSW_STORE_BATCH_MAX]);
-                if (r < 0)
-                        return r;
-                return zsw_decompress(w->dctx, e->compressor, w->scratch[ZSW_STORE_BATCH_MAX],
-                                      e->length, buf);
+                r = zsw_decompress(w->dctx, e->compressor, zsw_pool_map(s->pool, e->handle),
+                                   e->length, buf);
+                break;
+        case ZSW_ENTRY_DISK: {
+                uint64_t sector = e->disk_sector;
+                uint32_t len = e->length;
+                unsigned compressor = e->compressor;
+
+                pthread_rwlock_unlock(&s->pool_lock);
+                return entry_read_disk(w, sector, len, compressor, buf);
         }
-        return -EINVAL;
+        }
+        pthread_rwlock_unlock(&s->pool_lock);
+        return r;
 }
 
 int zsw_store_load(struct zsw_worker *w, struct zsw_owner *o, uint64_t pgno, void *buf,
@@ -663,6 +807,10 @@ int zsw_store_load(struct zsw_worker *w, struct zsw_owner *o, uint64_t pgno, voi
         if (r < 0)
                 return zsw_log_errno(o->store->cfg.log, LOG_ERR, r,
                                      "Failed to load page 0x%" PRIx64 ": %m", pgno);
+        if (r > 0) {
+                count(&o->counters[C_DISK_READS], 1);
+                count(&o->store->counters[C_DISK_READS], 1);
+        }
 
         t0 = zsw_now_ns() - t0;
         zsw_histogram_record(&o->hist[ZSW_LATENCY_LOAD], t0);
@@ -670,6 +818,108 @@ int zsw_store_load(struct zsw_worker *w, struct zsw_owner *o, uint64_t pgno, voi
         count(&o->counters[C_LOADS], 1);
         count(&o->store->counters[C_LOADS], 1);
         return 0;
+}
+
+/* Where e's payload is on disk, if it is; the switch is one way, so an
+ * entry seen on disk stays there while referenced. */
+static bool entry_on_disk(struct zsw_store *s, struct zsw_entry *e, uint64_t *ret_sector,
+                          uint32_t *ret_len, unsigned *ret_compressor) {
+        bool disk;
+
+        pthread_rwlock_rdlock(&s->pool_lock);
+        disk = e->state == ZSW_ENTRY_DISK;
+        if (disk) {
+                *ret_sector = e->disk_sector;
+                *ret_len = e->length;
+                *ret_compressor = e->compressor;
+        }
+        pthread_rwlock_unlock(&s->pool_lock);
+        return disk;
+}
+
+/* The disk part of a run: one batched read into the worker's scratch, then
+ * each payload into place. Returns how many of the n succeeded, in order. */
+static size_t run_read_disk(struct zsw_worker *w, const uint64_t *sectors, const uint32_t *lens,
+                            const unsigned *compressors, void *const *bufs, size_t n) {
+        struct zsw_store *s = w->store;
+        void *dsts[ZSW_STORE_BATCH_MAX];
+        size_t i;
+
+        for (i = 0; i < n; i++)
+                dsts[i] = w->scratch[i];
+        if (!s->cfg.read_disk_batch ||
+            s->cfg.read_disk_batch(s->cfg.disk_userdata, sectors, lens, n, dsts) < 0)
+                /* One at a time: a failure then only shortens the run. */
+                for (i = 0; i < n; i++)
+                        if (!s->cfg.read_disk ||
+                            s->cfg.read_disk(s->cfg.disk_userdata, sectors[i], lens[i], dsts[i]) < 0)
+                                break;
+        n = i;
+        for (i = 0; i < n; i++) {
+                if (compressors[i] == ZSW_ENTRY_DISK_RAW)
+                        memcpy(bufs[i], dsts[i], ZSW_PAGE_SIZE);
+                else if (zsw_decompress(w->dctx, compressors[i], dsts[i], lens[i], bufs[i]) < 0)
+                        break;
+        }
+        return i;
+}
+
+int zsw_store_load_run(struct zsw_worker *w, struct zsw_owner *o, uint64_t first, size_t n,
+                       void *const *bufs) {
+        struct zsw_entry *v[ZSW_STORE_BATCH_MAX];
+        uint64_t sectors[ZSW_STORE_BATCH_MAX];
+        uint32_t lens[ZSW_STORE_BATCH_MAX];
+        unsigned compressors[ZSW_STORE_BATCH_MAX];
+        void *disk_bufs[ZSW_STORE_BATCH_MAX];
+        size_t got = 0, ok = 0, ndisk = 0, disk_ok, disk_at[ZSW_STORE_BATCH_MAX];
+        int r = 0;
+
+        if (first > ZSW_INDEX_MAX_PGNO)
+                return 0;
+        n = MIN(MIN(n, (size_t) ZSW_STORE_BATCH_MAX), ZSW_INDEX_MAX_PGNO + 1 - first);
+        pthread_mutex_lock(&o->lock);
+        for (; got < n; got++) {
+                struct zsw_entry *e = zsw_index_lookup(o->index, first + got);
+
+                if (!e)
+                        break;
+                atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
+                atomic_store_explicit(&e->referenced, 1, memory_order_relaxed);
+                v[got] = e;
+        }
+        pthread_mutex_unlock(&o->lock);
+
+        /* Pages in memory first; the run stops at the first that fails. */
+        for (; ok < got; ok++) {
+                if (entry_on_disk(o->store, v[ok], &sectors[ndisk], &lens[ndisk], &compressors[ndisk])) {
+                        disk_at[ndisk] = ok;
+                        disk_bufs[ndisk++] = bufs[ok];
+                        continue;
+                }
+                r = entry_read(w, v[ok], bufs[ok]);
+                if (r < 0)
+                        break;
+                /* Switched to disk since we looked: it came from there. */
+                if (r > 0) {
+                        count(&o->counters[C_DISK_READS], 1);
+                        count(&o->store->counters[C_DISK_READS], 1);
+                }
+        }
+        /* Disk pages before the first failure, together. */
+        disk_ok = run_read_disk(w, sectors, lens, compressors, disk_bufs, ndisk);
+        if (disk_ok < ndisk) {
+                ok = disk_at[disk_ok];
+                r = -EIO;
+        }
+        entries_release(o, v, got);
+        count(&o->counters[C_LOADS], (int64_t) ok);
+        count(&o->store->counters[C_LOADS], (int64_t) ok);
+        count(&o->counters[C_DISK_READS], (int64_t) disk_ok);
+        count(&o->store->counters[C_DISK_READS], (int64_t) disk_ok);
+        if (ok == 0 && r < 0)
+                return zsw_log_errno(o->store->cfg.log, LOG_ERR, r,
+                                     "Failed to load page 0x%" PRIx64 ": %m", first);
+        return (int) ok;
 }
 
 bool zsw_store_contains(struct zsw_owner *o, uint64_t pgno) {
@@ -765,7 +1015,7 @@ void zsw_store_putback(struct zsw_owner *o, struct zsw_entry *const *entries, si
                 if (nv == RELEASE_CHUNK || !dead) {
                         for (size_t i = 0; i < nv; i++)
                                 v[i]->next = NULL;
-                        entries_destroy(o->store, v, nv);
+                        entries_destroy(o->store, o->lru, v, nv);
                         nv = 0;
                 }
         }
@@ -781,6 +1031,126 @@ int zsw_store_entry_payload(struct zsw_store *s, struct zsw_entry *e, const void
                 return 1;
         *ret_compressor = e->compressor;
         return 0;
+}
+
+/* Locks (or unlocks) every owner of o's family, in list order: the owners
+ * that can reach o's entries. Owners pinned by the caller. */
+static void family_lock(struct zsw_owner *o, bool lock) {
+        for (struct zsw_owner *f = o->store->owners; f; f = f->next)
+                if (f->lru == o->lru) {
+                        if (lock)
+                                pthread_mutex_lock(&f->lock);
+                        else
+                                pthread_mutex_unlock(&f->lock);
+                }
+}
+
+size_t zsw_store_writeback_done(struct zsw_owner *o, struct zsw_entry *const *entries,
+                              const uint64_t *sectors, size_t n) {
+        struct zsw_store *s = o->store;
+        zsw_handle_t handles[ZSW_STORE_BATCH_MAX];
+        uint64_t moved = 0, bytes = 0;
+        size_t done = 0;
+
+        while (done < n) {
+                size_t m = MIN(n - done, (size_t) ZSW_STORE_BATCH_MAX), nh = 0;
+
+                family_lock(o, true);
+                pthread_rwlock_wrlock(&s->pool_lock);
+                for (size_t i = done; i < done + m; i++) {
+                        struct zsw_entry *e = entries[i];
+
+                        /* Only our reference left: no index slot has it
+                         * and none can get it again. Nothing to switch;
+                         * the space written must not leak. */
+                        if (atomic_load_explicit(&e->refs, memory_order_acquire) == 1) {
+                                if (s->cfg.free_disk)
+                                        s->cfg.free_disk(s->cfg.disk_userdata, sectors[i], e->length);
+                                continue;
+                        }
+                        handles[nh++] = e->handle;
+                        if (e->state == ZSW_ENTRY_RAW)
+                                e->compressor = ZSW_ENTRY_DISK_RAW;
+                        e->state = ZSW_ENTRY_DISK;
+                        e->disk_sector = sectors[i];
+                        moved++;
+                        bytes += e->length;
+                }
+                pthread_rwlock_unlock(&s->pool_lock);
+                family_lock(o, false);
+                /* No reader can reach the old payloads any more. */
+                zsw_pool_free_bulk(s->pool, handles, nh);
+                done += m;
+        }
+        /* Charged before our references go: the last one destroys the
+         * entry and takes the charge back. */
+        count(&s->counters[C_DISK_PAGES], (int64_t) moved);
+        count(&s->counters[C_DISK_BYTES], (int64_t) bytes);
+        count(&s->counters[C_WRITTEN_BACK], (int64_t) moved);
+        count(&o->counters[C_WRITTEN_BACK], (int64_t) moved);
+        atomic_fetch_add_explicit(&o->lru->disk_pages, moved, memory_order_relaxed);
+        atomic_fetch_add_explicit(&o->lru->disk_bytes, bytes, memory_order_relaxed);
+        entries_release(o, entries, n);
+        return moved;
+}
+
+void zsw_store_owners_lock(struct zsw_store *s) {
+        pthread_mutex_lock(&s->owners_lock);
+}
+
+void zsw_store_owners_unlock(struct zsw_store *s) {
+        pthread_mutex_unlock(&s->owners_lock);
+}
+
+struct zsw_owner *zsw_store_owner_next(struct zsw_store *s, uint64_t *cursor) {
+        struct zsw_owner *next = NULL, *first = NULL;
+
+        for (struct zsw_owner *o = s->owners; o; o = o->next) {
+                if (o->id > *cursor && (!next || o->id < next->id))
+                        next = o;
+                if (!first || o->id < first->id)
+                        first = o;
+        }
+        next = next ?: first;
+        if (next)
+                *cursor = next->id;
+        return next;
+}
+
+int zsw_store_set_limits(struct zsw_store *s, const struct zsw_store_limits *limits) {
+        unsigned pct = limits->accept_percent ?: 90;
+
+        if (pct > 100)
+                return -EINVAL;
+        s->limits = *limits;
+        s->limits.accept_percent = pct;
+        s->accept_bytes = limits->pool_bytes / 100 * pct + limits->pool_bytes % 100 * pct / 100;
+        atomic_store(&s->reached_full, false);
+        return 0;
+}
+
+void zsw_store_set_reclaim_failing(struct zsw_store *s, bool failing) {
+        atomic_store_explicit(&s->reclaim_failing, failing, memory_order_relaxed);
+}
+
+bool zsw_store_over_threshold(struct zsw_store *s) {
+        struct zsw_pool_stats ps;
+
+        if (s->limits.pool_bytes == 0)
+                return false;
+        zsw_pool_get_stats(s->pool, &ps);
+        return ps.used_bytes > s->accept_bytes;
+}
+
+bool zsw_store_owner_may_writeback(struct zsw_owner *o) {
+        return !o->cfg.no_writeback;
+}
+
+bool zsw_store_owner_over_threshold(struct zsw_owner *o) {
+        if (o->cfg.max_pages == 0 || o->cfg.no_writeback)
+                return false;
+        return atomic_load_explicit(&o->reached_limit, memory_order_relaxed) &&
+               owner_pool_pages(o) > owner_accept_pages(o);
 }
 
 /* ---- objects and statistics ----------------------------------------------- */
@@ -806,6 +1176,16 @@ int zsw_store_new(const struct zsw_store_config *config, struct zsw_store **ret)
         }
         zsw_entry_cache_init(&s->entries);
         pthread_mutex_init(&s->owners_lock, NULL);
+        {
+                pthread_rwlockattr_t a;
+
+                /* The switch to disk is short and rare; loads are many and
+                 * must not starve it. */
+                pthread_rwlockattr_init(&a);
+                pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+                pthread_rwlock_init(&s->pool_lock, &a);
+                pthread_rwlockattr_destroy(&a);
+        }
         *ret = s;
         return 0;
 }
@@ -818,6 +1198,7 @@ struct zsw_store *zsw_store_free(struct zsw_store *s) {
         zsw_pool_free(s->pool);
         zsw_entry_cache_done(&s->entries);
         pthread_mutex_destroy(&s->owners_lock);
+        pthread_rwlock_destroy(&s->pool_lock);
         free(s);
         return NULL;
 }
@@ -878,6 +1259,7 @@ static void owner_link(struct zsw_owner *o) {
         struct zsw_store *s = o->store;
 
         pthread_mutex_lock(&s->owners_lock);
+        o->id = ++s->next_owner_id;
         o->next = s->owners;
         if (s->owners)
                 s->owners->prev = o;
@@ -987,6 +1369,11 @@ static void stats_fill(counters_t c, struct zsw_store_stats *ret) {
                 [C_STORES] = &ret->stores,
                 [C_LOADS] = &ret->loads,
                 [C_INVALIDATIONS] = &ret->invalidations,
+                [C_DISK_PAGES] = &ret->disk_pages,
+                [C_DISK_BYTES] = &ret->disk_bytes,
+                [C_WRITTEN_BACK] = &ret->written_back,
+                [C_DISK_READS] = &ret->disk_reads,
+                [C_LIMIT_HIT] = &ret->pool_limit_hit,
         };
 
         *ret = (struct zsw_store_stats) {};
@@ -1010,6 +1397,7 @@ void zsw_store_get_stats(struct zsw_store *s, struct zsw_store_stats *ret) {
         struct zsw_pool_stats ps;
 
         stats_fill(s->counters, &st);
+        st.payload_bytes -= MIN(st.payload_bytes, st.disk_bytes);
         zsw_pool_get_stats(s->pool, &ps);
         st.pool_bytes = ps.pool_bytes;
         st.meta_bytes = ps.meta_bytes + zsw_entry_cache_bytes(&s->entries);
@@ -1022,6 +1410,11 @@ void zsw_store_get_stats(struct zsw_store *s, struct zsw_store_stats *ret) {
 
 void zsw_store_owner_get_stats(struct zsw_owner *o, struct zsw_store_stats *ret) {
         stats_fill(o->counters, ret);
+        ret->disk_pages = MIN(ret->stored_pages,
+                              atomic_load_explicit(&o->lru->disk_pages, memory_order_relaxed));
+        ret->disk_bytes = MIN(ret->payload_bytes,
+                              atomic_load_explicit(&o->lru->disk_bytes, memory_order_relaxed));
+        ret->payload_bytes -= ret->disk_bytes;
         ret->meta_bytes = sizeof(*o) + owner_meta_bytes(o);
 }
 

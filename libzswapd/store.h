@@ -59,6 +59,9 @@ enum zsw_reject {
         ZSW_REJECT_INDEX,          /* the index could not insert */
         ZSW_REJECT_LIMIT,          /* the owner's page limit */
         ZSW_REJECT_INCOMPRESSIBLE, /* did not shrink, and reject_incompressible is set */
+        ZSW_REJECT_POOL_LIMIT,     /* the global pool limit, until back under its threshold */
+        ZSW_REJECT_WRITEBACK_OFF,  /* the owner's limit, and the owner may not write back */
+        ZSW_REJECT_RECLAIM_FAIL,   /* a limit, and writeback is failing (disk full, EIO) */
         _ZSW_REJECT_MAX,
 };
 
@@ -78,6 +81,14 @@ struct zsw_store_config {
          * len bytes at sector into dst. Loads of on-disk entries fail with
          * -EIO while this is NULL. */
         int (*read_disk)(void *userdata, uint64_t sector, uint32_t len, void *dst);
+        /* Gives the disk space of an on-disk entry back, when its last
+         * reference goes (or when it was invalidated while being written). */
+        void (*free_disk)(void *userdata, uint64_t sector, uint32_t len);
+        /* Optional: reads n payloads at once (entries written in one batch
+         * lie on consecutive sectors: one request), for
+         * zsw_store_load_run(). All or nothing, like read_disk. */
+        int (*read_disk_batch)(void *userdata, const uint64_t *sectors, const uint32_t *lens,
+                               size_t n, void *const *dsts);
         void *disk_userdata;
         /* Test hook: called at the start of each stage (for
          * ZSW_STAGE_INDEX before each page's insertion, page = its position
@@ -90,21 +101,36 @@ struct zsw_store_config {
 struct zsw_owner_config {
         enum zsw_compressor compressor;
         int level;             /* zstd level, 0 for ZSW_ZSTD_LEVEL_DEFAULT */
-        uint64_t max_pages;    /* page limit, 0 for none */
+        /* Limit of pages kept in the pool (stored pages neither
+         * same-filled nor written back; the analogue of memory.zswap.max),
+         * 0 for none. At the limit,
+         * stores are refused and the writeback tier is woken to make room,
+         * unless no_writeback. */
+        uint64_t max_pages;
+        /* Never write this owner's pages back (memory.zswap.writeback=0):
+         * at a limit its stores are refused instead. */
+        bool no_writeback;
 };
 
 /* Counters, global or per owner. "Stored" figures are what is there now;
  * the others count events since creation, in pages. Per owner, a page
- * shared with a clone counts for each owner that has it; globally once. */
+ * shared with a clone counts for each owner that has it; globally once.
+ * Written-back pages are counted per fork family: an owner reports its
+ * family's disk_pages and disk_bytes (capped by its own stored figures). */
 struct zsw_store_stats {
-        uint64_t stored_pages;
-        uint64_t payload_bytes;        /* compressed (or raw) bytes of stored pages */
+        uint64_t stored_pages;         /* in memory and on disk */
+        uint64_t payload_bytes;        /* compressed (or raw) bytes of stored pages in memory */
         uint64_t same_filled_pages;
         uint64_t incompressible_pages; /* stored raw */
         uint64_t stores;
         uint64_t loads;
         uint64_t invalidations;
         uint64_t rejects[_ZSW_REJECT_MAX];
+        uint64_t disk_pages;           /* stored pages written back */
+        uint64_t disk_bytes;           /* their payload bytes */
+        uint64_t written_back;         /* pages switched to disk, in all */
+        uint64_t disk_reads;           /* loads that read the disk */
+        uint64_t pool_limit_hit;       /* global only: stores that found the pool full */
         uint64_t pool_bytes;           /* global only: memory the pool took from the system */
         /* Globally: entries, index nodes, owners, pool bookkeeping; per
          * owner: its index nodes and itself. */
@@ -198,6 +224,19 @@ int zsw_store_pages(struct zsw_worker *w, struct zsw_owner *o, const uint64_t *p
 int zsw_store_load(struct zsw_worker *w, struct zsw_owner *o, uint64_t pgno, void *buf,
                    unsigned flags);
 
+/*
+ * Prefetch: shared loads (as zsw_store_load() without ZSW_LOAD_EXCLUSIVE)
+ * of the pages first, first + 1, ... up to n (at most
+ * ZSW_STORE_BATCH_MAX), stopping at the first page o does not have;
+ * page i goes to bufs[i]. Pages on disk are read together with
+ * read_disk_batch when the store has it: neighbours written back in one
+ * batch come back in one read request. Returns the number of pages loaded
+ * (0 when o lacks the first), or a negative errno when the first page
+ * could not be read; a failure further on shortens the run instead.
+ */
+int zsw_store_load_run(struct zsw_worker *w, struct zsw_owner *o, uint64_t first, size_t n,
+                       void *const *bufs);
+
 /* Whether o has page pgno. */
 bool zsw_store_contains(struct zsw_owner *o, uint64_t pgno);
 
@@ -236,3 +275,68 @@ void zsw_store_putback(struct zsw_owner *o, struct zsw_entry *const *entries, si
  * untouched), -EINVAL for an entry that is not in the pool. */
 int zsw_store_entry_payload(struct zsw_store *s, struct zsw_entry *e, const void **ret_data,
                             uint32_t *ret_len, enum zsw_compressor *ret_compressor);
+
+/*
+ * Ends the writeback of n isolated entries of o's family: entries[i] was
+ * written at sectors[i]. Each entry still referenced elsewhere switches to
+ * disk (its pool memory is freed, its charge moves from memory to disk,
+ * later loads read it with read_disk); an entry nobody references any more
+ * (invalidated while it was written) gets its sectors freed with
+ * free_disk. Either way the isolation reference is dropped.
+ *
+ * Loads never see a half switch: a load that started before the switch
+ * finishes reading the pool copy first. Must be called with the owners
+ * pinned (zsw_store_owners_lock), as it locks o's whole family. Returns
+ * how many entries switched to disk.
+ */
+size_t zsw_store_writeback_done(struct zsw_owner *o, struct zsw_entry *const *entries,
+                              const uint64_t *sectors, size_t n);
+
+/* Pins every owner: while held, zsw_store_owner_free() waits, so the
+ * writeback tier can work on an owner between store calls. Stores, loads
+ * and clones go on (a clone's registration waits). */
+void zsw_store_owners_lock(struct zsw_store *s);
+void zsw_store_owners_unlock(struct zsw_store *s);
+
+/* With the owners pinned: the owner created next after the one *cursor
+ * names (0 to start), wrapping around, and updates *cursor; NULL when the
+ * store has no owner. For round-robin walks that survive owners coming and
+ * going. */
+struct zsw_owner *zsw_store_owner_next(struct zsw_store *s, uint64_t *cursor);
+
+struct zsw_store_limits {
+        uint64_t pool_bytes;            /* global limit of pool memory in use, 0 for none */
+        unsigned accept_percent;        /* 1..100, 0 for 90 (zswap's accept_thr_percent) */
+        /* Called (outside every store lock) when a store finds a limit it
+         * may write back to make room for: the shrinker's wake-up. */
+        void (*wake)(void *userdata);
+        void *userdata;
+};
+
+/*
+ * Sets the limits. Pool memory in use is the pool's allocated object
+ * bytes. Once the pool reaches the limit, stores are refused
+ * (ZSW_REJECT_POOL_LIMIT, or ZSW_REJECT_RECLAIM_FAIL while writeback is
+ * failing) until it is back at or under accept_percent of the limit, as
+ * zswap does: without that hysteresis every store would refill the room
+ * the last writeback made. -EINVAL for a percent above 100. Call while no
+ * store runs (wake may be called until then).
+ */
+int zsw_store_set_limits(struct zsw_store *s, const struct zsw_store_limits *limits);
+
+/* The writeback tier says whether it is failing (disk full, I/O errors):
+ * refusals at a limit are then counted as ZSW_REJECT_RECLAIM_FAIL. */
+void zsw_store_set_reclaim_failing(struct zsw_store *s, bool failing);
+
+/* Whether the pool is above the accept threshold of its limit: the
+ * shrinker works while this holds. */
+bool zsw_store_over_threshold(struct zsw_store *s);
+
+/* Whether o may be written back, reached its own limit (max_pages) and is
+ * still above its accept threshold: the lower of accept_percent of the
+ * limit and room for a whole batch under it. Stores of o are refused
+ * meanwhile. */
+bool zsw_store_owner_over_threshold(struct zsw_owner *o);
+
+/* Whether o's pages may be written back (not no_writeback). */
+bool zsw_store_owner_may_writeback(struct zsw_owner *o);
