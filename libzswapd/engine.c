@@ -37,7 +37,8 @@
 
 static const uint64_t uffd_features = UFFD_FEATURE_EVENT_FORK | UFFD_FEATURE_EVENT_REMAP |
                                       UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP |
-                                      UFFD_FEATURE_THREAD_ID | UFFD_FEATURE_PAGEFAULT_FLAG_WP;
+                                      UFFD_FEATURE_THREAD_ID | UFFD_FEATURE_PAGEFAULT_FLAG_WP |
+                                      UFFD_FEATURE_POISON;
 
 static int fail(struct zsw_engine_error *err, int r, const char *fmt, ...) _printf_(3, 4);
 static int fail(struct zsw_engine_error *err, int r, const char *fmt, ...) {

@@ -20,7 +20,6 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -39,16 +38,22 @@ struct fault_buf {
 static _Thread_local struct fault_buf *tls_buf;
 
 /* A page we cannot give back correctly (the disk copy is unreadable, the
- * payload does not decode): the kernel kills with SIGBUS on a swap read
- * error, and so do we, rather than hand the target wrong data. */
-static void fail_fault(struct zsw_target *t, uint32_t tid, uint64_t addr, int error) {
+ * payload does not decode): the kernel answers a swap read error with
+ * SIGBUS, and so do we, rather than hand the target wrong data. The page
+ * is poisoned: a user access gets SIGBUS at that address, an access by the
+ * kernel on the target's behalf (read(2) into it) gets EFAULT, exactly as
+ * for a hardware-poisoned page; nothing retries forever. */
+static void fail_fault(struct zsw_target *t, uint64_t addr, int error) {
+        int r;
+
         zsw_log(t->engine->log, LOG_ERR,
-                "Cannot restore page 0x%" PRIx64 " of process %d: %s; sending SIGBUS as the "
-                "kernel does on a swap read error",
+                "Cannot restore page 0x%" PRIx64 " of process %d: %s; poisoning it, the process "
+                "gets SIGBUS there as the kernel gives on a swap read error",
                 addr, t->pid, strerror(-error));
-        if (tid > 0 && t->pid > 0)
-                syscall(SYS_tgkill, t->pid, (pid_t) tid, SIGBUS);
-        zsw_uffd_wake(t->uffd, addr, ZSW_PAGE_SIZE);
+        r = zsw_uffd_poison(t->uffd, addr, ZSW_PAGE_SIZE);
+        if (r < 0 && r != -EEXIST)
+                zsw_log(t->engine->log, LOG_ERR, "Cannot poison page 0x%" PRIx64 " of %d: %s",
+                        addr, t->pid, strerror(-r));
 }
 
 /* Brings back the stored pages after pgno, up to the prefetch window,
@@ -74,8 +79,7 @@ static unsigned prefetch(struct fault_thread *ft, struct zsw_target *t, uint64_t
         return n;
 }
 
-static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_t addr,
-                          uint32_t tid) {
+static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_t addr) {
         uint64_t pgno = addr / ZSW_PAGE_SIZE, page = pgno * ZSW_PAGE_SIZE;
         uint64_t start = zsw_now_ns();
         /* A fault right after the pages we brought back last time: a
@@ -96,7 +100,7 @@ static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_
                 copied = zsw_uffd_zeropage(t->uffd, page, ZSW_PAGE_SIZE, false);
                 atomic_fetch_add_explicit(&t->zero_faults, 1, memory_order_relaxed);
         } else if (r < 0) {
-                fail_fault(t, tid, page, r);
+                fail_fault(t, page, r);
                 return;
         } else {
                 copied = zsw_uffd_copy(t->uffd, page, tls_buf->pages, ZSW_PAGE_SIZE, 0);
@@ -107,7 +111,7 @@ static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_
                         const void *p = tls_buf->pages;
 
                         if (zsw_store_pages(ft->worker, t->owner, &pgno, &p, 1, NULL) < 0)
-                                fail_fault(t, tid, page, -ENOMEM);
+                                fail_fault(t, page, -ENOMEM);
                 }
         }
 
@@ -136,7 +140,7 @@ static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const stru
                                                       m->arg.pagefault.address & ~(uint64_t) (ZSW_PAGE_SIZE - 1),
                                                       ZSW_PAGE_SIZE, false, false);
                 } else
-                        serve_missing(ft, t, m->arg.pagefault.address, m->arg.pagefault.feat.ptid);
+                        serve_missing(ft, t, m->arg.pagefault.address);
                 break;
         case UFFD_EVENT_FORK:
                 engine_add_fork_child(t->engine, t, (int) m->arg.fork.ufd);
@@ -167,9 +171,13 @@ static void serve_target(struct fault_thread *ft, struct zsw_target *t) {
         int n;
 
         pthread_mutex_lock(&t->serve_lock);
-        while ((n = zsw_uffd_read_msgs(t->uffd, msgs, MSGS_PER_READ)) > 0)
+        /* A short read emptied the queue: stop there rather than pay one
+         * more read for its EAGAIN; what arrives later wakes epoll again. */
+        do {
+                n = zsw_uffd_read_msgs(t->uffd, msgs, MSGS_PER_READ);
                 for (int i = 0; i < n; i++)
                         handle_msg(ft, t, &msgs[i]);
+        } while (n == (int) MSGS_PER_READ);
         pthread_mutex_unlock(&t->serve_lock);
         if (n < 0 && n != -EAGAIN) {
                 zsw_log(t->engine->log, LOG_DEBUG, "Reading the userfaultfd of %d failed: %s",
@@ -183,11 +191,6 @@ static void *fault_thread_main(void *userdata) {
         struct zsw_engine *e = ft->engine;
         struct epoll_event evs[16];
 
-        if (getenv("ZSWAPD_FIFO")) {
-                struct sched_param sp = { .sched_priority = 1 };
-                pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
-        } else if (getenv("ZSWAPD_NICE"))
-                setpriority(PRIO_PROCESS, (id_t) gettid(), -20);
         tls_buf = aligned_alloc(4096, sizeof(struct fault_buf));
         if (!tls_buf) {
                 zsw_log(e->log, LOG_ERR, "Fault thread has no memory for its buffer");

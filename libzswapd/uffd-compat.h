@@ -19,6 +19,17 @@
 #ifndef UFFD_FEATURE_WP_UNPOPULATED
 #define UFFD_FEATURE_WP_UNPOPULATED (1 << 13)
 #endif
+#ifndef _UFFDIO_POISON
+#define _UFFDIO_POISON (0x08)
+struct uffdio_poison {
+        struct uffdio_range range;
+#define UFFDIO_POISON_MODE_DONTWAKE ((__u64) 1 << 0)
+        __u64 mode;
+        __s64 updated;
+};
+#define UFFDIO_POISON _IOWR(UFFDIO, _UFFDIO_POISON, struct uffdio_poison)
+#endif
+
 #ifndef UFFD_FEATURE_POISON
 #define UFFD_FEATURE_POISON (1 << 14)
 #endif

@@ -93,6 +93,14 @@ ssize_t zsw_uffd_zeropage(int fd, uint64_t start, uint64_t len, bool dontwake) {
         return fill_result(r, zp.zeropage);
 }
 
+int zsw_uffd_poison(int fd, uint64_t start, uint64_t len) {
+        struct uffdio_poison p = { .range = { .start = start, .len = len } };
+
+        if (ioctl(fd, UFFDIO_POISON, &p) < 0)
+                return p.updated > 0 ? (int) p.updated : -errno;
+        return 0;
+}
+
 int zsw_uffd_wake(int fd, uint64_t start, uint64_t len) {
         struct uffdio_range range = { .start = start, .len = len };
 
@@ -100,21 +108,12 @@ int zsw_uffd_wake(int fd, uint64_t start, uint64_t len) {
 }
 
 int zsw_uffd_read_msgs(int fd, struct uffd_msg *msgs, size_t n) {
-        struct pollfd p = { .fd = fd, .events = POLLIN };
         ssize_t l;
 
         if (n == 0)
                 return -EINVAL;
-        /* The target may have created its uffd blocking, and the flag lives
-         * in the shared file description: poll first so a blocking fd with
-         * nothing pending does not block us. With one reader per uffd a
-         * readable poll means read returns at least one message; the kernel
-         * then adds whatever else is pending without waiting. */
-        if (poll(&p, 1, 0) < 0)
-                return -errno;
-        if (!(p.revents & POLLIN))
-                return p.revents & (POLLERR | POLLHUP) ? -EPIPE : -EAGAIN;
-
+        /* One syscall, no poll first: on the fault path every syscall
+         * counts, and the fd is O_NONBLOCK (see uffd.h). */
         l = read(fd, msgs, n * sizeof(struct uffd_msg));
         if (l < 0)
                 return -errno;

@@ -70,11 +70,16 @@ ssize_t zsw_uffd_copy(int fd, uint64_t dst, const void *src, uint64_t len, uint6
 /* Maps the shared zero page into missing pages; same returns as copy. */
 ssize_t zsw_uffd_zeropage(int fd, uint64_t start, uint64_t len, bool dontwake);
 
+/* Marks missing pages poisoned (UFFD_FEATURE_POISON): a user access then
+ * gets SIGBUS at that address, a kernel access EFAULT. Wakes the faulting
+ * threads. Same returns as copy, 0 when the whole range is done. */
+int zsw_uffd_poison(int fd, uint64_t start, uint64_t len);
+
 /* Wakes threads waiting on faults in the range, after DONTWAKE fills. */
 int zsw_uffd_wake(int fd, uint64_t start, uint64_t len);
 
-/* Reads up to n messages without blocking: returns how many (>= 1), or
- * -EAGAIN when none is pending. A UFFD_EVENT_FORK message installs the
+/* Reads up to n messages from an O_NONBLOCK uffd (a blocking one would
+ * block here): returns how many (>= 1), or -EAGAIN when none is pending. A UFFD_EVENT_FORK message installs the
  * child's new uffd in the calling process (msg.arg.fork.ufd), so only the
  * process meant to own those fds may read. Events are synchronous: the
  * target's fork/mremap/madvise/munmap does not return until its event has
