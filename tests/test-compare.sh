@@ -96,10 +96,11 @@ if command -v jq >/dev/null; then
                 fail "a contender reported no corrupted_bytes figure"
         # The floor evicts nothing; the swapfile takes 3/4 of the size out of
         # the workload, most of it from the filled pages (a sanitizer
-        # runtime's cold memory may go first).
+        # runtime's cold memory may go first, and its shadow pages count
+        # too: hence the loose upper bound).
         [ "$(figure reread floor evicted_pages)" = 0 ] || fail "floor evicted pages"
         ev=$(figure reread swapfile evicted_mib)
-        awk -v e="$ev" -v s=$size 'BEGIN { exit !(e >= s / 2 && e <= s) }' ||
+        awk -v e="$ev" -v s=$size 'BEGIN { exit !(e >= s / 2 && e <= 2 * s) }' ||
                 fail "swapfile reclaim took $ev MiB, expected about $(( size * 3 / 4 ))"
         # Under ASan its runtime's tens of MiB of cold memory are what the
         # kernel's LRU takes first at this size: only the MiB check holds.
