@@ -3,13 +3,10 @@
  * Fault service: the threads that give pages back.
  *
  * One thread per CPU, each pinned to its CPU and blocked in epoll_wait(2)
- * on an epoll set of its own that holds every target's userfaultfd. A
- * fault wakes every such thread; the one on the faulting thread's CPU runs
- * as soon as the faulting thread sleeps and wins the race to read the
- * message. Waking a thread on another vCPU costs ~50 us on the VMs we
- * measured, a local one ~7 us: this is why the threads are pinned, one per
- * CPU, and why nothing slow (compression, the control socket, ptrace)
- * ever runs on them.
+ * on an epoll set of its own that holds every target's userfaultfd, added
+ * with EPOLLEXCLUSIVE so that a fault wakes one idle thread, not all (see
+ * fault_threads_add()). Nothing slow (compression, the control socket,
+ * ptrace) ever runs on these threads.
  *
  * A target's messages are read and handled under its serve_lock, in the
  * order the kernel queued them; see engine-internal.h for why.
@@ -223,7 +220,13 @@ static void *fault_thread_main(void *userdata) {
 }
 
 int fault_threads_add(struct zsw_engine *e, struct zsw_target *t) {
-        struct epoll_event ev = { .events = EPOLLIN, .data.ptr = t };
+        /* EPOLLEXCLUSIVE: a fault wakes one idle fault thread, not all of
+         * them. Waking every thread made them race for serve_lock, and the
+         * loser's wakeup and futex cost the faulting thread: p50 80 us
+         * against 43 us with one thread woken (zswapd-bench-fault, 64 MiB,
+         * this VM). A busy thread's epoll still queues the event, and the
+         * kernel moves on to a waiting one, so nothing waits on it. */
+        struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = t };
 
         for (unsigned i = 0; i < e->n_threads; i++)
                 if (epoll_ctl(e->threads[i].epfd, EPOLL_CTL_ADD, t->uffd, &ev) < 0) {
