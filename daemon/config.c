@@ -19,7 +19,9 @@
 #include "config.h"
 
 #define DEFAULT_SOCKET "/run/zswapd/zswapd.sock"
-#define DEFAULT_SWAPFILE "/var/lib/zswapd/swapfile"
+/* A directory: the backing file is an unnamed O_TMPFILE in it, which
+ * nobody else can open and which a crash cannot leave behind. */
+#define DEFAULT_SWAPFILE "/var/lib/zswapd"
 #define UNIT_NAME_MAX 255
 #define POLICY_NAME_MAX 200
 

@@ -83,7 +83,7 @@ TEST(defaults_without_any_file) {
         ASSERT_EQ(c->pool_limit.value, 2000);
         ASSERT_EQ(c->accept_threshold, 90);
         ASSERT_FALSE(c->writeback);
-        ASSERT_STREQ(c->swapfile, "/var/lib/zswapd/swapfile");
+        ASSERT_STREQ(c->swapfile, "/var/lib/zswapd");
         ASSERT_EQ_U(c->swapfile_size, 1ull << 30);
         ASSERT_FALSE(c->pressure.full);
         ASSERT_EQ(c->pressure.stall_usec, 100000);
