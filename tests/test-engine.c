@@ -293,6 +293,11 @@ TEST(bad_input_changes_nothing) {
         struct zsw_engine *e = engine_start();
         struct zsw_engine_error err = {};
 
+        /* Filled first: attaching while the child still fills its buffer
+         * hung it once in CI (see the stop-7 note), a case of its own to
+         * chase, not this test's. */
+        ASSERT_EQ(child_ask(&ch, 'v'), 0);
+
         ASSERT_ERRNO(zsw_engine_attach(e, 0x3fffffff, &err), ESRCH);
         ASSERT_ERRNO(zsw_engine_attach(e, getpid(), &err), EINVAL);
         ASSERT_ERRNO(zsw_engine_attach(e, 2, &err), EPERM);
