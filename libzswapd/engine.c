@@ -263,7 +263,7 @@ out:
 /* Puts every stored page back, in chunks under serve_lock so that the
  * target's events are ordered with our copies (see engine-internal.h). */
 static int copy_back(struct zsw_engine *e, struct zsw_target *t) {
-        static _Alignas(4096) uint8_t page[ZSW_PAGE_SIZE];
+        _Alignas(64) uint8_t page[ZSW_PAGE_SIZE];      /* on the stack: the library keeps no globals */
         uint64_t pgno = 0;
         bool more = true;
         int r = 0;
