@@ -16,6 +16,7 @@
 #include "engine.h"
 #include "test.h"
 #include "target-client.h"
+#include "test-disk.h"
 
 static _Atomic unsigned sigbus_logged;
 
@@ -116,45 +117,6 @@ TEST(target_pages_through_the_swapfile) {
         ASSERT_OK(rmdir(dir));
 }
 
-static int run_cmd(const char *cmd) {
-        int status = system(cmd);
-
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-/* An ext4 of 64 MiB on a loop device mounted on dir, in a mount namespace
- * of our own (the loop device clears itself when unmounted). */
-static bool ext4_on_loop(const char *dir) {
-        char command[PATH_MAX + 128], image[PATH_MAX], dev[64] = "";
-        bool ok = false;
-        FILE *f;
-        int fd;
-
-        if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
-                return false;
-        snprintf(image, sizeof(image), "%s.img", dir);
-        fd = open(image, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-        ASSERT_GE(fd, 0);
-        ASSERT_OK(ftruncate(fd, 64 << 20));
-        close(fd);
-        snprintf(command, sizeof(command), "losetup --find --show %s 2>/dev/null", image);
-        f = popen(command, "r");
-        if (f && fgets(dev, sizeof(dev), f) && dev[0] == '/') {
-                dev[strcspn(dev, "\n")] = 0;
-                snprintf(command, sizeof(command), "mkfs.ext4 -q -F %s >/dev/null 2>&1", dev);
-                ok = run_cmd(command) == 0 && mount(dev, dir, "ext4", 0, NULL) >= 0;
-                snprintf(command, sizeof(command), "losetup -d %s 2>/dev/null", dev);
-                run_cmd(command);
-        }
-        if (f)
-                pclose(f);
-        unlink(image);
-        return ok;
-}
-
-#define EXT4_IOC_SHUTDOWN _IOR('X', 125, uint32_t)
-#define EXT4_GOING_FLAGS_NOLOGFLUSH 0x2
-
 /* Sanitizers catch SIGBUS to report it and abort: the target (built
  * with them too) must die of it as a plain program does. */
 static void sanitizers_leave_sigbus(void) {
@@ -183,7 +145,6 @@ TEST(read_error_kills_with_sigbus) {
                 .swapfile_max_bytes = 32 << 20,
                 .log = &test_log,
         };
-        uint32_t flags = EXT4_GOING_FLAGS_NOLOGFLUSH;
         struct zsw_engine_error err = {};
         struct zsw_target_stats ts = {};
         struct zsw_engine *e;
@@ -192,11 +153,12 @@ TEST(read_error_kills_with_sigbus) {
 
         if (geteuid() != 0)
                 TEST_SKIP("needs root for ptrace and userfaultfd");
-        ASSERT_TRUE(mkdtemp(dir));
         /* Before the engine starts threads: unshare needs one thread. */
-        if (!ext4_on_loop(dir)) {
+        test_private_mounts();
+        ASSERT_TRUE(mkdtemp(dir));
+        if (!test_ext4_on_loop(dir)) {
                 rmdir(dir);
-                TEST_SKIP("no private mounts or no loop device with ext4 here");
+                TEST_SKIP("no loop device with ext4 here");
         }
         cfg.swapfile = dir;
         ASSERT_OK(zsw_engine_new(&cfg, &e));
@@ -218,7 +180,7 @@ TEST(read_error_kills_with_sigbus) {
 
         fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         ASSERT_GE(fd, 0);
-        ASSERT_OK(ioctl(fd, EXT4_IOC_SHUTDOWN, &flags));
+        test_ext4_shutdown(fd);
         close(fd);
 
         fprintf(t->in, "verify\n");

@@ -26,6 +26,7 @@
 #include "corpus.h"
 #include "swapfile.h"
 #include "test.h"
+#include "test-disk.h"
 
 #define PAGE 4096u
 #define BATCH ZSW_SWAPFILE_BATCH_MAX
@@ -105,13 +106,6 @@ static int write_range(struct zsw_swapfile *sf, struct payloads *p, size_t from,
                                         n, p->slots + from, errors);
 }
 
-static char *make_dir(void) {
-        char *d = strdup("/var/tmp/test-swapfile-XXXXXX");
-
-        ASSERT_TRUE(d && mkdtemp(d));
-        return d;
-}
-
 /* Counts warnings and worse: failures are logged once per burst. */
 static void count_log(void *userdata, int priority, const char *file, int line,
                       const char *func, const char *format, va_list ap) {
@@ -149,7 +143,7 @@ static int find_fd(const char *dir) {
 }
 
 TEST(tmpfile_is_private_and_vanishes) {
-        _cleanup_free_ char *dir = make_dir();
+        _cleanup_free_ char *dir = test_make_dir("test-swapfile");
         _cleanup_(zsw_swapfile_closep) struct zsw_swapfile *sf = NULL;
         struct stat st;
         int fd;
@@ -167,7 +161,7 @@ TEST(tmpfile_is_private_and_vanishes) {
 }
 
 TEST(named_file_is_private_and_removed) {
-        _cleanup_free_ char *dir = make_dir();
+        _cleanup_free_ char *dir = test_make_dir("test-swapfile");
         _cleanup_(zsw_swapfile_closep) struct zsw_swapfile *sf = NULL;
         char path[PATH_MAX];
         struct stat st;
@@ -188,7 +182,7 @@ TEST(named_file_is_private_and_removed) {
 }
 
 TEST(round_trip_many_batches) {
-        _cleanup_free_ char *dir = make_dir();
+        _cleanup_free_ char *dir = test_make_dir("test-swapfile");
         _cleanup_(zsw_swapfile_closep) struct zsw_swapfile *sf = NULL;
         struct zsw_swapfile_stats st;
         struct payloads p;
@@ -252,7 +246,7 @@ TEST(round_trip_many_batches) {
 }
 
 TEST(unmerged_batches_for_comparison) {
-        _cleanup_free_ char *dir = make_dir();
+        _cleanup_free_ char *dir = test_make_dir("test-swapfile");
         _cleanup_(zsw_swapfile_closep) struct zsw_swapfile *sf = NULL;
         struct zsw_swapfile_stats st;
         struct payloads p;
@@ -284,7 +278,7 @@ static uint32_t block_size(const char *dir) {
 }
 
 TEST(free_reuse_and_fragmentation) {
-        _cleanup_free_ char *dir = make_dir();
+        _cleanup_free_ char *dir = test_make_dir("test-swapfile");
         _cleanup_(zsw_swapfile_closep) struct zsw_swapfile *sf = NULL;
         struct zsw_swapfile_stats st;
         struct payloads p;
@@ -362,14 +356,8 @@ TEST(free_reuse_and_fragmentation) {
         ASSERT_OK(rmdir(dir));
 }
 
-/* A private mount namespace, so our mounts vanish with the process. */
-static void private_mounts(void) {
-        if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
-                TEST_SKIP("cannot make a private mount namespace: %m");
-}
-
 TEST(disk_full_on_small_tmpfs) {
-        _cleanup_free_ char *dir = make_dir();
+        _cleanup_free_ char *dir = test_make_dir("test-swapfile");
         _cleanup_(zsw_swapfile_closep) struct zsw_swapfile *sf = NULL;
         struct zsw_swapfile_stats st;
         struct payloads p;
@@ -378,7 +366,7 @@ TEST(disk_full_on_small_tmpfs) {
         unsigned warnings = 0;
         struct zsw_log log = { .fn = count_log, .userdata = &warnings, .max_priority = LOG_DEBUG };
 
-        private_mounts();
+        test_private_mounts();
         if (mount("tmpfs", dir, "tmpfs", 0, "size=256k,mode=0700") < 0)
                 TEST_SKIP("cannot mount a tmpfs: %m");
         payloads_make(&p, n, 3);
@@ -425,7 +413,7 @@ TEST(disk_full_on_small_tmpfs) {
 }
 
 TEST(short_write_resubmitted_then_failed) {
-        _cleanup_free_ char *dir = make_dir();
+        _cleanup_free_ char *dir = test_make_dir("test-swapfile");
         _cleanup_(zsw_swapfile_closep) struct zsw_swapfile *sf = NULL;
         struct zsw_swapfile_stats st;
         struct rlimit old, lim;
@@ -475,7 +463,7 @@ TEST(short_write_resubmitted_then_failed) {
 }
 
 TEST(short_read_is_an_error) {
-        _cleanup_free_ char *dir = make_dir();
+        _cleanup_free_ char *dir = test_make_dir("test-swapfile");
         _cleanup_(zsw_swapfile_closep) struct zsw_swapfile *sf = NULL;
         struct zsw_swapfile_stats st;
         char path[PATH_MAX];
@@ -504,66 +492,17 @@ TEST(short_read_is_an_error) {
         ASSERT_OK(rmdir(dir));
 }
 
-/* ext4's "going down" ioctl (fstests' shutdown): afterwards the filesystem
- * fails every read, write and fallocate with EIO, as a dead disk would. */
-#ifndef EXT4_IOC_SHUTDOWN
-#define EXT4_IOC_SHUTDOWN _IOR('X', 125, uint32_t)
-#endif
-#define EXT4_GOING_FLAGS_NOLOGFLUSH 0x2
-
-static int run(const char *cmd) {
-        int status = system(cmd);
-
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-/* An ext4 of 64 MiB on a loop device, mounted on dir. The loop device
- * clears itself when unmounted and the image is unlinked at once, so even a
- * test that aborts leaves nothing behind: its mount namespace dies with it. */
-static bool ext4_on_loop(const char *dir, const char *image) {
-        char cmd[PATH_MAX + 128], dev[64] = "";
-        struct loop_info64 info;
-        bool ok = false;
-        FILE *f;
-        int fd;
-
-        fd = open(image, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-        ASSERT_GE(fd, 0);
-        ASSERT_OK(ftruncate(fd, 64 << 20));
-        close(fd);
-        snprintf(cmd, sizeof(cmd), "losetup --find --show %s 2>/dev/null", image);
-        f = popen(cmd, "r");
-        if (f && fgets(dev, sizeof(dev), f) && dev[0] == '/') {
-                dev[strcspn(dev, "\n")] = 0;
-                snprintf(cmd, sizeof(cmd), "mkfs.ext4 -q -F %s >/dev/null 2>&1", dev);
-                ok = run(cmd) == 0 && mount(dev, dir, "ext4", 0, NULL) >= 0;
-                fd = open(dev, O_RDONLY | O_CLOEXEC);
-                ASSERT_GE(fd, 0);
-                ASSERT_OK(ioctl(fd, LOOP_GET_STATUS64, &info));
-                info.lo_flags |= LO_FLAGS_AUTOCLEAR;
-                ASSERT_OK(ioctl(fd, LOOP_SET_STATUS64, &info));
-                close(fd);
-        }
-        if (f)
-                pclose(f);
-        unlink(image);
-        return ok;
-}
-
 TEST(io_errors_fail_cleanly) {
-        _cleanup_free_ char *dir = make_dir();
+        _cleanup_free_ char *dir = test_make_dir("test-swapfile");
         _cleanup_(zsw_swapfile_closep) struct zsw_swapfile *sf = NULL;
         _cleanup_(zsw_swapfile_closep) struct zsw_swapfile *fresh = NULL;
         struct zsw_swapfile_stats st, before;
-        char image[PATH_MAX];
         struct payloads p;
         uint8_t buf[PAGE], *bufs[BATCH];
         int errors[BATCH], fd;
-        uint32_t flags = EXT4_GOING_FLAGS_NOLOGFLUSH;
 
-        private_mounts();
-        snprintf(image, sizeof(image), "%s.img", dir);
-        if (!ext4_on_loop(dir, image))
+        test_private_mounts();
+        if (!test_ext4_on_loop(dir))
                 TEST_SKIP("no loop device with ext4 here");
         payloads_make(&p, 3 * BATCH, 6);
         ASSERT_OK(zsw_swapfile_open(dir, 32 << 20, NULL, &sf));
@@ -574,7 +513,7 @@ TEST(io_errors_fail_cleanly) {
 
         fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         ASSERT_GE(fd, 0);
-        ASSERT_OK(ioctl(fd, EXT4_IOC_SHUTDOWN, &flags));
+        test_ext4_shutdown(fd);
         close(fd);
 
         zsw_swapfile_get_stats(sf, &before);
@@ -668,7 +607,7 @@ static void *loading_reader(void *arg) {
 }
 
 TEST(concurrent_writer_and_readers) {
-        _cleanup_free_ char *dir = make_dir();
+        _cleanup_free_ char *dir = test_make_dir("test-swapfile");
         _cleanup_(zsw_swapfile_closep) struct zsw_swapfile *sf = NULL;
         struct zsw_swapfile_stats st;
         struct payloads p;
@@ -701,11 +640,11 @@ TEST(concurrent_writer_and_readers) {
 }
 
 TEST(no_direct_io_is_refused_cleanly) {
-        _cleanup_free_ char *dir = make_dir();
+        _cleanup_free_ char *dir = test_make_dir("test-swapfile");
         struct zsw_swapfile *sf = NULL;
         char path[PATH_MAX];
 
-        private_mounts();
+        test_private_mounts();
         /* ramfs has no O_DIRECT: entries would only move from memory to memory. */
         if (mount("ramfs", dir, "ramfs", 0, "mode=0700") < 0)
                 TEST_SKIP("cannot mount a ramfs: %m");
@@ -718,19 +657,6 @@ TEST(no_direct_io_is_refused_cleanly) {
         ASSERT_OK(rmdir(dir));
 }
 
-/* ---- EIO from the block device ----------------------------------------- */
-
-static int write_sysfs(const char *path, const char *value) {
-        int fd = open(path, O_WRONLY | O_CLOEXEC), r = 0;
-
-        if (fd < 0)
-                return -errno;
-        if (write(fd, value, strlen(value)) < 0)
-                r = -errno;
-        close(fd);
-        return r;
-}
-
 /* With mem_limit reached, zram fails every write that needs new memory with
  * BLK_STS_IOERR: a real device error below ext4, per bio. Runs in a child
  * (own mount namespace) so that the parent removes the device even when the
@@ -738,19 +664,14 @@ static int write_sysfs(const char *path, const char *value) {
 static void zram_eio_body(int id, const char *dir) {
         _cleanup_(zsw_swapfile_closep) struct zsw_swapfile *sf = NULL;
         struct zsw_swapfile_stats st;
-        char path[128], cmd[128], value[64];
+        char path[128], value[64];
         uint64_t in_use = 0;
         size_t written = 0, failed = 0;
         struct payloads p;
         FILE *f;
 
-        private_mounts();
-        snprintf(path, sizeof(path), "/sys/block/zram%d/disksize", id);
-        ASSERT_OK(write_sysfs(path, "64M"));
-        snprintf(cmd, sizeof(cmd), "mkfs.ext4 -q -F /dev/zram%d >/dev/null 2>&1", id);
-        ASSERT_EQ(run(cmd), 0);
-        snprintf(path, sizeof(path), "/dev/zram%d", id);
-        ASSERT_OK(mount(path, dir, "ext4", 0, NULL));
+        test_private_mounts();
+        test_zram_ext4(id, "64M", dir);
 
         payloads_make(&p, 16 * BATCH, 8);
         ASSERT_OK(zsw_swapfile_open(dir, 32 << 20, NULL, &sf));
@@ -764,8 +685,7 @@ static void zram_eio_body(int id, const char *dir) {
         f = fopen(path, "re");
         ASSERT_TRUE(f && fscanf(f, "%*s %*s %63s", value) == 1);
         fclose(f);
-        snprintf(path, sizeof(path), "/sys/block/zram%d/mem_limit", id);
-        ASSERT_OK(write_sysfs(path, value));
+        test_zram_limit(id, value);
 
         for (size_t b = 4 * BATCH; b < 16 * BATCH; b += BATCH) {
                 int errors[BATCH];
@@ -797,31 +717,11 @@ static void zram_eio_body(int id, const char *dir) {
 }
 
 TEST(device_write_errors_lose_nothing) {
-        _cleanup_free_ char *dir = make_dir();
-        char buf[16] = "";
-        int fd, id, status;
-        ssize_t l;
-        pid_t pid;
+        _cleanup_free_ char *dir = test_make_dir("test-swapfile");
+        int id = test_zram_add(), status;
 
-        fd = open("/sys/class/zram-control/hot_add", O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                TEST_SKIP("no zram hot_add here: %m");
-        l = read(fd, buf, sizeof(buf) - 1);
-        close(fd);
-        if (l <= 0)
-                TEST_SKIP("cannot add a zram device");
-        id = atoi(buf);
-
-        pid = fork();
-        ASSERT_GE(pid, 0);
-        if (pid == 0) {
-                zram_eio_body(id, dir);
-                _exit(EXIT_SUCCESS);
-        }
-        ASSERT_EQ(waitpid(pid, &status, 0), pid);
-        snprintf(buf, sizeof(buf), "%d", id);
-        ASSERT_OK(write_sysfs("/sys/class/zram-control/hot_remove", buf));
+        status = test_in_child(zram_eio_body, id, dir);
+        test_zram_remove(id);
         ASSERT_OK(rmdir(dir));
-        ASSERT_TRUE(WIFEXITED(status));
-        ASSERT_EQ(WEXITSTATUS(status), EXIT_SUCCESS);
+        ASSERT_EQ(status, EXIT_SUCCESS);
 }

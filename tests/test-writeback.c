@@ -20,6 +20,7 @@
 
 #include "store-helpers.h"
 #include "writeback.h"
+#include "test-disk.h"
 
 struct fixture {
         char dir[PATH_MAX];
@@ -28,13 +29,6 @@ struct fixture {
         struct zsw_worker *w;
         struct zsw_writeback *wb;
 };
-
-static char *make_dir(void) {
-        char *d = strdup("/var/tmp/test-writeback-XXXXXX");
-
-        ASSERT_TRUE(d && mkdtemp(d));
-        return d;
-}
 
 static void fixture_open(struct fixture *f, const char *dir, uint64_t pool_limit,
                          uint64_t file_max) {
@@ -139,7 +133,7 @@ static void check_range(struct fixture *f, struct zsw_owner *o, uint64_t salt, u
 }
 
 TEST(every_byte_back_through_disk) {
-        _cleanup_free_ char *dir = make_dir();
+        _cleanup_free_ char *dir = test_make_dir("test-writeback");
         struct zsw_store_stats st;
         struct zsw_writeback_stats ws;
         struct zsw_swapfile_stats ss;
@@ -184,7 +178,7 @@ TEST(every_byte_back_through_disk) {
 }
 
 TEST(batches_of_cold_entries_merge_into_few_requests) {
-        _cleanup_free_ char *dir = make_dir();
+        _cleanup_free_ char *dir = test_make_dir("test-writeback");
         struct zsw_writeback_stats ws;
         struct zsw_owner *o;
         struct fixture f;
@@ -222,7 +216,7 @@ TEST(batches_of_cold_entries_merge_into_few_requests) {
 }
 
 TEST(prefetch_runs_read_neighbours_together) {
-        _cleanup_free_ char *dir = make_dir();
+        _cleanup_free_ char *dir = test_make_dir("test-writeback");
         static uint8_t pages[ZSW_STORE_BATCH_MAX][ZSW_PAGE_SIZE];
         void *bufs[ZSW_STORE_BATCH_MAX];
         struct zsw_swapfile_stats before, after;
@@ -265,7 +259,7 @@ TEST(prefetch_runs_read_neighbours_together) {
 }
 
 TEST(second_chance_for_referenced_entries) {
-        _cleanup_free_ char *dir = make_dir();
+        _cleanup_free_ char *dir = test_make_dir("test-writeback");
         uint8_t buf[ZSW_PAGE_SIZE];
         struct zsw_owner *o;
         struct fixture f;
@@ -319,7 +313,7 @@ static int store_one(struct fixture *f, struct zsw_owner *o, uint64_t pgno) {
 }
 
 TEST(accept_threshold_hysteresis) {
-        _cleanup_free_ char *dir = make_dir();
+        _cleanup_free_ char *dir = test_make_dir("test-writeback");
         struct zsw_owner_config oc = { .compressor = ZSW_COMPRESSOR_DEFAULT, .no_writeback = true };
         struct zsw_owner *o;
         struct fixture f;
@@ -355,7 +349,7 @@ TEST(accept_threshold_hysteresis) {
 }
 
 TEST(owner_limits_and_writeback_switch) {
-        _cleanup_free_ char *dir = make_dir();
+        _cleanup_free_ char *dir = test_make_dir("test-writeback");
         struct zsw_owner_config ca = { .compressor = ZSW_COMPRESSOR_DEFAULT, .max_pages = 64 };
         struct zsw_owner_config cb = ca;
         struct zsw_store_stats sa, sb;
@@ -396,7 +390,7 @@ TEST(owner_limits_and_writeback_switch) {
 }
 
 TEST(round_robin_between_owners) {
-        _cleanup_free_ char *dir = make_dir();
+        _cleanup_free_ char *dir = test_make_dir("test-writeback");
         struct zsw_owner *o[3];
         struct zsw_store_stats st[3];
         struct fixture f;
@@ -475,7 +469,7 @@ static void *racer_main(void *arg) {
 }
 
 TEST(loads_and_invalidations_race_the_switch) {
-        _cleanup_free_ char *dir = make_dir();
+        _cleanup_free_ char *dir = test_make_dir("test-writeback");
         struct racer rc = {};
         struct zsw_owner *o;
         struct fixture f;
@@ -504,7 +498,7 @@ TEST(loads_and_invalidations_race_the_switch) {
 }
 
 TEST(clones_share_disk_entries) {
-        _cleanup_free_ char *dir = make_dir();
+        _cleanup_free_ char *dir = test_make_dir("test-writeback");
         struct zsw_owner *parent, *child;
         struct fixture f;
 
@@ -524,13 +518,6 @@ TEST(clones_share_disk_entries) {
         zsw_store_owner_free(parent);
         fixture_close(&f);
         ASSERT_OK(rmdir(dir));
-}
-
-/* ---- failures ------------------------------------------------------------ */
-
-static void private_mounts(void) {
-        if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
-                TEST_SKIP("cannot make a private mount namespace: %m");
 }
 
 /* Fills the pool past what the disk takes; whatever was stored loads back
@@ -557,7 +544,7 @@ static void fill_past_failure(struct fixture *f, uint64_t salt) {
 }
 
 TEST(disk_full_loses_nothing) {
-        _cleanup_free_ char *dir = make_dir();
+        _cleanup_free_ char *dir = test_make_dir("test-writeback");
         struct fixture f;
         pid_t pid;
         int status;
@@ -566,7 +553,7 @@ TEST(disk_full_loses_nothing) {
         pid = fork();
         ASSERT_GE(pid, 0);
         if (pid == 0) {
-                private_mounts();
+                test_private_mounts();
                 if (mount("tmpfs", dir, "tmpfs", 0, "size=512k,mode=0700") < 0)
                         TEST_SKIP("cannot mount a tmpfs: %m");
                 fixture_open(&f, dir, 256 << 10, 64 << 20);
@@ -583,57 +570,18 @@ TEST(disk_full_loses_nothing) {
         ASSERT_EQ(WEXITSTATUS(status), EXIT_SUCCESS);
 }
 
-static int run_cmd(const char *cmd) {
-        int status = system(cmd);
-
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-/* An ext4 of 64 MiB on a loop device mounted on dir (the loop device
- * clears itself when unmounted, the image is unlinked at once). */
-static bool ext4_on_loop(const char *dir) {
-        char cmd[PATH_MAX + 128], image[PATH_MAX], dev[64] = "";
-        bool ok = false;
-        FILE *f;
-        int fd;
-
-        snprintf(image, sizeof(image), "%s.img", dir);
-        fd = open(image, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-        ASSERT_GE(fd, 0);
-        ASSERT_OK(ftruncate(fd, 64 << 20));
-        close(fd);
-        snprintf(cmd, sizeof(cmd), "losetup --find --show %s 2>/dev/null", image);
-        f = popen(cmd, "r");
-        if (f && fgets(dev, sizeof(dev), f) && dev[0] == '/') {
-                dev[strcspn(dev, "\n")] = 0;
-                snprintf(cmd, sizeof(cmd), "mkfs.ext4 -q -F %s >/dev/null 2>&1", dev);
-                ok = run_cmd(cmd) == 0 && mount(dev, dir, "ext4", 0, NULL) >= 0;
-                snprintf(cmd, sizeof(cmd), "losetup -d %s 2>/dev/null", dev);
-                /* Detaching a mounted loop device only marks it autoclear. */
-                run_cmd(cmd);
-        }
-        if (f)
-                pclose(f);
-        unlink(image);
-        return ok;
-}
-
-#define EXT4_IOC_SHUTDOWN _IOR('X', 125, uint32_t)
-#define EXT4_GOING_FLAGS_NOLOGFLUSH 0x2
-
 /* The disk fails under written-back pages: their loads fail with EIO and
  * never hand out other bytes, the entries stay (a later try may work),
  * pages in memory load as before, and writeback fails cleanly. */
 static void read_errors_body(const char *dir) {
-        uint32_t flags = EXT4_GOING_FLAGS_NOLOGFLUSH;
         uint8_t buf[ZSW_PAGE_SIZE], junk[ZSW_PAGE_SIZE];
         size_t on_disk = 0, in_memory = 0;
         struct zsw_owner *o;
         struct fixture f;
         int fd;
 
-        private_mounts();
-        if (!ext4_on_loop(dir))
+        test_private_mounts();
+        if (!test_ext4_on_loop(dir))
                 TEST_SKIP("no loop device with ext4 here");
         fixture_open(&f, dir, 0, 32 << 20);
         ASSERT_OK(zsw_store_owner_new(f.s, NULL, &o));
@@ -646,7 +594,7 @@ static void read_errors_body(const char *dir) {
 
         fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         ASSERT_GE(fd, 0);
-        ASSERT_OK(ioctl(fd, EXT4_IOC_SHUTDOWN, &flags));
+        test_ext4_shutdown(fd);
         close(fd);
 
         /* A prefetch run over dead sectors: an error, nothing loaded. */
@@ -689,7 +637,7 @@ static void read_errors_body(const char *dir) {
 }
 
 TEST(read_errors_never_hand_out_wrong_data) {
-        _cleanup_free_ char *dir = make_dir();
+        _cleanup_free_ char *dir = test_make_dir("test-writeback");
         int status;
         pid_t pid;
 
@@ -707,33 +655,15 @@ TEST(read_errors_never_hand_out_wrong_data) {
         ASSERT_EQ(WEXITSTATUS(status), EXIT_SUCCESS);
 }
 
-static int write_sysfs(const char *path, const char *value) {
-        int fd = open(path, O_WRONLY | O_CLOEXEC), r = 0;
-
-        if (fd < 0)
-                return -errno;
-        if (write(fd, value, strlen(value)) < 0)
-                r = -errno;
-        close(fd);
-        return r;
-}
-
 /* zram past its mem_limit fails writes that need new memory with an I/O
  * error below ext4: real device errors. */
 static void zram_body(int id, const char *dir) {
-        char path[128], cmd[128];
         struct fixture f;
 
-        private_mounts();
-        snprintf(path, sizeof(path), "/sys/block/zram%d/disksize", id);
-        ASSERT_OK(write_sysfs(path, "64M"));
-        snprintf(cmd, sizeof(cmd), "mkfs.ext4 -q -F /dev/zram%d >/dev/null 2>&1", id);
-        ASSERT_EQ(system(cmd), 0);
-        snprintf(path, sizeof(path), "/dev/zram%d", id);
-        ASSERT_OK(mount(path, dir, "ext4", 0, NULL));
+        test_private_mounts();
+        test_zram_ext4(id, "64M", dir);
         /* Room for ext4 and about 2 MiB of writes. */
-        snprintf(path, sizeof(path), "/sys/block/zram%d/mem_limit", id);
-        ASSERT_OK(write_sysfs(path, "6M"));
+        test_zram_limit(id, "6M");
 
         fixture_open(&f, dir, 256 << 10, 32 << 20);
         fill_past_failure(&f, 88);
@@ -742,30 +672,11 @@ static void zram_body(int id, const char *dir) {
 }
 
 TEST(device_errors_lose_nothing) {
-        _cleanup_free_ char *dir = make_dir();
-        char buf[16] = "";
-        int fd, id, status;
-        ssize_t l;
-        pid_t pid;
+        _cleanup_free_ char *dir = test_make_dir("test-writeback");
+        int id = test_zram_add(), status;
 
-        fd = open("/sys/class/zram-control/hot_add", O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                TEST_SKIP("no zram hot_add here: %m");
-        l = read(fd, buf, sizeof(buf) - 1);
-        close(fd);
-        if (l <= 0)
-                TEST_SKIP("cannot add a zram device");
-        id = atoi(buf);
-        pid = fork();
-        ASSERT_GE(pid, 0);
-        if (pid == 0) {
-                zram_body(id, dir);
-                _exit(EXIT_SUCCESS);
-        }
-        ASSERT_EQ(waitpid(pid, &status, 0), pid);
-        snprintf(buf, sizeof(buf), "%d", id);
-        ASSERT_OK(write_sysfs("/sys/class/zram-control/hot_remove", buf));
+        status = test_in_child(zram_body, id, dir);
+        test_zram_remove(id);
         ASSERT_OK(rmdir(dir));
-        ASSERT_TRUE(WIFEXITED(status));
-        ASSERT_EQ(WEXITSTATUS(status), EXIT_SUCCESS);
+        ASSERT_EQ(status, EXIT_SUCCESS);
 }
