@@ -1264,8 +1264,6 @@ TEST(pressure_makes_the_policy_back_off) {
 }
 
 int main(int argc, char **argv) {
-        unsigned ran = 0;
-
         if (argc < 3) {
                 fprintf(stderr, "usage: %s ZSWAPD ZSWAPCTL [TEST...]\n", argv[0]);
                 return EXIT_FAILURE;
@@ -1276,18 +1274,6 @@ int main(int argc, char **argv) {
         if (geteuid() != 0)
                 TEST_SKIP("needs root: the daemon ptraces its targets");
 
-        for (unsigned i = 0; i < test_count; i++) {
-                bool wanted = argc < 4;
-
-                for (int a = 3; a < argc; a++)
-                        if (strcmp(argv[a], test_cases[i].name) == 0)
-                                wanted = true;
-                if (!wanted)
-                        continue;
-                fprintf(stderr, "=== %s\n", test_cases[i].name);
-                test_cases[i].fn();
-                ran++;
-        }
-        fprintf(stderr, "%u passed, 0 failed\n", ran);
-        return ran > 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+        /* Test names follow the two paths. */
+        return test_run_cases(argc - 2, argv + 2);
 }

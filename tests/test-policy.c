@@ -221,7 +221,7 @@ TEST(match_unit_in_the_systemd_hierarchy) {
 }
 
 int main(int argc, char **argv) {
-        unsigned ran = 0;
+        int r;
         char cmd[128];
 
         /* A binary of a name no other process on the machine has. */
@@ -232,19 +232,7 @@ int main(int argc, char **argv) {
         log_setup(LOG_INFO);
         if (system(cmd) != 0)
                 TEST_FAIL("%s failed", cmd);
-        for (unsigned i = 0; i < test_count; i++) {
-                bool wanted = argc < 2;
-
-                for (int a = 1; a < argc; a++)
-                        if (strcmp(argv[a], test_cases[i].name) == 0)
-                                wanted = true;
-                if (!wanted)
-                        continue;
-                fprintf(stderr, "=== %s\n", test_cases[i].name);
-                test_cases[i].fn();
-                ran++;
-        }
+        r = test_run_cases(argc, argv);
         unlink(sleeper);
-        fprintf(stderr, "%u passed, 0 failed\n", ran);
-        return ran > 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+        return r;
 }

@@ -107,9 +107,9 @@ static inline void test_register(const char *name, test_fn fn) {
                 exit(EXIT_TEST_SKIP);                                           \
         } while (0)
 
-#ifndef TEST_NO_MAIN
-/* Runs every case, or only those named on the command line. */
-int main(int argc, char **argv) {
+/* Runs every case, or only those named in argv[1..argc-1]; the exit
+ * status for main(). A failing case aborts before this returns. */
+static inline int test_run_cases(int argc, char **argv) {
         unsigned ran = 0;
 
         for (unsigned i = 0; i < test_count; i++) {
@@ -126,5 +126,10 @@ int main(int argc, char **argv) {
         }
         fprintf(stderr, "%u passed, 0 failed\n", ran);
         return ran > 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+#ifndef TEST_NO_MAIN
+int main(int argc, char **argv) {
+        return test_run_cases(argc, argv);
 }
 #endif
