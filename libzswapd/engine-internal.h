@@ -137,6 +137,15 @@ int target_read_vmas(struct zsw_target *t, struct zsw_vma_list *ret);
 /* Called by fault threads with serve_lock held. */
 bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr);
 bool evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, bool unmap);
+/* Pages [pgno, pgno + n) are back in place in the target: drops their
+ * stored copies, now stale, except those of pages in the eviction round in
+ * flight. Such a round may have read and stored the page we just placed,
+ * and only the round knows whether that entry is the one that counts
+ * (the page gets dropped) or not (the round cancels the page and drops
+ * the entry itself); a stale entry of a present page is never read, a
+ * wrongly dropped one is a lost page. batch_lock covers the invalidation
+ * so that no round can take one of these pages in between. */
+void evict_forget_restored(struct zsw_target *t, uint64_t pgno, uint64_t n);
 
 /* engine.c */
 int engine_add_fork_child(struct zsw_engine *e, struct zsw_target *parent, int child_uffd);

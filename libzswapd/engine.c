@@ -277,22 +277,27 @@ static int copy_back(struct zsw_engine *e, struct zsw_target *t) {
                                 more = false;
                                 break;
                         }
-                        r = zsw_store_load(e->worker, t->owner, pgno, page, ZSW_LOAD_EXCLUSIVE);
+                        /* A shared load: the entry goes once its page is
+                         * in place (no eviction runs, we hold evict_lock),
+                         * so a failed copy loses nothing. */
+                        r = zsw_store_load(e->worker, t->owner, pgno, page, 0);
                         if (r < 0)
                                 break;
                         copied = zsw_uffd_copy(t->uffd, pgno * ZSW_PAGE_SIZE, page, ZSW_PAGE_SIZE, 0);
-                        if (copied == -EAGAIN) {
-                                /* An event is pending: put the page back and
-                                 * let the fault threads read it first. */
-                                const void *p = page;
-
-                                r = zsw_store_pages(e->worker, t->owner, &pgno, &p, 1, NULL);
+                        if (copied == -EAGAIN)
+                                /* An event is pending: let the fault threads
+                                 * read it first, then try this page again. */
+                                break;
+                        /* Gone with the process (ESRCH), or with its
+                         * mapping (ENOENT): nothing to put back. Any other
+                         * failure would leave a hole reading zeros once we
+                         * unregister: stop, the target stays attached. */
+                        if (copied < 0 && copied != -EEXIST && copied != -ENOENT) {
+                                r = (int) copied;
                                 break;
                         }
-                        if (copied == -ESRCH) {
-                                r = -ESRCH;
-                                break;
-                        }
+                        if (copied > 0 || copied == -EEXIST)
+                                zsw_store_invalidate(t->owner, pgno, 1);
                         pgno++;
                 }
                 pthread_mutex_unlock(&t->serve_lock);

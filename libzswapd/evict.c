@@ -108,6 +108,19 @@ bool evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, bool un
         return ours;
 }
 
+void evict_forget_restored(struct zsw_target *t, uint64_t pgno, uint64_t n) {
+        struct evict_batch *b = &t->batch;
+
+        pthread_mutex_lock(&t->batch_lock);
+        if (b->state == EVICT_IDLE)
+                zsw_store_invalidate(t->owner, pgno, n);
+        else
+                for (uint64_t p = pgno; p < pgno + n; p++)
+                        if (batch_find(b, p * ZSW_PAGE_SIZE) < 0)
+                                zsw_store_invalidate(t->owner, p, 1);
+        pthread_mutex_unlock(&t->batch_lock);
+}
+
 /* Registers every eligible mapping (new ones appear as the target maps
  * memory; registering a registered range again is harmless). */
 int target_read_vmas(struct zsw_target *t, struct zsw_vma_list *ret) {
@@ -465,6 +478,11 @@ int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
                         rd->ns_scan += zsw_now_ns() - t0;
                         if (r > 0)
                                 r = evict_round(e, t, rd, regions, (size_t) r, res);
+                        /* The target's mappings were changing (an event
+                         * not read yet) or are gone: that round kept its
+                         * pages; the next ones go on. */
+                        if (r == -EAGAIN || r == -ENOENT)
+                                r = 0;
                         if (r < 0)
                                 break;
                 }
