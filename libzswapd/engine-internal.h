@@ -46,10 +46,10 @@ struct evict_batch {
         uint64_t addrs[ZSW_EVICT_MAX_PAGES];     /* sorted */
         bool cancelled[ZSW_EVICT_MAX_PAGES];
         size_t n_cancelled;
-        /* Ranges of the drop being injected, to tell its UFFD_EVENT_REMOVE
-         * from the target's own. */
-        const struct iovec *drops;
-        size_t n_drops;
+        /* Pages of the drop (committed, not cancelled) whose
+         * UFFD_EVENT_REMOVE has been seen: our drop raises exactly one per
+         * page, so a second one is the target's own. */
+        bool drop_seen[ZSW_EVICT_MAX_PAGES];
         /* Threads that wrote during the drop wait for it to finish. */
         bool wake_pending;
 };
@@ -136,7 +136,19 @@ int evict_register_ranges(struct zsw_engine *e, struct zsw_target *t, struct zsw
 int target_read_vmas(struct zsw_target *t, struct zsw_vma_list *ret);
 /* Called by fault threads with serve_lock held. */
 bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr);
-bool evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, bool unmap);
+enum evict_removal {
+        REMOVAL_REMOVE,         /* UFFD_EVENT_REMOVE: the target's DONTNEED/FREE, or our drop */
+        REMOVAL_UNMAP,          /* munmap: entries go */
+        REMOVAL_MOVE,           /* the source of an mremap: entries move */
+};
+/* Applies the target's removal of [start, end): pages of the round in
+ * flight are cancelled, and stored copies of what the target discarded are
+ * dropped (the range reads zeros); our own drop changes nothing. */
+void evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, enum evict_removal kind);
+/* Whether a missing fault on pgno may be served from the store: not for a
+ * page of the round in flight that was cancelled, whose entry (stored after
+ * the target discarded the page) is about to go. */
+bool evict_may_restore(struct zsw_target *t, uint64_t pgno);
 /* Pages [pgno, pgno + n) are back in place in the target: drops their
  * stored copies, now stale, except those of pages in the eviction round in
  * flight. Such a round may have read and stored the page we just placed,

@@ -22,8 +22,13 @@
  *     thread is woken afterwards to fault it back in from the store;
  *   - the target's own MADV_DONTNEED, munmap or mremap of pages of the
  *     round cancels them;
- *   - UFFD_EVENT_REMOVE for exactly the ranges being dropped is our own
- *     drop, not the target's, and changes nothing in the store.
+ *   - our drop raises one UFFD_EVENT_REMOVE per dropped page; the first
+ *     REMOVE of a committed page is taken for ours and changes nothing in
+ *     the store, a second one is the target's (see evict_on_remove());
+ *   - a missing fault on a cancelled page is never served from the store:
+ *     its entry may hold what the target discarded (evict_may_restore());
+ *   - a page brought back during a round keeps its entry, which the round
+ *     settles (evict_forget_restored()).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -40,7 +45,8 @@
 #include "uffd.h"
 #include "vma.h"
 
-static ssize_t batch_find(const struct evict_batch *b, uint64_t addr) {
+/* The first batch index whose address is >= addr. */
+static size_t batch_lower_bound(const struct evict_batch *b, uint64_t addr) {
         size_t lo = 0, hi = b->n;
 
         while (lo < hi) {
@@ -51,7 +57,13 @@ static ssize_t batch_find(const struct evict_batch *b, uint64_t addr) {
                 else
                         hi = mid;
         }
-        return lo < b->n && b->addrs[lo] == addr ? (ssize_t) lo : -1;
+        return lo;
+}
+
+static ssize_t batch_find(const struct evict_batch *b, uint64_t addr) {
+        size_t i = batch_lower_bound(b, addr);
+
+        return i < b->n && b->addrs[i] == addr ? (ssize_t) i : -1;
 }
 
 static void batch_cancel(struct evict_batch *b, size_t i) {
@@ -89,23 +101,46 @@ bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr) {
         return handled;
 }
 
-bool evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, bool unmap) {
+
+/* Our drop raises one REMOVE per page it drops; the target's DONTNEED of
+ * the same pages, before or after ours, raises another. Whichever comes
+ * first is taken for ours, the second for the target's, and the page
+ * reads zeros either way, as it must. Outside a committed round every
+ * removal is the target's. */
+void evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, enum evict_removal kind) {
         struct evict_batch *b = &t->batch;
-        bool ours = false;
+        uint64_t from = start;  /* start of the target's part not yet dropped */
 
         pthread_mutex_lock(&t->batch_lock);
-        if (b->state == EVICT_DROPPING && !unmap)
-                for (size_t d = 0; d < b->n_drops && !ours; d++) {
-                        uint64_t ds = (uint64_t) b->drops[d].iov_base;
-
-                        ours = start >= ds && end <= ds + b->drops[d].iov_len;
-                }
-        if (!ours && b->state != EVICT_IDLE)
-                for (size_t i = 0; i < b->n; i++)
-                        if (b->addrs[i] >= start && b->addrs[i] < end)
+        if (b->state != EVICT_IDLE)
+                for (size_t i = batch_lower_bound(b, start); i < b->n && b->addrs[i] < end; i++) {
+                        if (kind == REMOVAL_REMOVE && b->state == EVICT_DROPPING &&
+                            !b->cancelled[i] && !b->drop_seen[i]) {
+                                b->drop_seen[i] = true;
+                                if (b->addrs[i] > from)
+                                        zsw_store_invalidate(t->owner, from / ZSW_PAGE_SIZE,
+                                                             (b->addrs[i] - from) / ZSW_PAGE_SIZE);
+                                from = b->addrs[i] + ZSW_PAGE_SIZE;
+                        } else
                                 batch_cancel(b, i);
+                }
+        if (kind != REMOVAL_MOVE && end > from)
+                zsw_store_invalidate(t->owner, from / ZSW_PAGE_SIZE, (end - from) / ZSW_PAGE_SIZE);
         pthread_mutex_unlock(&t->batch_lock);
-        return ours;
+}
+
+bool evict_may_restore(struct zsw_target *t, uint64_t pgno) {
+        struct evict_batch *b = &t->batch;
+        bool ok = true;
+
+        pthread_mutex_lock(&t->batch_lock);
+        if (b->state != EVICT_IDLE) {
+                ssize_t i = batch_find(b, pgno * ZSW_PAGE_SIZE);
+
+                ok = i < 0 || !b->cancelled[i];
+        }
+        pthread_mutex_unlock(&t->batch_lock);
+        return ok;
 }
 
 void evict_forget_restored(struct zsw_target *t, uint64_t pgno, uint64_t n) {
@@ -314,8 +349,7 @@ static int round_drop(struct zsw_engine *e, struct zsw_target *t, struct round *
                 if (b->cancelled[i])
                         zsw_store_invalidate(t->owner, b->addrs[i] / ZSW_PAGE_SIZE, 1);
         rd->n_runs = collect_runs(b, rd->runs);
-        b->drops = rd->runs;
-        b->n_drops = rd->n_runs;
+        memset(b->drop_seen, 0, b->n * sizeof(b->drop_seen[0]));
         b->state = EVICT_DROPPING;
         pthread_mutex_unlock(&t->batch_lock);
 
@@ -354,7 +388,6 @@ static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct round 
         b->n = 0;
         b->n_cancelled = 0;
         b->wake_pending = false;
-        b->n_drops = 0;
         rd->n_runs = 0;
         for (size_t i = 0; i < n_regions; i++) {
                 rd->runs[rd->n_runs++] = (struct iovec) {
@@ -395,7 +428,6 @@ static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct round 
         res->aborted_pages += b->n_cancelled;
         wake = b->wake_pending;
         b->state = EVICT_IDLE;
-        b->n_drops = 0;
         pthread_mutex_unlock(&t->batch_lock);
         if (wake)
                 /* Writers that hit the drop wait on WP faults: the pages are

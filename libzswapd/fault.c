@@ -78,7 +78,8 @@ static unsigned prefetch(struct fault_thread *ft, struct zsw_target *t, uint64_t
         ssize_t copied;
 
         for (; n < window; n++)
-                if (zsw_store_load(ft->worker, t->owner, pgno + 1 + n,
+                if (!evict_may_restore(t, pgno + 1 + n) ||
+                    zsw_store_load(ft->worker, t->owner, pgno + 1 + n,
                                    tls_buf->pages + (size_t) n * ZSW_PAGE_SIZE, 0) < 0)
                         break;
         if (n == 0)
@@ -111,7 +112,8 @@ static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_
                                           memory_order_relaxed);
         t->prefetched_last = 0;
 
-        r = zsw_store_load(ft->worker, t->owner, pgno, tls_buf->pages, 0);
+        r = evict_may_restore(t, pgno) ? zsw_store_load(ft->worker, t->owner, pgno, tls_buf->pages, 0)
+                                       : -ENOENT;
         if (r == -ENOENT) {
                 /* Never taken by us: a first touch, zero-filled as the
                  * kernel would. */
@@ -166,7 +168,8 @@ static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const stru
                 engine_add_fork_child(t->engine, t, (int) m->arg.fork.ufd);
                 break;
         case UFFD_EVENT_REMAP:
-                evict_on_remove(t, m->arg.remap.from, m->arg.remap.from + m->arg.remap.len, true);
+                evict_on_remove(t, m->arg.remap.from, m->arg.remap.from + m->arg.remap.len,
+                                REMOVAL_MOVE);
                 zsw_store_move(t->owner, m->arg.remap.from / ZSW_PAGE_SIZE,
                                m->arg.remap.to / ZSW_PAGE_SIZE, m->arg.remap.len / ZSW_PAGE_SIZE);
                 break;
@@ -174,11 +177,8 @@ static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const stru
         case UFFD_EVENT_UNMAP:
                 /* Our own drop raises REMOVE too; the target's own
                  * DONTNEED/FREE/munmap means those pages now read as zeros. */
-                if (evict_on_remove(t, m->arg.remove.start, m->arg.remove.end,
-                                    m->event == UFFD_EVENT_UNMAP))
-                        break;
-                zsw_store_invalidate(t->owner, m->arg.remove.start / ZSW_PAGE_SIZE,
-                                     (m->arg.remove.end - m->arg.remove.start) / ZSW_PAGE_SIZE);
+                evict_on_remove(t, m->arg.remove.start, m->arg.remove.end,
+                                m->event == UFFD_EVENT_UNMAP ? REMOVAL_UNMAP : REMOVAL_REMOVE);
                 break;
         default:
                 zsw_log(t->engine->log, LOG_WARNING, "Unexpected userfaultfd event %u from %d, ignoring",
@@ -192,11 +192,21 @@ static void serve_target(struct fault_thread *ft, struct zsw_target *t) {
 
         pthread_mutex_lock(&t->serve_lock);
         /* A short read emptied the queue: stop there rather than pay one
-         * more read for its EAGAIN; what arrives later wakes epoll again. */
+         * more read for its EAGAIN; what arrives later wakes epoll again.
+         * Events first: read(2) hands out every pending fault before any
+         * event, and the read itself releases the thread that raised the
+         * event (its madvise zaps, its mremap returns) and lets COPY
+         * succeed again. A fault served before an event of the same batch
+         * could place a page the target has just discarded, or zero-fill
+         * the destination of a move whose entries have not moved yet. */
         do {
                 n = zsw_uffd_read_msgs(t->uffd, msgs, MSGS_PER_READ);
                 for (int i = 0; i < n; i++)
-                        handle_msg(ft, t, &msgs[i]);
+                        if (msgs[i].event != UFFD_EVENT_PAGEFAULT)
+                                handle_msg(ft, t, &msgs[i]);
+                for (int i = 0; i < n; i++)
+                        if (msgs[i].event == UFFD_EVENT_PAGEFAULT)
+                                handle_msg(ft, t, &msgs[i]);
         } while (n == (int) MSGS_PER_READ);
         pthread_mutex_unlock(&t->serve_lock);
         if (n < 0 && n != -EAGAIN) {

@@ -105,10 +105,17 @@ static pthread_mutex_t keep_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint8_t *keep;
 static uint64_t keep_seed[KEEP_PAGES];
 
-static bool keep_verify(void) {
+static bool keep_verify(const char *who) {
         for (size_t i = 0; i < KEEP_PAGES; i++)
-                if (!page_ok(keep + i * PAGE, keep_seed[i]))
+                if (!page_ok(keep + i * PAGE, keep_seed[i])) {
+                        char what[128];
+
+                        snprintf(what, sizeof(what), "%s: keep page %zu at %p reads %s", who, i,
+                                 (void *) (keep + i * PAGE),
+                                 *(uint64_t *) (keep + i * PAGE) == 0 ? "zeros" : "wrong data");
+                        bad(what, 0);
                         return false;
+                }
         return true;
 }
 
@@ -164,8 +171,8 @@ static void work_once(unsigned w, uint64_t n) {
                 pthread_mutex_lock(&keep_lock);
                 keep_seed[i] = mix(n + 77);
                 fill_page(keep + i * PAGE, keep_seed[i]);
-                if (n % 64 == 0 && !keep_verify())
-                        bad("keep: buffer changed", n);
+                if (n % 64 == 0)
+                        keep_verify("keep");
                 pthread_mutex_unlock(&keep_lock);
                 break;
         }
@@ -182,12 +189,12 @@ static void work_once(unsigned w, uint64_t n) {
 
                         for (size_t i = 0; i < 8; i++)
                                 fill_page(f + i * PAGE, i);
-                        _exit(keep_verify() ? 0 : 1);
+                        _exit(keep_verify("fork child") ? 0 : 1);
                 }
                 pthread_mutex_unlock(&keep_lock);
                 if (p < 0 || waitpid(p, &status, 0) != p || !WIFEXITED(status) ||
                     WEXITSTATUS(status) != 0)
-                        bad("fork: the child read a wrong page", n);
+                        bad("fork: the child failed", n);
                 break;
         }
         case W_DONTNEED: {
@@ -200,7 +207,8 @@ static void work_once(unsigned w, uint64_t n) {
                 for (size_t i = 0; i < 32; i++)
                         if (!page_ok(d + i * PAGE, n + i))
                                 bad("dontneed: page changed", n);
-                madvise(d, 32 * PAGE, MADV_DONTNEED);
+                if (madvise(d, 32 * PAGE, MADV_DONTNEED) < 0)
+                        bad("dontneed: madvise failed", n);
                 for (size_t i = 0; i < 32; i++)
                         if (*(uint64_t *) (d + i * PAGE) != 0)
                                 bad("dontneed: page not zero after MADV_DONTNEED", n);
@@ -249,8 +257,7 @@ static _Noreturn void target_main(void) {
                         _exit(6);
         for (unsigned w = 0; w < N_WORKERS; w++)
                 pthread_join(th[w], NULL);
-        if (!keep_verify())
-                bad("keep: buffer changed at the end", 0);
+        keep_verify("keep at the end");
         _exit(atomic_load(&sh->errors) ? 1 : 0);
 }
 
