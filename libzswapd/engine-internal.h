@@ -11,9 +11,10 @@
  *   engine->table_lock (mutex): the target list.
  *   target->serve_lock (mutex): reading and handling a target's uffd
  *     messages. Held from read(2) until every message of the batch is
- *     handled, so that events (remap, remove, unmap, fork) and faults are
- *     handled in the order the kernel queued them: a fault is never served
- *     from a store view that an earlier event has already changed.
+ *     handled, events (remap, remove, unmap, fork) before faults: read(2)
+ *     returns faults first, and reading an event lets the target's thread
+ *     act on it, so a fault must never be served from a store view that
+ *     an event already read has not yet changed.
  *   target->evict_lock (mutex): one eviction (or detach) at a time.
  *   target->batch_lock (mutex): the state of the eviction in flight,
  *     shared between the evicting thread and the fault threads.
@@ -145,10 +146,18 @@ enum evict_removal {
  * flight are cancelled, and stored copies of what the target discarded are
  * dropped (the range reads zeros); our own drop changes nothing. */
 void evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, enum evict_removal kind);
-/* Whether a missing fault on pgno may be served from the store: not for a
- * page of the round in flight that was cancelled, whose entry (stored after
- * the target discarded the page) is about to go. */
-bool evict_may_restore(struct zsw_target *t, uint64_t pgno);
+enum evict_restore {
+        RESTORE_STORE,          /* serve it from the store (or zero-fill if none) */
+        RESTORE_ZERO,           /* zero-fill: the round cancelled the page, its entry may hold
+                                 * what the target discarded (stored after the discard) */
+        RESTORE_WAIT,           /* the page is being dropped: the round wakes the thread
+                                 * once the drop is done and our REMOVE told apart from any
+                                 * of the target's (before that, an entry may be one the
+                                 * target discarded) */
+};
+/* How a missing fault on pgno may be served. With defer, RESTORE_WAIT
+ * also asks the round to wake the faulting threads at its end. */
+enum evict_restore evict_may_restore(struct zsw_target *t, uint64_t pgno, bool defer);
 /* Pages [pgno, pgno + n) are back in place in the target: drops their
  * stored copies, now stale, except those of pages in the eviction round in
  * flight. Such a round may have read and stored the page we just placed,

@@ -26,7 +26,8 @@
  *     REMOVE of a committed page is taken for ours and changes nothing in
  *     the store, a second one is the target's (see evict_on_remove());
  *   - a missing fault on a cancelled page is never served from the store:
- *     its entry may hold what the target discarded (evict_may_restore());
+ *     its entry may hold what the target discarded; one on a page being
+ *     dropped waits for the drop, like a write (evict_may_restore());
  *   - a page brought back during a round keeps its entry, which the round
  *     settles (evict_forget_restored()).
  */
@@ -129,18 +130,24 @@ void evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, enum ev
         pthread_mutex_unlock(&t->batch_lock);
 }
 
-bool evict_may_restore(struct zsw_target *t, uint64_t pgno) {
+enum evict_restore evict_may_restore(struct zsw_target *t, uint64_t pgno, bool defer) {
         struct evict_batch *b = &t->batch;
-        bool ok = true;
+        enum evict_restore v = RESTORE_STORE;
 
         pthread_mutex_lock(&t->batch_lock);
         if (b->state != EVICT_IDLE) {
                 ssize_t i = batch_find(b, pgno * ZSW_PAGE_SIZE);
 
-                ok = i < 0 || !b->cancelled[i];
+                if (i >= 0 && b->cancelled[i])
+                        v = RESTORE_ZERO;
+                else if (i >= 0 && b->state == EVICT_DROPPING) {
+                        v = RESTORE_WAIT;
+                        if (defer)
+                                b->wake_pending = true;
+                }
         }
         pthread_mutex_unlock(&t->batch_lock);
-        return ok;
+        return v;
 }
 
 void evict_forget_restored(struct zsw_target *t, uint64_t pgno, uint64_t n) {
@@ -313,6 +320,39 @@ static void round_unprotect_kept(struct zsw_target *t) {
                         zsw_uffd_writeprotect(t->uffd, b->addrs[i], ZSW_PAGE_SIZE, false, false);
 }
 
+/* After a failed drop: it may still have dropped some ranges, or parts of
+ * one (madvise advises what is mapped and then fails with ENOMEM for a
+ * hole the target made; process_madvise stops at the first failing range).
+ * Forgetting the entry of a dropped page would lose it, so ask the page
+ * tables: pages still present were not dropped and are cancelled (their
+ * entries go at once, before a REMOVE of the target's could be taken for
+ * ours); missing ones keep their entries. Unreadable page tables mean
+ * the target is gone. */
+static void round_keep_undropped(struct zsw_target *t) {
+        struct evict_batch *b = &t->batch;
+        _cleanup_close_ int pagemap = -EBADF;
+        char path[64];
+
+        snprintf(path, sizeof(path), "/proc/%d/pagemap", t->pid);
+        pagemap = open(path, O_RDONLY | O_CLOEXEC);
+        if (pagemap < 0)
+                return;
+        pthread_mutex_lock(&t->batch_lock);
+        for (size_t i = 0; i < b->n; i++) {
+                struct zsw_page_run run;
+                uint64_t next;
+
+                if (b->cancelled[i])
+                        continue;
+                if (zsw_vma_scan(pagemap, b->addrs[i], b->addrs[i] + ZSW_PAGE_SIZE, PAGE_IS_PRESENT,
+                                 &run, 1, &next) > 0) {
+                        zsw_store_invalidate(t->owner, b->addrs[i] / ZSW_PAGE_SIZE, 1);
+                        batch_cancel(b, i);
+                }
+        }
+        pthread_mutex_unlock(&t->batch_lock);
+}
+
 /* Step 5: commit and drop.
  *
  * The thread we inject into is seized before the round is committed: a
@@ -358,18 +398,12 @@ static int round_drop(struct zsw_engine *e, struct zsw_target *t, struct round *
                                               rd->n_runs, MADV_DONTNEED);
         remote = zsw_remote_release(remote);
 
+        if (r < 0)
+                round_keep_undropped(t);
         pthread_mutex_lock(&t->batch_lock);
-        for (size_t i = 0; i < b->n; i++) {
-                if (b->cancelled[i])
-                        continue;
-                if (r < 0) {
-                        /* Nothing is known to be dropped: keep the pages,
-                         * forget the copies. */
-                        zsw_store_invalidate(t->owner, b->addrs[i] / ZSW_PAGE_SIZE, 1);
-                        batch_cancel(b, i);
-                } else
+        for (size_t i = 0; i < b->n; i++)
+                if (!b->cancelled[i])
                         dropped++;
-        }
         pthread_mutex_unlock(&t->batch_lock);
 
         res->evicted_pages += dropped;
@@ -430,8 +464,9 @@ static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct round 
         b->state = EVICT_IDLE;
         pthread_mutex_unlock(&t->batch_lock);
         if (wake)
-                /* Writers that hit the drop wait on WP faults: the pages are
-                 * gone now, so they fault them back in from the store. */
+                /* Threads that hit the drop wait: writers on WP faults,
+                 * readers of pages already dropped on missing faults. Now
+                 * they fault the pages back in from the store. */
                 for (size_t i = 0; i < n_regions; i++)
                         zsw_uffd_wake(t->uffd, regions[i].start, regions[i].end - regions[i].start);
         return r;
@@ -511,9 +546,9 @@ int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
                         if (r > 0)
                                 r = evict_round(e, t, rd, regions, (size_t) r, res);
                         /* The target's mappings were changing (an event
-                         * not read yet) or are gone: that round kept its
-                         * pages; the next ones go on. */
-                        if (r == -EAGAIN || r == -ENOENT)
+                         * not read yet) or are gone in part: that round
+                         * kept what it could not take; the next ones go on. */
+                        if (r == -EAGAIN || r == -ENOENT || r == -ENOMEM)
                                 r = 0;
                         if (r < 0)
                                 break;

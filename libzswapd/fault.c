@@ -8,8 +8,15 @@
  * fault_threads_add()). Nothing slow (compression, the control socket,
  * ptrace) ever runs on these threads.
  *
- * A target's messages are read and handled under its serve_lock, in the
- * order the kernel queued them; see engine-internal.h for why.
+ * A target's messages are read and handled under its serve_lock, events
+ * of a batch before its faults; see serve_target() and engine-internal.h.
+ *
+ * The rule that keeps targets from hanging: every fault message we read
+ * ends with its thread woken, either by the ioctl that resolves it (COPY,
+ * ZEROPAGE, WRITEPROTECT, POISON wake only on success) or by UFFDIO_WAKE
+ * when that ioctl failed for any reason (wake_unresolved()). The kernel
+ * never wakes a thread whose message was read; a missed wake is a thread
+ * asleep forever. docs/design.md lists the other rules of this path.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -78,7 +85,7 @@ static unsigned prefetch(struct fault_thread *ft, struct zsw_target *t, uint64_t
         ssize_t copied;
 
         for (; n < window; n++)
-                if (!evict_may_restore(t, pgno + 1 + n) ||
+                if (evict_may_restore(t, pgno + 1 + n, false) != RESTORE_STORE ||
                     zsw_store_load(ft->worker, t->owner, pgno + 1 + n,
                                    tls_buf->pages + (size_t) n * ZSW_PAGE_SIZE, 0) < 0)
                         break;
@@ -95,8 +102,8 @@ static unsigned prefetch(struct fault_thread *ft, struct zsw_target *t, uint64_t
 }
 
 /* Every message we read ends with its thread woken: by the ioctl that
- * resolves the fault (COPY, ZEROPAGE, POISON wake on success), or by
- * wake_unresolved(). The load is shared: the entry goes only once its page
+ * resolves the fault (COPY, ZEROPAGE, POISON wake on success), by
+ * wake_unresolved(), or by the eviction round it waits for. The load is shared: the entry goes only once its page
  * is in place, so a failed copy loses nothing and needs no store call to
  * put the page back (which a full pool could refuse). */
 static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_t addr) {
@@ -112,8 +119,16 @@ static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_
                                           memory_order_relaxed);
         t->prefetched_last = 0;
 
-        r = evict_may_restore(t, pgno) ? zsw_store_load(ft->worker, t->owner, pgno, tls_buf->pages, 0)
-                                       : -ENOENT;
+        switch (evict_may_restore(t, pgno, true)) {
+        case RESTORE_WAIT:
+                /* The round wakes it once the drop is done. */
+                return;
+        case RESTORE_ZERO:
+                r = -ENOENT;
+                break;
+        default:
+                r = zsw_store_load(ft->worker, t->owner, pgno, tls_buf->pages, 0);
+        }
         if (r == -ENOENT) {
                 /* Never taken by us: a first touch, zero-filled as the
                  * kernel would. */

@@ -16,7 +16,8 @@
  * instead of letting it hang until meson's timeout.
  *
  * ZSWAPD_TEST_RACE_CYCLES sets the number of attach/detach cycles
- * (default 40) for longer hunts.
+ * (default 40) for longer hunts; ZSWAPD_TEST_RACE_NO_RECLAIM=1 makes every
+ * cycle attach and detach only.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -324,30 +325,63 @@ out:
                 closedir(d);
 }
 
-/* Our userfaultfds: "pending" counts faults read and not answered yet,
- * "total" those plus the ones not read yet. */
-static void dump_uffds(void) {
+/* The userfaultfds pid holds: "pending" counts faults not read yet,
+ * "total" those plus the faults read and not answered yet. */
+static void dump_uffds(pid_t pid) {
+        char dir[64];
         struct dirent *de;
-        DIR *d = opendir("/proc/self/fd");
+        DIR *d;
 
+        snprintf(dir, sizeof(dir), "/proc/%d/fd", pid);
+        d = opendir(dir);
         if (!d)
                 return;
         while ((de = readdir(d))) {
-                char path[300], link[128];
+                char path[384], link[128];
                 ssize_t l;
 
-                snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
+                snprintf(path, sizeof(path), "/proc/%d/fd/%s", pid, de->d_name);
                 l = readlink(path, link, sizeof(link) - 1);
                 if (l <= 0)
                         continue;
                 link[l] = 0;
                 if (!strstr(link, "userfaultfd"))
                         continue;
-                snprintf(path, sizeof(path), "/proc/self/fdinfo/%s", de->d_name);
-                fprintf(stderr, "fd %s (%s)\n", de->d_name, link);
+                snprintf(path, sizeof(path), "/proc/%d/fdinfo/%s", pid, de->d_name);
+                fprintf(stderr, "process %d fd %s (%s)\n", pid, de->d_name, link);
                 dump_file(path, "fdinfo");
         }
         closedir(d);
+}
+
+/* The mappings of pid still registered with a userfaultfd. */
+static void dump_registered(pid_t pid) {
+        char path[64], line[512], range[512] = "";
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/smaps", pid);
+        f = fopen(path, "re");
+        if (!f)
+                return;
+        while (fgets(line, sizeof(line), f)) {
+                if (line[0] >= '0' && line[0] <= 'f' && strchr(line, '-') && !strchr(line, ':') == 0 && !strstr(line, "kB"))
+                        snprintf(range, sizeof(range), "%s", line);
+                if (strncmp(line, "VmFlags:", 8) == 0 && (strstr(line, " um") || strstr(line, " uw")))
+                        fprintf(stderr, "registered: %s  %s", range, line);
+        }
+        fclose(f);
+}
+
+static struct zsw_engine *engine;
+
+static void dump_targets(void) {
+        pid_t pids[256];
+        size_t n = zsw_engine_list_targets(engine, pids, 256);
+
+        fprintf(stderr, "engine targets (%zu):", n);
+        for (size_t i = 0; i < n && i < 256; i++)
+                fprintf(stderr, " %d", pids[i]);
+        fputc('\n', stderr);
 }
 
 static void *watchdog_main(void *arg) {
@@ -373,7 +407,10 @@ static void *watchdog_main(void *arg) {
                                 dump_process(target_pid, 0);
                                 fprintf(stderr, "\nthis process (the engine's threads):\n");
                                 dump_process(getpid(), 3);
-                                dump_uffds();
+                                dump_uffds(target_pid);
+                                dump_uffds(getpid());
+                                dump_registered(target_pid);
+                                dump_targets();
                                 kill(target_pid, SIGKILL);
                                 TEST_FAIL("target %d stuck (worker %s)", target_pid, worker_names[w]);
                         }
@@ -392,7 +429,7 @@ static void log_stderr(void *userdata, int priority, const char *file, int line,
         fputc('\n', stderr);
 }
 
-static const struct zsw_log test_log = { .fn = log_stderr, .max_priority = LOG_NOTICE };
+static const struct zsw_log test_log = { .fn = log_stderr, .max_priority = LOG_INFO };
 
 /* Waits until every worker got through at least one more iteration:
  * while attached, that means each one's faults were served. */
@@ -430,6 +467,7 @@ TEST(attach_reclaim_detach_while_busy) {
                 target_main();
         }
         ASSERT_OK(zsw_engine_new(&cfg, &e));
+        engine = e;
         ASSERT_EQ(pthread_create(&watchdog, NULL, watchdog_main, NULL), 0);
         while (atomic_load(&sh->ready) < N_WORKERS)
                 usleep(1000);
@@ -443,7 +481,7 @@ TEST(attach_reclaim_detach_while_busy) {
                 usleep((useconds_t) (mix(c) % 3000));
                 if (zsw_engine_attach(e, target_pid, &err) < 0)
                         TEST_FAIL("attach (cycle %u): %s", c, err.message);
-                if (c % 4 != 3) {
+                if (getenv("ZSWAPD_TEST_RACE_NO_RECLAIM") == NULL && c % 4 != 3) {
                         /* Odd cycles reclaim everything at once, the
                          * others in small steps that race the workers. */
                         for (unsigned k = 0; k < (c % 2 ? 1u : 3u); k++) {
