@@ -317,6 +317,22 @@ static void unregister_all(struct zsw_engine *e, struct zsw_target *t) {
         zsw_vma_list_free(&l);
 }
 
+/* Waits (up to a second) until no event of the target is in flight. A
+ * fork that copied the target's mappings before we unregistered them still
+ * raises its UFFD_EVENT_FORK afterwards, and its child, which holds a copy
+ * of the target's descriptor table and with it our uffd, waits for that
+ * event to be read: stop reading first and the child never completes, nor
+ * does the uffd ever go away. The kernel counts such events from the
+ * moment they are decided (mmap_changing) until they are read; while any
+ * is, UFFDIO_WRITEPROTECT fails with EAGAIN before it looks at its range. */
+static void wait_events_in_flight(struct zsw_target *t) {
+        for (unsigned i = 0; i < 10000; i++) {
+                if (zsw_uffd_writeprotect(t->uffd, 0, ZSW_PAGE_SIZE, false, true) != -EAGAIN)
+                        return;
+                usleep(100);
+        }
+}
+
 static int detach_locked(struct zsw_engine *e, struct zsw_target *t, struct zsw_engine_error *err) {
         int r;
 
@@ -334,6 +350,8 @@ static int detach_locked(struct zsw_engine *e, struct zsw_target *t, struct zsw_
         pthread_mutex_lock(&t->serve_lock);
         unregister_all(e, t);
         pthread_mutex_unlock(&t->serve_lock);
+        /* Fault threads still serve t: they read what is in flight. */
+        wait_events_in_flight(t);
         target_cleanup_remote(e, t);
         pthread_mutex_unlock(&t->evict_lock);
         target_unpublish(e, t);

@@ -510,7 +510,8 @@ TEST(attach_reclaim_detach_while_busy) {
                 TEST_FAIL("the target saw %" PRIu64 " wrong reads, first: %s",
                           (uint64_t) atomic_load(&sh->errors), sh->first_error);
         ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-        ASSERT_GT(evicted, 0);
+        if (!getenv("ZSWAPD_TEST_RACE_NO_RECLAIM"))
+                ASSERT_GT(evicted, 0);
         ASSERT_GT(faults, 0);
         munmap(sh, sizeof(*sh));
 }
