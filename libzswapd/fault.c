@@ -268,10 +268,11 @@ static void *fault_thread_main(void *userdata) {
 }
 
 int fault_threads_add(struct zsw_engine *e, struct zsw_target *t) {
-        /* Every fault thread wakes for every fault. EPOLLEXCLUSIVE (one
-         * idle thread woken) halved fault latency in zswapd-bench-fault
-         * (p50 80 -> 43 us) but a CI run then hung a target in an
-         * unserved fault once, not yet understood: see docs/design.md. */
+        /* Every fault thread wakes for every fault, and the one on the
+         * faulting CPU usually wins. EPOLLEXCLUSIVE (one idle thread
+         * woken, not necessarily that one) gave p99 in milliseconds on a
+         * loaded VM, and test-attach-race still fails with it now and
+         * then: see docs/design.md. */
         struct epoll_event ev = { .events = EPOLLIN, .data.ptr = t };
 
         for (unsigned i = 0; i < e->n_threads; i++)
