@@ -271,8 +271,7 @@ int fault_threads_add(struct zsw_engine *e, struct zsw_target *t) {
         /* Every fault thread wakes for every fault, and the one on the
          * faulting CPU usually wins. EPOLLEXCLUSIVE (one idle thread
          * woken, not necessarily that one) gave p99 in milliseconds on a
-         * loaded VM, and test-attach-race still fails with it now and
-         * then: see docs/design.md. */
+         * loaded VM: see docs/design.md. */
         struct epoll_event ev = { .events = EPOLLIN, .data.ptr = t };
 
         for (unsigned i = 0; i < e->n_threads; i++)
