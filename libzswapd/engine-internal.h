@@ -11,9 +11,10 @@
  *   engine->table_lock (mutex): the target list.
  *   target->serve_lock (mutex): reading and handling a target's uffd
  *     messages. Held from read(2) until every message of the batch is
- *     handled, so that events (remap, remove, unmap, fork) and faults are
- *     handled in the order the kernel queued them: a fault is never served
- *     from a store view that an earlier event has already changed.
+ *     handled, events (remap, remove, unmap, fork) before faults: read(2)
+ *     returns faults first, and reading an event lets the target's thread
+ *     act on it, so a fault must never be served from a store view that
+ *     an event already read has not yet changed.
  *   target->evict_lock (mutex): one eviction (or detach) at a time.
  *   target->batch_lock (mutex): the state of the eviction in flight,
  *     shared between the evicting thread and the fault threads.
@@ -46,10 +47,10 @@ struct evict_batch {
         uint64_t addrs[ZSW_EVICT_MAX_PAGES];     /* sorted */
         bool cancelled[ZSW_EVICT_MAX_PAGES];
         size_t n_cancelled;
-        /* Ranges of the drop being injected, to tell its UFFD_EVENT_REMOVE
-         * from the target's own. */
-        const struct iovec *drops;
-        size_t n_drops;
+        /* Pages of the drop (committed, not cancelled) whose
+         * UFFD_EVENT_REMOVE has been seen: our drop raises exactly one per
+         * page, so a second one is the target's own. */
+        bool drop_seen[ZSW_EVICT_MAX_PAGES];
         /* Threads that wrote during the drop wait for it to finish. */
         bool wake_pending;
 };
@@ -136,7 +137,36 @@ int evict_register_ranges(struct zsw_engine *e, struct zsw_target *t, struct zsw
 int target_read_vmas(struct zsw_target *t, struct zsw_vma_list *ret);
 /* Called by fault threads with serve_lock held. */
 bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr);
-bool evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, bool unmap);
+enum evict_removal {
+        REMOVAL_REMOVE,         /* UFFD_EVENT_REMOVE: the target's DONTNEED/FREE, or our drop */
+        REMOVAL_UNMAP,          /* munmap: entries go */
+        REMOVAL_MOVE,           /* the source of an mremap: entries move */
+};
+/* Applies the target's removal of [start, end): pages of the round in
+ * flight are cancelled, and stored copies of what the target discarded are
+ * dropped (the range reads zeros); our own drop changes nothing. */
+void evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, enum evict_removal kind);
+enum evict_restore {
+        RESTORE_STORE,          /* serve it from the store (or zero-fill if none) */
+        RESTORE_ZERO,           /* zero-fill: the round cancelled the page, its entry may hold
+                                 * what the target discarded (stored after the discard) */
+        RESTORE_WAIT,           /* the page is being dropped: the round wakes the thread
+                                 * once the drop is done and our REMOVE told apart from any
+                                 * of the target's (before that, an entry may be one the
+                                 * target discarded) */
+};
+/* How a missing fault on pgno may be served. With defer, RESTORE_WAIT
+ * also asks the round to wake the faulting threads at its end. */
+enum evict_restore evict_may_restore(struct zsw_target *t, uint64_t pgno, bool defer);
+/* Pages [pgno, pgno + n) are back in place in the target: drops their
+ * stored copies, now stale, except those of pages in the eviction round in
+ * flight. Such a round may have read and stored the page we just placed,
+ * and only the round knows whether that entry is the one that counts
+ * (the page gets dropped) or not (the round cancels the page and drops
+ * the entry itself); a stale entry of a present page is never read, a
+ * wrongly dropped one is a lost page. batch_lock covers the invalidation
+ * so that no round can take one of these pages in between. */
+void evict_forget_restored(struct zsw_target *t, uint64_t pgno, uint64_t n);
 
 /* engine.c */
 int engine_add_fork_child(struct zsw_engine *e, struct zsw_target *parent, int child_uffd);

@@ -277,22 +277,27 @@ static int copy_back(struct zsw_engine *e, struct zsw_target *t) {
                                 more = false;
                                 break;
                         }
-                        r = zsw_store_load(e->worker, t->owner, pgno, page, ZSW_LOAD_EXCLUSIVE);
+                        /* A shared load: the entry goes once its page is
+                         * in place (no eviction runs, we hold evict_lock),
+                         * so a failed copy loses nothing. */
+                        r = zsw_store_load(e->worker, t->owner, pgno, page, 0);
                         if (r < 0)
                                 break;
                         copied = zsw_uffd_copy(t->uffd, pgno * ZSW_PAGE_SIZE, page, ZSW_PAGE_SIZE, 0);
-                        if (copied == -EAGAIN) {
-                                /* An event is pending: put the page back and
-                                 * let the fault threads read it first. */
-                                const void *p = page;
-
-                                r = zsw_store_pages(e->worker, t->owner, &pgno, &p, 1, NULL);
+                        if (copied == -EAGAIN)
+                                /* An event is pending: let the fault threads
+                                 * read it first, then try this page again. */
+                                break;
+                        /* Gone with the process (ESRCH), or with its
+                         * mapping (ENOENT): nothing to put back. Any other
+                         * failure would leave a hole reading zeros once we
+                         * unregister: stop, the target stays attached. */
+                        if (copied < 0 && copied != -EEXIST && copied != -ENOENT) {
+                                r = (int) copied;
                                 break;
                         }
-                        if (copied == -ESRCH) {
-                                r = -ESRCH;
-                                break;
-                        }
+                        if (copied > 0 || copied == -EEXIST)
+                                zsw_store_invalidate(t->owner, pgno, 1);
                         pgno++;
                 }
                 pthread_mutex_unlock(&t->serve_lock);
@@ -312,6 +317,22 @@ static void unregister_all(struct zsw_engine *e, struct zsw_target *t) {
         zsw_vma_list_free(&l);
 }
 
+/* Waits (up to a second) until no event of the target is in flight. A
+ * fork that copied the target's mappings before we unregistered them still
+ * raises its UFFD_EVENT_FORK afterwards, and its child, which holds a copy
+ * of the target's descriptor table and with it our uffd, waits for that
+ * event to be read: stop reading first and the child never completes, nor
+ * does the uffd ever go away. The kernel counts such events from the
+ * moment they are decided (mmap_changing) until they are read; while any
+ * is, UFFDIO_WRITEPROTECT fails with EAGAIN before it looks at its range. */
+static void wait_events_in_flight(struct zsw_target *t) {
+        for (unsigned i = 0; i < 10000; i++) {
+                if (zsw_uffd_writeprotect(t->uffd, 0, ZSW_PAGE_SIZE, false, true) != -EAGAIN)
+                        return;
+                usleep(100);
+        }
+}
+
 static int detach_locked(struct zsw_engine *e, struct zsw_target *t, struct zsw_engine_error *err) {
         int r;
 
@@ -329,6 +350,8 @@ static int detach_locked(struct zsw_engine *e, struct zsw_target *t, struct zsw_
         pthread_mutex_lock(&t->serve_lock);
         unregister_all(e, t);
         pthread_mutex_unlock(&t->serve_lock);
+        /* Fault threads still serve t: they read what is in flight. */
+        wait_events_in_flight(t);
         target_cleanup_remote(e, t);
         pthread_mutex_unlock(&t->evict_lock);
         target_unpublish(e, t);

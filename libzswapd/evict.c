@@ -22,8 +22,14 @@
  *     thread is woken afterwards to fault it back in from the store;
  *   - the target's own MADV_DONTNEED, munmap or mremap of pages of the
  *     round cancels them;
- *   - UFFD_EVENT_REMOVE for exactly the ranges being dropped is our own
- *     drop, not the target's, and changes nothing in the store.
+ *   - our drop raises one UFFD_EVENT_REMOVE per dropped page; the first
+ *     REMOVE of a committed page is taken for ours and changes nothing in
+ *     the store, a second one is the target's (see evict_on_remove());
+ *   - a missing fault on a cancelled page is never served from the store:
+ *     its entry may hold what the target discarded; one on a page being
+ *     dropped waits for the drop, like a write (evict_may_restore());
+ *   - a page brought back during a round keeps its entry, which the round
+ *     settles (evict_forget_restored()).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -40,7 +46,8 @@
 #include "uffd.h"
 #include "vma.h"
 
-static ssize_t batch_find(const struct evict_batch *b, uint64_t addr) {
+/* The first batch index whose address is >= addr. */
+static size_t batch_lower_bound(const struct evict_batch *b, uint64_t addr) {
         size_t lo = 0, hi = b->n;
 
         while (lo < hi) {
@@ -51,7 +58,13 @@ static ssize_t batch_find(const struct evict_batch *b, uint64_t addr) {
                 else
                         hi = mid;
         }
-        return lo < b->n && b->addrs[lo] == addr ? (ssize_t) lo : -1;
+        return lo;
+}
+
+static ssize_t batch_find(const struct evict_batch *b, uint64_t addr) {
+        size_t i = batch_lower_bound(b, addr);
+
+        return i < b->n && b->addrs[i] == addr ? (ssize_t) i : -1;
 }
 
 static void batch_cancel(struct evict_batch *b, size_t i) {
@@ -89,23 +102,65 @@ bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr) {
         return handled;
 }
 
-bool evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, bool unmap) {
+
+/* Our drop raises one REMOVE per page it drops; the target's DONTNEED of
+ * the same pages, before or after ours, raises another. Whichever comes
+ * first is taken for ours, the second for the target's, and the page
+ * reads zeros either way, as it must. Outside a committed round every
+ * removal is the target's. */
+void evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, enum evict_removal kind) {
         struct evict_batch *b = &t->batch;
-        bool ours = false;
+        uint64_t from = start;  /* start of the target's part not yet dropped */
 
         pthread_mutex_lock(&t->batch_lock);
-        if (b->state == EVICT_DROPPING && !unmap)
-                for (size_t d = 0; d < b->n_drops && !ours; d++) {
-                        uint64_t ds = (uint64_t) b->drops[d].iov_base;
-
-                        ours = start >= ds && end <= ds + b->drops[d].iov_len;
-                }
-        if (!ours && b->state != EVICT_IDLE)
-                for (size_t i = 0; i < b->n; i++)
-                        if (b->addrs[i] >= start && b->addrs[i] < end)
+        if (b->state != EVICT_IDLE)
+                for (size_t i = batch_lower_bound(b, start); i < b->n && b->addrs[i] < end; i++) {
+                        if (kind == REMOVAL_REMOVE && b->state == EVICT_DROPPING &&
+                            !b->cancelled[i] && !b->drop_seen[i]) {
+                                b->drop_seen[i] = true;
+                                if (b->addrs[i] > from)
+                                        zsw_store_invalidate(t->owner, from / ZSW_PAGE_SIZE,
+                                                             (b->addrs[i] - from) / ZSW_PAGE_SIZE);
+                                from = b->addrs[i] + ZSW_PAGE_SIZE;
+                        } else
                                 batch_cancel(b, i);
+                }
+        if (kind != REMOVAL_MOVE && end > from)
+                zsw_store_invalidate(t->owner, from / ZSW_PAGE_SIZE, (end - from) / ZSW_PAGE_SIZE);
         pthread_mutex_unlock(&t->batch_lock);
-        return ours;
+}
+
+enum evict_restore evict_may_restore(struct zsw_target *t, uint64_t pgno, bool defer) {
+        struct evict_batch *b = &t->batch;
+        enum evict_restore v = RESTORE_STORE;
+
+        pthread_mutex_lock(&t->batch_lock);
+        if (b->state != EVICT_IDLE) {
+                ssize_t i = batch_find(b, pgno * ZSW_PAGE_SIZE);
+
+                if (i >= 0 && b->cancelled[i])
+                        v = RESTORE_ZERO;
+                else if (i >= 0 && b->state == EVICT_DROPPING) {
+                        v = RESTORE_WAIT;
+                        if (defer)
+                                b->wake_pending = true;
+                }
+        }
+        pthread_mutex_unlock(&t->batch_lock);
+        return v;
+}
+
+void evict_forget_restored(struct zsw_target *t, uint64_t pgno, uint64_t n) {
+        struct evict_batch *b = &t->batch;
+
+        pthread_mutex_lock(&t->batch_lock);
+        if (b->state == EVICT_IDLE)
+                zsw_store_invalidate(t->owner, pgno, n);
+        else
+                for (uint64_t p = pgno; p < pgno + n; p++)
+                        if (batch_find(b, p * ZSW_PAGE_SIZE) < 0)
+                                zsw_store_invalidate(t->owner, p, 1);
+        pthread_mutex_unlock(&t->batch_lock);
 }
 
 /* Registers every eligible mapping (new ones appear as the target maps
@@ -265,6 +320,39 @@ static void round_unprotect_kept(struct zsw_target *t) {
                         zsw_uffd_writeprotect(t->uffd, b->addrs[i], ZSW_PAGE_SIZE, false, false);
 }
 
+/* After a failed drop: it may still have dropped some ranges, or parts of
+ * one (madvise advises what is mapped and then fails with ENOMEM for a
+ * hole the target made; process_madvise stops at the first failing range).
+ * Forgetting the entry of a dropped page would lose it, so ask the page
+ * tables: pages still present were not dropped and are cancelled (their
+ * entries go at once, before a REMOVE of the target's could be taken for
+ * ours); missing ones keep their entries. Unreadable page tables mean
+ * the target is gone. */
+static void round_keep_undropped(struct zsw_target *t) {
+        struct evict_batch *b = &t->batch;
+        _cleanup_close_ int pagemap = -EBADF;
+        char path[64];
+
+        snprintf(path, sizeof(path), "/proc/%d/pagemap", t->pid);
+        pagemap = open(path, O_RDONLY | O_CLOEXEC);
+        if (pagemap < 0)
+                return;
+        pthread_mutex_lock(&t->batch_lock);
+        for (size_t i = 0; i < b->n; i++) {
+                struct zsw_page_run run;
+                uint64_t next;
+
+                if (b->cancelled[i])
+                        continue;
+                if (zsw_vma_scan(pagemap, b->addrs[i], b->addrs[i] + ZSW_PAGE_SIZE, PAGE_IS_PRESENT,
+                                 &run, 1, &next) > 0) {
+                        zsw_store_invalidate(t->owner, b->addrs[i] / ZSW_PAGE_SIZE, 1);
+                        batch_cancel(b, i);
+                }
+        }
+        pthread_mutex_unlock(&t->batch_lock);
+}
+
 /* Step 5: commit and drop.
  *
  * The thread we inject into is seized before the round is committed: a
@@ -301,8 +389,7 @@ static int round_drop(struct zsw_engine *e, struct zsw_target *t, struct round *
                 if (b->cancelled[i])
                         zsw_store_invalidate(t->owner, b->addrs[i] / ZSW_PAGE_SIZE, 1);
         rd->n_runs = collect_runs(b, rd->runs);
-        b->drops = rd->runs;
-        b->n_drops = rd->n_runs;
+        memset(b->drop_seen, 0, b->n * sizeof(b->drop_seen[0]));
         b->state = EVICT_DROPPING;
         pthread_mutex_unlock(&t->batch_lock);
 
@@ -311,18 +398,12 @@ static int round_drop(struct zsw_engine *e, struct zsw_target *t, struct round *
                                               rd->n_runs, MADV_DONTNEED);
         remote = zsw_remote_release(remote);
 
+        if (r < 0)
+                round_keep_undropped(t);
         pthread_mutex_lock(&t->batch_lock);
-        for (size_t i = 0; i < b->n; i++) {
-                if (b->cancelled[i])
-                        continue;
-                if (r < 0) {
-                        /* Nothing is known to be dropped: keep the pages,
-                         * forget the copies. */
-                        zsw_store_invalidate(t->owner, b->addrs[i] / ZSW_PAGE_SIZE, 1);
-                        batch_cancel(b, i);
-                } else
+        for (size_t i = 0; i < b->n; i++)
+                if (!b->cancelled[i])
                         dropped++;
-        }
         pthread_mutex_unlock(&t->batch_lock);
 
         res->evicted_pages += dropped;
@@ -341,7 +422,6 @@ static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct round 
         b->n = 0;
         b->n_cancelled = 0;
         b->wake_pending = false;
-        b->n_drops = 0;
         rd->n_runs = 0;
         for (size_t i = 0; i < n_regions; i++) {
                 rd->runs[rd->n_runs++] = (struct iovec) {
@@ -382,11 +462,11 @@ static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct round 
         res->aborted_pages += b->n_cancelled;
         wake = b->wake_pending;
         b->state = EVICT_IDLE;
-        b->n_drops = 0;
         pthread_mutex_unlock(&t->batch_lock);
         if (wake)
-                /* Writers that hit the drop wait on WP faults: the pages are
-                 * gone now, so they fault them back in from the store. */
+                /* Threads that hit the drop wait: writers on WP faults,
+                 * readers of pages already dropped on missing faults. Now
+                 * they fault the pages back in from the store. */
                 for (size_t i = 0; i < n_regions; i++)
                         zsw_uffd_wake(t->uffd, regions[i].start, regions[i].end - regions[i].start);
         return r;
@@ -465,6 +545,11 @@ int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
                         rd->ns_scan += zsw_now_ns() - t0;
                         if (r > 0)
                                 r = evict_round(e, t, rd, regions, (size_t) r, res);
+                        /* The target's mappings were changing (an event
+                         * not read yet) or are gone in part: that round
+                         * kept what it could not take; the next ones go on. */
+                        if (r == -EAGAIN || r == -ENOENT || r == -ENOMEM)
+                                r = 0;
                         if (r < 0)
                                 break;
                 }

@@ -8,8 +8,15 @@
  * fault_threads_add()). Nothing slow (compression, the control socket,
  * ptrace) ever runs on these threads.
  *
- * A target's messages are read and handled under its serve_lock, in the
- * order the kernel queued them; see engine-internal.h for why.
+ * A target's messages are read and handled under its serve_lock, events
+ * of a batch before its faults; see serve_target() and engine-internal.h.
+ *
+ * The rule that keeps targets from hanging: every fault message we read
+ * ends with its thread woken, either by the ioctl that resolves it (COPY,
+ * ZEROPAGE, WRITEPROTECT, POISON wake only on success) or by UFFDIO_WAKE
+ * when that ioctl failed for any reason (wake_unresolved()). The kernel
+ * never wakes a thread whose message was read; a missed wake is a thread
+ * asleep forever. docs/design.md lists the other rules of this path.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -34,6 +41,20 @@ struct fault_buf {
 
 static _Thread_local struct fault_buf *tls_buf;
 
+/* A fault we could not resolve (the mappings are changing under an event
+ * not read yet, the range is gone, the kernel is short of memory, somebody
+ * filled the page first): the faulting thread must not sleep on. Woken, it
+ * takes the fault again: it finds its page, or raises a new message once
+ * the event is handled, or meets whatever the kernel answers for a range
+ * that is gone. A spurious wake only costs a refault; a missing one hangs
+ * the target for good. */
+static void wake_unresolved(struct zsw_target *t, uint64_t page, int error) {
+        if (error != -EEXIST && error != -EAGAIN && error != -ESRCH)
+                zsw_log(t->engine->log, LOG_DEBUG, "Fault at 0x%" PRIx64 " of %d not resolved: %s; "
+                        "waking the thread to retry", page, t->pid, strerror(-error));
+        zsw_uffd_wake(t->uffd, page, ZSW_PAGE_SIZE);
+}
+
 /* A page we cannot give back correctly (the disk copy is unreadable, the
  * payload does not decode): the kernel answers a swap read error with
  * SIGBUS, and so do we, rather than hand the target wrong data. The page
@@ -48,9 +69,12 @@ static void fail_fault(struct zsw_target *t, uint64_t addr, int error) {
                 "gets SIGBUS there as the kernel gives on a swap read error",
                 addr, t->pid, strerror(-error));
         r = zsw_uffd_poison(t->uffd, addr, ZSW_PAGE_SIZE);
-        if (r < 0 && r != -EEXIST)
-                zsw_log(t->engine->log, LOG_ERR, "Cannot poison page 0x%" PRIx64 " of %d: %s",
-                        addr, t->pid, strerror(-r));
+        if (r < 0) {
+                if (r != -EEXIST && r != -EAGAIN)
+                        zsw_log(t->engine->log, LOG_ERR, "Cannot poison page 0x%" PRIx64 " of %d: %s",
+                                addr, t->pid, strerror(-r));
+                wake_unresolved(t, addr, r);
+        }
 }
 
 /* Brings back the stored pages after pgno, up to the prefetch window,
@@ -61,7 +85,8 @@ static unsigned prefetch(struct fault_thread *ft, struct zsw_target *t, uint64_t
         ssize_t copied;
 
         for (; n < window; n++)
-                if (zsw_store_load(ft->worker, t->owner, pgno + 1 + n,
+                if (evict_may_restore(t, pgno + 1 + n, false) != RESTORE_STORE ||
+                    zsw_store_load(ft->worker, t->owner, pgno + 1 + n,
                                    tls_buf->pages + (size_t) n * ZSW_PAGE_SIZE, 0) < 0)
                         break;
         if (n == 0)
@@ -71,51 +96,55 @@ static unsigned prefetch(struct fault_thread *ft, struct zsw_target *t, uint64_t
         if (copied <= 0)
                 return 0;
         n = (unsigned) (copied / ZSW_PAGE_SIZE);
-        zsw_store_invalidate(t->owner, pgno + 1, n);
+        evict_forget_restored(t, pgno + 1, n);
         atomic_fetch_add_explicit(&t->prefetched, n, memory_order_relaxed);
         return n;
 }
 
+/* Every message we read ends with its thread woken: by the ioctl that
+ * resolves the fault (COPY, ZEROPAGE, POISON wake on success), by
+ * wake_unresolved(), or by the eviction round it waits for. The load is shared: the entry goes only once its page
+ * is in place, so a failed copy loses nothing and needs no store call to
+ * put the page back (which a full pool could refuse). */
 static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_t addr) {
         uint64_t pgno = addr / ZSW_PAGE_SIZE, page = pgno * ZSW_PAGE_SIZE;
         uint64_t start = zsw_now_ns();
         /* A fault right after the pages we brought back last time: a
          * sequential stream, which used every one of them. */
         bool sequential = pgno == t->next_fault_pgno;
-        ssize_t copied;
-        int r;
+        ssize_t r;
 
         if (sequential)
                 atomic_fetch_add_explicit(&t->prefetch_hits, t->prefetched_last,
                                           memory_order_relaxed);
         t->prefetched_last = 0;
 
-        r = zsw_store_load(ft->worker, t->owner, pgno, tls_buf->pages, ZSW_LOAD_EXCLUSIVE);
+        switch (evict_may_restore(t, pgno, true)) {
+        case RESTORE_WAIT:
+                /* The round wakes it once the drop is done. */
+                return;
+        case RESTORE_ZERO:
+                r = -ENOENT;
+                break;
+        default:
+                r = zsw_store_load(ft->worker, t->owner, pgno, tls_buf->pages, 0);
+        }
         if (r == -ENOENT) {
                 /* Never taken by us: a first touch, zero-filled as the
                  * kernel would. */
-                copied = zsw_uffd_zeropage(t->uffd, page, ZSW_PAGE_SIZE, false);
+                r = zsw_uffd_zeropage(t->uffd, page, ZSW_PAGE_SIZE, false);
                 atomic_fetch_add_explicit(&t->zero_faults, 1, memory_order_relaxed);
         } else if (r < 0) {
-                fail_fault(t, page, r);
+                fail_fault(t, page, (int) r);
                 return;
         } else {
-                copied = zsw_uffd_copy(t->uffd, page, tls_buf->pages, ZSW_PAGE_SIZE, 0);
-                if (copied == -EAGAIN) {
-                        /* The mappings are changing under an event we have
-                         * not read yet: keep the page, let the thread fault
-                         * again once the event is handled. */
-                        const void *p = tls_buf->pages;
-
-                        if (zsw_store_pages(ft->worker, t->owner, &pgno, &p, 1, NULL) < 0)
-                                fail_fault(t, page, -ENOMEM);
-                }
+                r = zsw_uffd_copy(t->uffd, page, tls_buf->pages, ZSW_PAGE_SIZE, 0);
+                /* In place, ours or whoever was first: the copy is stale. */
+                if (r > 0 || r == -EEXIST)
+                        evict_forget_restored(t, pgno, 1);
         }
-
-        if (copied == -EEXIST || copied == -EAGAIN)
-                /* Somebody filled it first, or the thread must retry: wake
-                 * it either way, a spurious wake only costs a refault. */
-                zsw_uffd_wake(t->uffd, page, ZSW_PAGE_SIZE);
+        if (r < 0)
+                wake_unresolved(t, page, (int) r);
 
         atomic_fetch_add_explicit(&t->faults, 1, memory_order_relaxed);
         zsw_histogram_record(&t->fault_hist, zsw_now_ns() - start);
@@ -123,27 +152,39 @@ static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_
         /* After the faulting thread is on its way: prefetch only costs
          * the target if it waits for one of these pages meanwhile. */
         if (sequential || pgno == t->last_fault_pgno + 1)
-                t->prefetched_last = r >= 0 && copied > 0 ? prefetch(ft, t, pgno) : 0;
+                t->prefetched_last = r > 0 ? prefetch(ft, t, pgno) : 0;
         t->last_fault_pgno = pgno;
         t->next_fault_pgno = pgno + 1 + t->prefetched_last;
+}
+
+/* A write to a write-protected page: the eviction round decides whether
+ * the write goes through now (un-protect, which wakes the writer) or waits
+ * for the drop (the round wakes it). */
+static void serve_wp(struct zsw_target *t, uint64_t addr) {
+        uint64_t page = addr & ~(uint64_t) (ZSW_PAGE_SIZE - 1);
+        int r;
+
+        if (evict_on_wp_fault(t, page))
+                return;
+        r = zsw_uffd_writeprotect(t->uffd, page, ZSW_PAGE_SIZE, false, false);
+        if (r < 0)
+                wake_unresolved(t, page, r);
 }
 
 static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const struct uffd_msg *m) {
         switch (m->event) {
         case UFFD_EVENT_PAGEFAULT:
-                if (m->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP) {
-                        if (!evict_on_wp_fault(t, m->arg.pagefault.address))
-                                zsw_uffd_writeprotect(t->uffd,
-                                                      m->arg.pagefault.address & ~(uint64_t) (ZSW_PAGE_SIZE - 1),
-                                                      ZSW_PAGE_SIZE, false, false);
-                } else
+                if (m->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP)
+                        serve_wp(t, m->arg.pagefault.address);
+                else
                         serve_missing(ft, t, m->arg.pagefault.address);
                 break;
         case UFFD_EVENT_FORK:
                 engine_add_fork_child(t->engine, t, (int) m->arg.fork.ufd);
                 break;
         case UFFD_EVENT_REMAP:
-                evict_on_remove(t, m->arg.remap.from, m->arg.remap.from + m->arg.remap.len, true);
+                evict_on_remove(t, m->arg.remap.from, m->arg.remap.from + m->arg.remap.len,
+                                REMOVAL_MOVE);
                 zsw_store_move(t->owner, m->arg.remap.from / ZSW_PAGE_SIZE,
                                m->arg.remap.to / ZSW_PAGE_SIZE, m->arg.remap.len / ZSW_PAGE_SIZE);
                 break;
@@ -151,11 +192,8 @@ static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const stru
         case UFFD_EVENT_UNMAP:
                 /* Our own drop raises REMOVE too; the target's own
                  * DONTNEED/FREE/munmap means those pages now read as zeros. */
-                if (evict_on_remove(t, m->arg.remove.start, m->arg.remove.end,
-                                    m->event == UFFD_EVENT_UNMAP))
-                        break;
-                zsw_store_invalidate(t->owner, m->arg.remove.start / ZSW_PAGE_SIZE,
-                                     (m->arg.remove.end - m->arg.remove.start) / ZSW_PAGE_SIZE);
+                evict_on_remove(t, m->arg.remove.start, m->arg.remove.end,
+                                m->event == UFFD_EVENT_UNMAP ? REMOVAL_UNMAP : REMOVAL_REMOVE);
                 break;
         default:
                 zsw_log(t->engine->log, LOG_WARNING, "Unexpected userfaultfd event %u from %d, ignoring",
@@ -169,11 +207,21 @@ static void serve_target(struct fault_thread *ft, struct zsw_target *t) {
 
         pthread_mutex_lock(&t->serve_lock);
         /* A short read emptied the queue: stop there rather than pay one
-         * more read for its EAGAIN; what arrives later wakes epoll again. */
+         * more read for its EAGAIN; what arrives later wakes epoll again.
+         * Events first: read(2) hands out every pending fault before any
+         * event, and the read itself releases the thread that raised the
+         * event (its madvise zaps, its mremap returns) and lets COPY
+         * succeed again. A fault served before an event of the same batch
+         * could place a page the target has just discarded, or zero-fill
+         * the destination of a move whose entries have not moved yet. */
         do {
                 n = zsw_uffd_read_msgs(t->uffd, msgs, MSGS_PER_READ);
                 for (int i = 0; i < n; i++)
-                        handle_msg(ft, t, &msgs[i]);
+                        if (msgs[i].event != UFFD_EVENT_PAGEFAULT)
+                                handle_msg(ft, t, &msgs[i]);
+                for (int i = 0; i < n; i++)
+                        if (msgs[i].event == UFFD_EVENT_PAGEFAULT)
+                                handle_msg(ft, t, &msgs[i]);
         } while (n == (int) MSGS_PER_READ);
         pthread_mutex_unlock(&t->serve_lock);
         if (n < 0 && n != -EAGAIN) {
@@ -220,10 +268,10 @@ static void *fault_thread_main(void *userdata) {
 }
 
 int fault_threads_add(struct zsw_engine *e, struct zsw_target *t) {
-        /* Every fault thread wakes for every fault. EPOLLEXCLUSIVE (one
-         * idle thread woken) halved fault latency in zswapd-bench-fault
-         * (p50 80 -> 43 us) but a CI run then hung a target in an
-         * unserved fault once, not yet understood: see docs/design.md. */
+        /* Every fault thread wakes for every fault, and the one on the
+         * faulting CPU usually wins. EPOLLEXCLUSIVE (one idle thread
+         * woken, not necessarily that one) gave p99 in milliseconds on a
+         * loaded VM: see docs/design.md. */
         struct epoll_event ev = { .events = EPOLLIN, .data.ptr = t };
 
         for (unsigned i = 0; i < e->n_threads; i++)

@@ -843,8 +843,11 @@ int zsw_remote_open_uffd(struct zsw_remote *r, int flags, int *ret_target_fd,
 
 /* One process_madvise() of the target on itself for up to n ranges.
  * Returns how many ranges are done, or -EOPNOTSUPP if the kernel refuses. */
+/* Returns the number of leading ranges advised; when fewer than n, the
+ * next one failed, with *ret_error when the kernel said why (-ENOMEM when
+ * it did not: process_madvise reports only progress once it made some). */
 static long madvise_self_batch(struct zsw_remote *r, uint64_t scratch, const struct iovec *ranges,
-                               size_t n, int advice) {
+                               size_t n, int advice, int *ret_error) {
         size_t total = 0, done = 0;
         long k;
 
@@ -862,8 +865,10 @@ static long madvise_self_batch(struct zsw_remote *r, uint64_t scratch, const str
                 if (!r->madvise_self)
                         return -EOPNOTSUPP;
         }
-        if (k < 0)
-                return 0; /* the per-range pass finds and reports the failure */
+        if (k < 0) {
+                *ret_error = (int) k;
+                return 0;
+        }
 
         /* Partial: the kernel stops at the first range it could not advise. */
         for (size_t i = 0; i < n; i++)
@@ -872,6 +877,7 @@ static long madvise_self_batch(struct zsw_remote *r, uint64_t scratch, const str
                 return (long) n;
         for (size_t left = (size_t) k; done < n && left >= ranges[done].iov_len; done++)
                 left -= ranges[done].iov_len;
+        *ret_error = -ENOMEM;
         return (long) done;
 }
 
@@ -879,28 +885,46 @@ int zsw_remote_madvise_ranges(struct zsw_remote *r, uint64_t scratch, size_t scr
                               const struct iovec *ranges, size_t n, int advice) {
         size_t per_call = MIN(scratch_size / sizeof(struct iovec), (size_t) IOV_MAX_PER_CALL);
         size_t i = 0;
+        int first_error = 0;
 
+        /* Every range is tried exactly once, also after a failure: a range
+         * the target unmapped in part fails (ENOMEM) after its mapped part
+         * was advised, and advising it again would raise a second
+         * UFFD_EVENT_REMOVE for pages already dropped, which the engine
+         * must take for the target's own. process_madvise stops at the
+         * first range it could not advise without saying why: that range
+         * counts as tried and failed, and the next call starts after it. */
         while (i < n && per_call > 0 && r->madvise_self != 0) {
                 size_t batch = MIN(per_call, n - i);
-                long done = madvise_self_batch(r, scratch, ranges + i, batch, advice);
+                int error = 0;
+                long done = madvise_self_batch(r, scratch, ranges + i, batch, advice, &error);
 
                 if (done == -EOPNOTSUPP)
                         break;
                 if (done < 0)
-                        return (int) done;
+                        return first_error ?: (int) done;
                 i += (size_t) done;
-                if ((size_t) done < batch)
-                        break;
+                if ((size_t) done < batch) {
+                        zsw_log(r->log, LOG_DEBUG, "process_madvise in %d stopped at %p+%zu", r->pid,
+                                ranges[i].iov_base, ranges[i].iov_len);
+                        if (!first_error)
+                                first_error = error ?: -EIO;
+                        i++;
+                }
         }
         for (; i < n; i++) {
                 long k = zsw_remote_call(r, SYS_madvise, (unsigned long[6]) {
                                 (unsigned long) ranges[i].iov_base, ranges[i].iov_len,
                                 (unsigned long) advice });
 
-                if (k < 0)
-                        return zsw_log_errno(r->log, LOG_DEBUG, k,
-                                             "madvise(%p, %zu, %d) in %d failed: %m",
-                                             ranges[i].iov_base, ranges[i].iov_len, advice, r->pid);
+                if (k < 0) {
+                        zsw_log_errno(r->log, LOG_DEBUG, k, "madvise(%p, %zu, %d) in %d failed: %m",
+                                      ranges[i].iov_base, ranges[i].iov_len, advice, r->pid);
+                        if (!first_error)
+                                first_error = (int) k;
+                        if (k == -ESRCH)
+                                break;
+                }
         }
-        return 0;
+        return first_error;
 }

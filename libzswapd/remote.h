@@ -111,7 +111,10 @@ int zsw_remote_open_uffd(struct zsw_remote *r, int flags, int *ret_target_fd,
  * (Linux >= 6.15; this 6.18 accepts every advice so), else one madvise per range; all within
  * the current stop. scratch (scratch_size bytes, from
  * zsw_remote_map_scratch()) carries the iovec array. Returns 0 when every
- * range was advised, else the first failure.
+ * range was advised, else the first failure. Every range is tried exactly
+ * once, also after a failure: a range the target unmapped in part fails
+ * (-ENOMEM) after its mapped part was advised, and advising it again would
+ * raise a second UFFD_EVENT_REMOVE for pages already dropped.
  */
 int zsw_remote_madvise_ranges(struct zsw_remote *r, uint64_t scratch, size_t scratch_size,
                               const struct iovec *ranges, size_t n, int advice);
