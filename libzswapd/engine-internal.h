@@ -32,10 +32,11 @@
 
 /* Pages per eviction round: one ptrace stop and one injected drop. Each stop
  * costs 1-5 ms here (the target must be scheduled to stop), so a round takes
- * 16 MiB; its pages are read and stored ZSW_EVICT_CHUNK_PAGES at a time
- * through one buffer. */
+ * 16 MiB; its pages are read and stored ZSW_EVICT_CHUNK_PAGES at a time,
+ * the next chunk read while the last one is compressed, through the two
+ * halves of one 2 MiB buffer. */
 #define ZSW_EVICT_MAX_PAGES 4096u
-#define ZSW_EVICT_CHUNK_PAGES 512u
+#define ZSW_EVICT_CHUNK_PAGES 256u
 #define FAULT_PREFETCH_MAX 64u
 
 enum evict_state {

@@ -175,20 +175,23 @@ static size_t collect_runs(const struct evict_batch *b, struct iovec *runs) {
 
 struct evict_round {
         struct zsw_target *target;
-        uint8_t *buf;                           /* ZSW_EVICT_CHUNK_PAGES pages */
-        size_t chunk;                           /* first page of the chunk in buf */
+        uint8_t *buf;                           /* 2 chunks of pages */
+        void *bufs[2][ZSW_EVICT_CHUNK_PAGES];   /* its pages, by half */
+        size_t chunk;                           /* first page of the chunk being stored */
+        void *const *chunk_bufs;                /* and where its pages are */
         struct iovec runs[ZSW_EVICT_MAX_PAGES];
         size_t n_runs;
-        void *bufs[ZSW_EVICT_CHUNK_PAGES];
         bool read_ok[ZSW_EVICT_MAX_PAGES];
         bool stored[ZSW_EVICT_MAX_PAGES];
         /* Where the time goes, for the debug log. */
         uint64_t ns_scan, ns_protect, ns_read, ns_store, ns_drop, ns_seize, ns_inject, ns_sync;
 };
 
+#define ROUND_BUF_SIZE ((size_t) 2 * ZSW_EVICT_CHUNK_PAGES * ZSW_PAGE_SIZE)
+
 struct evict_round *evict_round_free(struct evict_round *rd) {
         if (rd) {
-                munmap(rd->buf, (size_t) ZSW_EVICT_CHUNK_PAGES * ZSW_PAGE_SIZE);
+                munmap(rd->buf, ROUND_BUF_SIZE);
                 free(rd);
         }
         return NULL;
@@ -197,10 +200,9 @@ struct evict_round *evict_round_free(struct evict_round *rd) {
 /* The engine's round buffers, made on its first reclaim and kept: a fresh
  * page costs 20-60 us at its first touch on these VMs (the hypervisor
  * fills its shadow page table), 512 of them a reclaim call's worth. The
- * chunk buffer is one aligned huge page where the kernel has one (one
- * fault), 2 MiB kept for the engine's life. */
+ * buffer is one aligned huge page where the kernel has one (one fault),
+ * 2 MiB kept for the engine's life. */
 static int evict_round_get(struct zsw_engine *e, struct evict_round **ret) {
-        size_t len = (size_t) ZSW_EVICT_CHUNK_PAGES * ZSW_PAGE_SIZE;
         struct evict_round *rd;
         uint8_t *m;
 
@@ -209,16 +211,22 @@ static int evict_round_get(struct zsw_engine *e, struct evict_round **ret) {
                 if (!rd)
                         return -ENOMEM;
                 /* Map twice the length to cut an aligned run out of it. */
-                m = mmap(NULL, 2 * len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                m = mmap(NULL, 2 * ROUND_BUF_SIZE, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
                 if (m == MAP_FAILED) {
                         free(rd);
                         return -ENOMEM;
                 }
-                rd->buf = (uint8_t *) (((uintptr_t) m + len - 1) & ~(uintptr_t) (len - 1));
+                rd->buf = (uint8_t *) (((uintptr_t) m + ROUND_BUF_SIZE - 1) &
+                                       ~(uintptr_t) (ROUND_BUF_SIZE - 1));
                 if (rd->buf > m)
                         munmap(m, (size_t) (rd->buf - m));
-                munmap(rd->buf + len, (size_t) (m + 2 * len - (rd->buf + len)));
-                (void) madvise(rd->buf, len, MADV_HUGEPAGE);
+                munmap(rd->buf + ROUND_BUF_SIZE, (size_t) (m + ROUND_BUF_SIZE - rd->buf));
+                (void) madvise(rd->buf, ROUND_BUF_SIZE, MADV_HUGEPAGE);
+                for (size_t h = 0; h < 2; h++)
+                        for (size_t i = 0; i < ZSW_EVICT_CHUNK_PAGES; i++)
+                                rd->bufs[h][i] = rd->buf +
+                                                 (h * ZSW_EVICT_CHUNK_PAGES + i) * ZSW_PAGE_SIZE;
                 e->evict_round = rd;
         }
         rd = e->evict_round;
@@ -228,8 +236,9 @@ static int evict_round_get(struct zsw_engine *e, struct evict_round **ret) {
         return 0;
 }
 
-/* Stores batch number `item` of the chunk (its pages rd->chunk + item * 32
- * ...). Runs on the evicting thread and the evict pool's threads at once. */
+/* Stores batch number `item` of the chunk being stored (its pages
+ * rd->chunk + item * 32 ...). Runs on the evicting thread and the evict
+ * pool's threads at once. */
 static void store_batch(void *arg, struct zsw_worker *w, size_t item) {
         struct evict_round *rd = arg;
         struct evict_batch *b = &rd->target->batch;
@@ -245,7 +254,7 @@ static void store_batch(void *arg, struct zsw_worker *w, size_t item) {
         for (size_t i = off; i < off + n; i++)
                 if (rd->read_ok[i]) {
                         idx[k] = i;
-                        pages[k] = rd->bufs[i - rd->chunk];
+                        pages[k] = rd->chunk_bufs[i - rd->chunk];
                         pgnos[k++] = b->addrs[i] / ZSW_PAGE_SIZE;
                 }
         if (k == 0)
@@ -255,28 +264,49 @@ static void store_batch(void *arg, struct zsw_worker *w, size_t item) {
                 rd->stored[idx[i]] = r >= 0 && (mask & (1u << i));
 }
 
-/* Steps 3-4 for one chunk of the round: read its pages, then store them on
- * every CPU. */
-static int chunk_collect(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd,
-                         size_t first) {
+/* Step 3 for the chunk of pages from first: reads them into half h. */
+static int chunk_read(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd,
+                      size_t first, size_t h) {
         struct evict_batch *b = &t->batch;
         size_t n = MIN((size_t) ZSW_EVICT_CHUNK_PAGES, b->n - first);
         uint64_t t0 = zsw_now_ns();
         int r;
 
-        for (size_t i = 0; i < n; i++)
-                rd->bufs[i] = rd->buf + i * ZSW_PAGE_SIZE;
-        r = zsw_vma_read_pages(t->pid, b->addrs + first, n, rd->bufs, rd->read_ok + first);
+        r = zsw_vma_read_pages(t->pid, b->addrs + first, n, rd->bufs[h], rd->read_ok + first);
         rd->ns_read += zsw_now_ns() - t0;
         if (r < 0)
                 return zsw_log_errno(e->log, LOG_DEBUG, r, "Cannot read pages of %d: %m", t->pid);
-
-        t0 = zsw_now_ns();
-        rd->chunk = first;
-        zsw_parallel_run(e->evict_pool, e->worker, store_batch, rd,
-                         DIV_ROUND_UP(n, ZSW_STORE_BATCH_MAX));
-        rd->ns_store += zsw_now_ns() - t0;
         return 0;
+}
+
+/* Steps 3-4, a chunk at a time: while the evict pool's threads compress a
+ * chunk, this thread reads the next one into the other half of the buffer,
+ * then joins in the compression. */
+static int round_read_store(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd) {
+        struct evict_batch *b = &t->batch;
+        size_t h = 0;
+        int r;
+
+        rd->target = t;
+        r = chunk_read(e, t, rd, 0, h);
+        for (size_t first = 0; r >= 0 && first < b->n; first += ZSW_EVICT_CHUNK_PAGES) {
+                size_t next = first + ZSW_EVICT_CHUNK_PAGES;
+                uint64_t t0 = zsw_now_ns();
+
+                rd->chunk = first;
+                rd->chunk_bufs = rd->bufs[h];
+                zsw_parallel_start(e->evict_pool, store_batch, rd,
+                                   DIV_ROUND_UP(MIN((size_t) ZSW_EVICT_CHUNK_PAGES, b->n - first),
+                                                ZSW_STORE_BATCH_MAX));
+                h ^= 1;
+                if (next < b->n)
+                        r = chunk_read(e, t, rd, next, h);
+                /* Joined even after a failed read: the chunk's batches may
+                 * still be running. */
+                zsw_parallel_join(e->evict_pool, e->worker);
+                rd->ns_store += zsw_now_ns() - t0;
+        }
+        return r;
 }
 
 /* Steps 2-4: protect, read, store. Pages that cannot go are cancelled. */
@@ -298,12 +328,9 @@ static int round_collect(struct zsw_engine *e, struct zsw_target *t, struct evic
         rd->ns_protect += zsw_now_ns() - t0;
 
         memset(rd->stored, 0, b->n * sizeof(bool));
-        rd->target = t;
-        for (size_t first = 0; first < b->n; first += ZSW_EVICT_CHUNK_PAGES) {
-                r = chunk_collect(e, t, rd, first);
-                if (r < 0)
-                        return r;
-        }
+        r = round_read_store(e, t, rd);
+        if (r < 0)
+                return r;
         for (size_t i = 0; i < b->n; i++)
                 if (rd->read_ok[i] && !rd->stored[i])
                         res->refused_pages++;
