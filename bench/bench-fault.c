@@ -62,6 +62,7 @@ static bool arg_json;
 static bool arg_workload;
 static bool arg_local_only;
 static bool arg_fifo;
+static unsigned arg_evict_only;
 
 /* The workload's memory. buf is private anonymous (what the engine takes);
  * the rest is shared, so the engine leaves it alone. */
@@ -92,6 +93,13 @@ static uint64_t thread_cpu_ns(void) {
         struct timespec ts;
 
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
+}
+
+static uint64_t process_cpu_ns(void) {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
         return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
 }
 
@@ -411,7 +419,7 @@ static void log_stderr(void *userdata, int priority, const char *file, int line,
         fputc('\n', stderr);
 }
 
-static const struct zsw_log bench_log = { .fn = log_stderr, .max_priority = LOG_WARNING };
+static struct zsw_log bench_log = { .fn = log_stderr, .max_priority = LOG_WARNING };
 
 static int measure(struct zsw_engine *e, struct child *ch, struct workload *w, char pattern,
                    unsigned prefetch, struct result *ret) {
@@ -542,6 +550,61 @@ out:
         return r;
 }
 
+/* --evict-only: N times attach, reclaim everything, detach (which puts every
+ * page back) and verify; prints the eviction speed of each repetition, for
+ * A/B comparisons of the eviction path without the fault passes between. */
+static int run_evict_only(struct child *ch, const cpu_set_t *all_cpus, uint64_t *ret_bad) {
+        struct zsw_engine_config cfg = { .log = &bench_log };
+        struct zsw_engine *e = NULL;
+        int r;
+
+        r = sched_setaffinity(0, sizeof(*all_cpus), all_cpus) < 0 ? -errno : 0;
+        if (r >= 0)
+                r = zsw_engine_new(&cfg, &e);
+        if (r < 0)
+                return r;
+        if (ch->cpu > 0)
+                (void) pin_to(0, ch->cpu - 1);
+        for (unsigned i = 0; i < arg_evict_only && r >= 0; i++) {
+                struct zsw_engine_error err = {};
+                struct zsw_reclaim_result rec = {};
+                uint64_t cpu0 = thread_cpu_ns(), proc0 = process_cpu_ns();
+                struct pass check;
+
+                r = zsw_engine_attach(e, ch->pid, &err);
+                if (r >= 0)
+                        r = zsw_engine_reclaim(e, ch->pid, UINT64_MAX, &rec, &err);
+                if (r >= 0) {
+                        uint64_t bytes = rec.evicted_pages * PAGE;
+                        double wall = mib_s(bytes, rec.duration_ns);
+                        double cpu = mib_s(bytes, thread_cpu_ns() - cpu0);
+                        double proc = mib_s(bytes, process_cpu_ns() - proc0);
+
+                        if (arg_json)
+                                printf("{\"evict_only\":%u,\"mib\":%u,\"evicted_pages\":%" PRIu64
+                                       ",\"evict_aborted\":%" PRIu64 ",\"evict_mib_s\":%.1f,"
+                                       "\"evict_cpu_mib_s\":%.1f,\"evict_process_cpu_mib_s\":%.1f}\n",
+                                       i, arg_mib, rec.evicted_pages, rec.aborted_pages, wall, cpu,
+                                       proc);
+                        else
+                                printf("evict %2u: %7" PRIu64 " pages, MiB/s: %6.0f wall, %6.0f per "
+                                       "CPU-second of the reclaiming thread, %6.0f of all threads\n",
+                                       i, rec.evicted_pages, wall, cpu, proc);
+                        fflush(stdout);
+                        r = zsw_engine_detach(e, ch->pid, &err);
+                }
+                if (r < 0) {
+                        fprintf(stderr, "evict-only failed: %s\n", err.message);
+                        break;
+                }
+                r = child_pass(ch, 's', &check);
+                if (r >= 0)
+                        *ret_bad += check.bad_pages;
+        }
+        zsw_engine_free(e);
+        return r;
+}
+
 /* ---- --workload: the demo's target, driven by lines on stdin -------------- */
 
 static int workload_main(void) {
@@ -594,12 +657,14 @@ static void help(void) {
                "  --one-fault-thread\n"
                "                 Only one fault thread, on the workload's CPU\n"
                "  --fifo         Run the fault threads SCHED_FIFO (an experiment)\n"
+               "  --debug        The engine's debug log on stderr (eviction phase times)\n"
+               "  --evict-only N Only eviction, N times: attach, reclaim all, detach, verify\n"
                "  --workload     Be the demo's workload (see tests/demo.sh)\n",
                program_invocation_short_name, program_invocation_short_name);
 }
 
 static int parse_argv(int argc, char **argv) {
-        enum { ARG_JSON = 0x100, ARG_MIB, ARG_PREFETCH, ARG_WORKLOAD, ARG_LOCAL, ARG_FIFO };
+        enum { ARG_JSON = 0x100, ARG_MIB, ARG_PREFETCH, ARG_WORKLOAD, ARG_LOCAL, ARG_FIFO, ARG_DEBUG, ARG_EVICT_ONLY };
         static const struct option options[] = {
                 { "help", no_argument, NULL, 'h' },
                 { "json", no_argument, NULL, ARG_JSON },
@@ -608,6 +673,8 @@ static int parse_argv(int argc, char **argv) {
                 { "workload", no_argument, NULL, ARG_WORKLOAD },
                 { "one-fault-thread", no_argument, NULL, ARG_LOCAL },
                 { "fifo", no_argument, NULL, ARG_FIFO },
+                { "debug", no_argument, NULL, ARG_DEBUG },
+                { "evict-only", required_argument, NULL, ARG_EVICT_ONLY },
                 {}
         };
         char *end;
@@ -643,6 +710,16 @@ static int parse_argv(int argc, char **argv) {
                         break;
                 case ARG_FIFO:
                         arg_fifo = true;
+                        break;
+                case ARG_DEBUG:
+                        bench_log.max_priority = LOG_DEBUG;
+                        break;
+                case ARG_EVICT_ONLY:
+                        arg_evict_only = (unsigned) strtoul(optarg, &end, 10);
+                        if (*end || arg_evict_only == 0 || arg_evict_only > 1000) {
+                                fprintf(stderr, "--evict-only wants 1..1000 repetitions\n");
+                                return -EINVAL;
+                        }
                         break;
                 default:
                         return -EINVAL;
@@ -683,17 +760,21 @@ static int run(int argc, char **argv) {
                 fprintf(stderr, "Cannot start the workload: %s\n", strerror(-r));
                 return r;
         }
-        print_header(&ch, arg_local_only ? 1 : (unsigned) CPU_COUNT(&all_cpus));
-        for (size_t i = 0; i < ARRAY_SIZE(windows) && r >= 0; i++)
-                r = run_window(&ch, &w, windows[i], &all_cpus, &bad);
+        if (arg_evict_only)
+                r = run_evict_only(&ch, &all_cpus, &bad);
+        else {
+                print_header(&ch, arg_local_only ? 1 : (unsigned) CPU_COUNT(&all_cpus));
+                for (size_t i = 0; i < ARRAY_SIZE(windows) && r >= 0; i++)
+                        r = run_window(&ch, &w, windows[i], &all_cpus, &bad);
+        }
         child_stop(&ch);
         if (r < 0) {
                 fprintf(stderr, "Benchmark failed: %s\n", strerror(-r));
                 return r;
         }
         if (!arg_json)
-                printf("\nverified %zu pages %zu times (re-read and after detach): %" PRIu64
-                       " corrupted\n", w.npages, 3 * ARRAY_SIZE(windows), bad);
+                printf("\nverified %zu pages %zu times: %" PRIu64 " corrupted\n", w.npages,
+                       arg_evict_only ?: 3 * ARRAY_SIZE(windows), bad);
         return bad ? -EIO : 0;
 }
 

@@ -31,7 +31,13 @@
 #include "store.h"
 #include "vma.h"
 
-#define ZSW_EVICT_MAX_PAGES 512u        /* pages per eviction round: one ptrace stop */
+/* Pages per eviction round: one ptrace stop and one injected drop. Each stop
+ * costs 1-5 ms here (the target must be scheduled to stop), so a round takes
+ * 16 MiB; its pages are read and stored ZSW_EVICT_CHUNK_PAGES at a time,
+ * the next chunk read while the last one is compressed, through the two
+ * halves of one 2 MiB buffer. */
+#define ZSW_EVICT_MAX_PAGES 4096u
+#define ZSW_EVICT_CHUNK_PAGES 256u
 #define FAULT_PREFETCH_MAX 64u
 
 enum evict_state {
@@ -115,6 +121,7 @@ struct zsw_engine {
         pthread_mutex_t worker_lock;
         struct zsw_worker *worker;
         struct zsw_parallel *evict_pool;
+        struct evict_round *evict_round;        /* reclaim's buffers, kept between calls */
 
         /* Reaps targets that exited or exec'ed. */
         pthread_t reaper;
@@ -135,6 +142,7 @@ int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
 int evict_register_ranges(struct zsw_engine *e, struct zsw_target *t, struct zsw_range **ret,
                           size_t *ret_n);
 int target_read_vmas(struct zsw_target *t, struct zsw_vma_list *ret);
+struct evict_round *evict_round_free(struct evict_round *rd);
 /* Called by fault threads with serve_lock held. */
 bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr);
 enum evict_removal {

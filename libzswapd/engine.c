@@ -831,6 +831,7 @@ struct zsw_engine *zsw_engine_free(struct zsw_engine *e) {
         pthread_mutex_unlock(&e->control_lock);
         fault_threads_stop(e);
         zsw_parallel_free(e->evict_pool);
+        evict_round_free(e->evict_round);
         /* No store runs any more: the shrinker can go. */
         zsw_writeback_free(e->writeback);
         zsw_worker_free(e->worker);

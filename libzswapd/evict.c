@@ -228,24 +228,77 @@ static size_t collect_runs(const struct evict_batch *b, struct iovec *runs) {
         return n;
 }
 
-struct round {
+struct evict_round {
         struct zsw_target *target;
-        uint8_t *buf;                           /* ZSW_EVICT_MAX_PAGES pages */
+        uint8_t *buf;                           /* 2 chunks of pages */
+        void *bufs[2][ZSW_EVICT_CHUNK_PAGES];   /* its pages, by half */
+        size_t chunk;                           /* first page of the chunk being stored */
+        void *const *chunk_bufs;                /* and where its pages are */
         struct iovec runs[ZSW_EVICT_MAX_PAGES];
         size_t n_runs;
-        void *bufs[ZSW_EVICT_MAX_PAGES];
         bool read_ok[ZSW_EVICT_MAX_PAGES];
         bool stored[ZSW_EVICT_MAX_PAGES];
         /* Where the time goes, for the debug log. */
-        uint64_t ns_scan, ns_protect, ns_read, ns_store, ns_drop;
+        uint64_t ns_scan, ns_protect, ns_read, ns_store, ns_drop, ns_seize, ns_inject, ns_sync;
 };
 
-/* Stores the round's batch number `item` (pages item * 32 ...). Runs on
- * the evicting thread and the evict pool's threads at once. */
+#define ROUND_BUF_SIZE ((size_t) 2 * ZSW_EVICT_CHUNK_PAGES * ZSW_PAGE_SIZE)
+
+struct evict_round *evict_round_free(struct evict_round *rd) {
+        if (rd) {
+                munmap(rd->buf, ROUND_BUF_SIZE);
+                free(rd);
+        }
+        return NULL;
+}
+
+/* The engine's round buffers, made on its first reclaim and kept: a fresh
+ * page costs 20-60 us at its first touch on these VMs (the hypervisor
+ * fills its shadow page table), 512 of them a reclaim call's worth. The
+ * buffer is one aligned huge page where the kernel has one: one fault per
+ * reclaim call, as its memory goes back after each (evict_target()). */
+static int evict_round_get(struct zsw_engine *e, struct evict_round **ret) {
+        struct evict_round *rd;
+        uint8_t *m;
+
+        if (!e->evict_round) {
+                rd = calloc(1, sizeof(*rd));
+                if (!rd)
+                        return -ENOMEM;
+                /* Map twice the length to cut an aligned run out of it. */
+                m = mmap(NULL, 2 * ROUND_BUF_SIZE, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                if (m == MAP_FAILED) {
+                        free(rd);
+                        return -ENOMEM;
+                }
+                rd->buf = (uint8_t *) (((uintptr_t) m + ROUND_BUF_SIZE - 1) &
+                                       ~(uintptr_t) (ROUND_BUF_SIZE - 1));
+                if (rd->buf > m)
+                        munmap(m, (size_t) (rd->buf - m));
+                munmap(rd->buf + ROUND_BUF_SIZE, (size_t) (m + ROUND_BUF_SIZE - rd->buf));
+                (void) madvise(rd->buf, ROUND_BUF_SIZE, MADV_HUGEPAGE);
+                for (size_t h = 0; h < 2; h++)
+                        for (size_t i = 0; i < ZSW_EVICT_CHUNK_PAGES; i++)
+                                rd->bufs[h][i] = rd->buf +
+                                                 (h * ZSW_EVICT_CHUNK_PAGES + i) * ZSW_PAGE_SIZE;
+                e->evict_round = rd;
+        }
+        rd = e->evict_round;
+        rd->ns_scan = rd->ns_protect = rd->ns_read = rd->ns_store = rd->ns_drop = 0;
+        rd->ns_seize = rd->ns_inject = rd->ns_sync = 0;
+        *ret = rd;
+        return 0;
+}
+
+/* Stores batch number `item` of the chunk being stored (its pages
+ * rd->chunk + item * 32 ...). Runs on the evicting thread and the evict
+ * pool's threads at once. */
 static void store_batch(void *arg, struct zsw_worker *w, size_t item) {
-        struct round *rd = arg;
+        struct evict_round *rd = arg;
         struct evict_batch *b = &rd->target->batch;
-        size_t off = item * ZSW_STORE_BATCH_MAX, n = MIN(ZSW_STORE_BATCH_MAX, b->n - off), k = 0;
+        size_t off = rd->chunk + item * ZSW_STORE_BATCH_MAX, k = 0;
+        size_t n = MIN(ZSW_STORE_BATCH_MAX, b->n - off);
         const void *pages[ZSW_STORE_BATCH_MAX];
         uint64_t pgnos[ZSW_STORE_BATCH_MAX];
         size_t idx[ZSW_STORE_BATCH_MAX];
@@ -256,7 +309,7 @@ static void store_batch(void *arg, struct zsw_worker *w, size_t item) {
         for (size_t i = off; i < off + n; i++)
                 if (rd->read_ok[i]) {
                         idx[k] = i;
-                        pages[k] = rd->bufs[i];
+                        pages[k] = rd->chunk_bufs[i - rd->chunk];
                         pgnos[k++] = b->addrs[i] / ZSW_PAGE_SIZE;
                 }
         if (k == 0)
@@ -266,13 +319,58 @@ static void store_batch(void *arg, struct zsw_worker *w, size_t item) {
                 rd->stored[idx[i]] = r >= 0 && (mask & (1u << i));
 }
 
-/* Steps 2-4: protect, read, store. Pages that cannot go are cancelled. */
-static int round_collect(struct zsw_engine *e, struct zsw_target *t, struct round *rd,
-                         struct zsw_reclaim_result *res) {
+/* Step 3 for the chunk of pages from first: reads them into half h. */
+static int chunk_read(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd,
+                      size_t first, size_t h) {
         struct evict_batch *b = &t->batch;
+        size_t n = MIN((size_t) ZSW_EVICT_CHUNK_PAGES, b->n - first);
+        uint64_t t0 = zsw_now_ns();
         int r;
 
+        r = zsw_vma_read_pages(t->pid, b->addrs + first, n, rd->bufs[h], rd->read_ok + first);
+        rd->ns_read += zsw_now_ns() - t0;
+        if (r < 0)
+                return zsw_log_errno(e->log, LOG_DEBUG, r, "Cannot read pages of %d: %m", t->pid);
+        return 0;
+}
+
+/* Steps 3-4, a chunk at a time: while the evict pool's threads compress a
+ * chunk, this thread reads the next one into the other half of the buffer,
+ * then joins in the compression. */
+static int round_read_store(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd) {
+        struct evict_batch *b = &t->batch;
+        size_t h = 0;
+        int r;
+
+        rd->target = t;
+        r = chunk_read(e, t, rd, 0, h);
+        for (size_t first = 0; r >= 0 && first < b->n; first += ZSW_EVICT_CHUNK_PAGES) {
+                size_t next = first + ZSW_EVICT_CHUNK_PAGES;
+                uint64_t t0 = zsw_now_ns();
+
+                rd->chunk = first;
+                rd->chunk_bufs = rd->bufs[h];
+                zsw_parallel_start(e->evict_pool, store_batch, rd,
+                                   DIV_ROUND_UP(MIN((size_t) ZSW_EVICT_CHUNK_PAGES, b->n - first),
+                                                ZSW_STORE_BATCH_MAX));
+                h ^= 1;
+                if (next < b->n)
+                        r = chunk_read(e, t, rd, next, h);
+                /* Joined even after a failed read: the chunk's batches may
+                 * still be running. */
+                zsw_parallel_join(e->evict_pool, e->worker);
+                rd->ns_store += zsw_now_ns() - t0;
+        }
+        return r;
+}
+
+/* Steps 2-4: protect, read, store. Pages that cannot go are cancelled. */
+static int round_collect(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd,
+                         struct zsw_reclaim_result *res) {
+        struct evict_batch *b = &t->batch;
         uint64_t t0 = zsw_now_ns();
+        int r;
+
         for (size_t i = 0; i < rd->n_runs; i++) {
                 r = zsw_uffd_writeprotect(t->uffd, (uint64_t) rd->runs[i].iov_base,
                                           rd->runs[i].iov_len, true, false);
@@ -282,25 +380,15 @@ static int round_collect(struct zsw_engine *e, struct zsw_target *t, struct roun
                                              (uint64_t) rd->runs[i].iov_base, rd->runs[i].iov_len,
                                              t->pid);
         }
-
-        for (size_t i = 0; i < b->n; i++)
-                rd->bufs[i] = rd->buf + i * ZSW_PAGE_SIZE;
         rd->ns_protect += zsw_now_ns() - t0;
-        t0 = zsw_now_ns();
-        r = zsw_vma_read_pages(t->pid, b->addrs, b->n, rd->bufs, rd->read_ok);
-        rd->ns_read += zsw_now_ns() - t0;
-        t0 = zsw_now_ns();
-        if (r < 0)
-                return zsw_log_errno(e->log, LOG_DEBUG, r, "Cannot read pages of %d: %m", t->pid);
 
-        memset(rd->stored, 0, sizeof(rd->stored));
-        rd->target = t;
-        zsw_parallel_run(e->evict_pool, e->worker, store_batch, rd,
-                         DIV_ROUND_UP(b->n, ZSW_STORE_BATCH_MAX));
+        memset(rd->stored, 0, b->n * sizeof(bool));
+        r = round_read_store(e, t, rd);
+        if (r < 0)
+                return r;
         for (size_t i = 0; i < b->n; i++)
                 if (rd->read_ok[i] && !rd->stored[i])
                         res->refused_pages++;
-        rd->ns_store += zsw_now_ns() - t0;
         pthread_mutex_lock(&t->batch_lock);
         for (size_t i = 0; i < b->n; i++)
                 if (!rd->stored[i])
@@ -362,7 +450,7 @@ static void round_keep_undropped(struct zsw_target *t) {
  * thread's TLS on its way back to user space, sleeps killably, so
  * PTRACE_INTERRUPT cannot break it). While COLLECTING, every WP fault is
  * answered at once, so the seize always completes. */
-static int round_drop(struct zsw_engine *e, struct zsw_target *t, struct round *rd,
+static int round_drop(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd,
                       struct zsw_reclaim_result *res) {
         struct evict_batch *b = &t->batch;
         _cleanup_remote_ struct zsw_remote *remote = NULL;
@@ -372,7 +460,9 @@ static int round_drop(struct zsw_engine *e, struct zsw_target *t, struct round *
         uint64_t rseq = 0;
         uint32_t rseq_len = 0;
 
+        uint64_t t0 = zsw_now_ns();
         r = zsw_remote_seize(t->pid, e->log, &remote);
+        rd->ns_seize += zsw_now_ns() - t0;
         if (r < 0)
                 return r;
         if (zsw_remote_rseq_area(remote, &rseq, &rseq_len) < 0)
@@ -393,9 +483,11 @@ static int round_drop(struct zsw_engine *e, struct zsw_target *t, struct round *
         b->state = EVICT_DROPPING;
         pthread_mutex_unlock(&t->batch_lock);
 
+        t0 = zsw_now_ns();
         if (rd->n_runs > 0)
                 r = zsw_remote_madvise_ranges(remote, t->scratch, t->scratch_size, rd->runs,
                                               rd->n_runs, MADV_DONTNEED);
+        rd->ns_inject += zsw_now_ns() - t0;
         remote = zsw_remote_release(remote);
 
         if (r < 0)
@@ -411,7 +503,7 @@ static int round_drop(struct zsw_engine *e, struct zsw_target *t, struct round *
         return r;
 }
 
-static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct round *rd,
+static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd,
                        const struct zsw_page_run *regions, size_t n_regions,
                        struct zsw_reclaim_result *res) {
         struct evict_batch *b = &t->batch;
@@ -450,6 +542,7 @@ static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct round 
                 rd->ns_drop += zsw_now_ns() - t0;
         }
 
+        uint64_t t1 = zsw_now_ns();
         round_unprotect_kept(t);
         /* The drop returned once its UFFD_EVENT_REMOVEs were read, not once
          * they were handled: a fault thread may still hold them, and must
@@ -458,6 +551,7 @@ static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct round 
          * serve_lock from reading a message until it is handled. */
         pthread_mutex_lock(&t->serve_lock);
         pthread_mutex_unlock(&t->serve_lock);
+        rd->ns_sync += zsw_now_ns() - t1;
         pthread_mutex_lock(&t->batch_lock);
         res->aborted_pages += b->n_cancelled;
         wake = b->wake_pending;
@@ -510,7 +604,7 @@ int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
                  struct zsw_reclaim_result *res, struct zsw_engine_error *err) {
         _cleanup_free_ struct zsw_range *ranges = NULL;
         _cleanup_close_ int pagemap = -EBADF;
-        struct round *rd = NULL;
+        struct evict_round *rd = NULL;
         uint64_t budget = max_bytes / ZSW_PAGE_SIZE;
         char path[64];
         size_t n_ranges = 0;
@@ -523,13 +617,9 @@ int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
         pagemap = open(path, O_RDONLY | O_CLOEXEC);
         if (pagemap < 0)
                 return -errno;
-        rd = calloc(1, sizeof(*rd));
-        if (rd)
-                rd->buf = aligned_alloc(ZSW_PAGE_SIZE, (size_t) ZSW_EVICT_MAX_PAGES * ZSW_PAGE_SIZE);
-        if (!rd || !rd->buf) {
-                free(rd);
-                return -ENOMEM;
-        }
+        r = evict_round_get(e, &rd);
+        if (r < 0)
+                return r;
 
         for (size_t v = 0; v < n_ranges && r >= 0 && res->evicted_pages < budget; v++) {
                 uint64_t cursor = ranges[v].start;
@@ -554,13 +644,15 @@ int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
                                 break;
                 }
         }
+        /* A daemon that saves memory does not sit on 2 MiB between reclaims. */
+        (void) madvise(rd->buf, ROUND_BUF_SIZE, MADV_DONTNEED);
         zsw_log(e->log, LOG_DEBUG,
                 "Evicted %" PRIu64 " pages of %d; ms spent: scan %" PRIu64 ", protect %" PRIu64
-                ", read %" PRIu64 ", store %" PRIu64 ", drop %" PRIu64, res->evicted_pages, t->pid,
+                ", read %" PRIu64 ", store %" PRIu64 ", drop %" PRIu64 " (seize %" PRIu64
+                ", inject %" PRIu64 "), sync %" PRIu64, res->evicted_pages, t->pid,
                 rd->ns_scan / 1000000, rd->ns_protect / 1000000, rd->ns_read / 1000000,
-                rd->ns_store / 1000000, rd->ns_drop / 1000000);
-        free(rd->buf);
-        free(rd);
+                rd->ns_store / 1000000, rd->ns_drop / 1000000, rd->ns_seize / 1000000,
+                rd->ns_inject / 1000000, rd->ns_sync / 1000000);
         if (r < 0 && err)
                 snprintf(err->message, sizeof(err->message),
                          "eviction of process %d stopped after %" PRIu64 " pages: %s", t->pid,

@@ -111,8 +111,7 @@ struct zsw_parallel *zsw_parallel_free(struct zsw_parallel *p) {
         return NULL;
 }
 
-void zsw_parallel_run(struct zsw_parallel *p, struct zsw_worker *caller_worker,
-                      zsw_parallel_fn fn, void *arg, size_t n_items) {
+void zsw_parallel_start(struct zsw_parallel *p, zsw_parallel_fn fn, void *arg, size_t n_items) {
         pthread_mutex_lock(&p->lock);
         p->fn = fn;
         p->arg = arg;
@@ -126,11 +125,19 @@ void zsw_parallel_run(struct zsw_parallel *p, struct zsw_worker *caller_worker,
                 pthread_cond_broadcast(&p->start);
         }
         pthread_mutex_unlock(&p->lock);
+}
 
+void zsw_parallel_join(struct zsw_parallel *p, struct zsw_worker *caller_worker) {
         drain(p, caller_worker);
 
         pthread_mutex_lock(&p->lock);
         while (p->busy > 0)
                 pthread_cond_wait(&p->done, &p->lock);
         pthread_mutex_unlock(&p->lock);
+}
+
+void zsw_parallel_run(struct zsw_parallel *p, struct zsw_worker *caller_worker,
+                      zsw_parallel_fn fn, void *arg, size_t n_items) {
+        zsw_parallel_start(p, fn, arg, n_items);
+        zsw_parallel_join(p, caller_worker);
 }

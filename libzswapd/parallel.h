@@ -28,3 +28,11 @@ struct zsw_parallel *zsw_parallel_free(struct zsw_parallel *p);
  * Only one run at a time per pool. */
 void zsw_parallel_run(struct zsw_parallel *p, struct zsw_worker *caller_worker,
                       zsw_parallel_fn fn, void *arg, size_t n_items);
+
+/* The same in two steps, so that the caller can do other work while the
+ * pool's threads start on the items: zsw_parallel_start() hands the job to
+ * the threads and returns; zsw_parallel_join() then takes the items left
+ * on the caller's thread and returns when all are done. Every start must
+ * be followed by its join before the next start. */
+void zsw_parallel_start(struct zsw_parallel *p, zsw_parallel_fn fn, void *arg, size_t n_items);
+void zsw_parallel_join(struct zsw_parallel *p, struct zsw_worker *caller_worker);

@@ -12,28 +12,33 @@
  * table whose chunks never move once published, so map and free find the
  * slab in O(1) without a lock. The free list of a slab is threaded through
  * its free objects (their first two bytes); objects never handed out yet are
- * taken from a bump index, so a new slab is touched only as it fills.
+ * taken from a bump index.
  *
  * The costs of the memory calls shape the rest. Measured on the development
- * VMs: the first access to a fresh page costs 22-33 us (the hypervisor fills
- * its shadow page table even when MADV_POPULATE_WRITE or MAP_POPULATE backed
- * the page beforehand, which only adds ~5 us a page), an munmap of one small
+ * VMs: the first access to a fresh 4 KiB page costs 20-60 us (the hypervisor
+ * fills its shadow page table even when MADV_POPULATE_WRITE or MAP_POPULATE
+ * backed the page beforehand, which only adds ~5 us a page), while a 2 MiB
+ * huge page costs 1-4 us per 4 KiB of it in all; an munmap of one small
  * range 130-200 us (the TLB shootdown), while one munmap over many adjacent
  * slabs costs barely more than over one. Hence:
- * - pages are reached lazily through the bump index, not populated ahead;
- *   pool_bytes counts the pages objects have reached (the memory really
- *   taken), so a class's last, partly filled slab costs what it holds, not
- *   its mapped length;
+ * - slabs are carved one after the other out of arenas: 2 MiB-aligned runs
+ *   advised MADV_HUGEPAGE and populated at once (one huge page where the
+ *   kernel has one, else 512 small ones). Storing 256 MiB of pages reached
+ *   ~30k fresh pool pages, most of eviction's time, before. A slab goes back
+ *   with munmap as before (the kernel splits the huge page); the arena's
+ *   uncarved rest goes back when it no longer fits a slab, or with the
+ *   cache below. The cost: when memory is fragmented the kernel may compact
+ *   to find a huge page (THP defrag=madvise); without one it falls back to
+ *   small pages, populated as well;
+ * - pool_bytes counts what the pool holds resident: carved slabs (all their
+ *   pages) and the arena's rest, which counts as cached;
  * - memory already touched is what is cheap to use, and the free path is
  *   the fault path's exclusive load, so a slab that empties is not unmapped
  *   on the spot: it goes to a cache of empty slabs that any class with the
  *   same slab length reuses as is. Once the cache holds more than
- *   EMPTY_CACHE_MIN or 1/8 of the pool it is released at once, sorted by
- *   address so that adjacent slabs go in one munmap; zsw_pool_shrink()
- *   releases it on demand.
- * Transparent huge pages are refused on slabs: they would back pages the
- * pool never reached, behind the back of pool_bytes.
- *
+ *   EMPTY_CACHE_MIN or 1/8 of the pool it is released at once, with the
+ *   arena's rest, sorted by address so that adjacent slabs go in one
+ *   munmap; zsw_pool_shrink() releases it on demand.
  * Fragmentation: partial slabs of a class sit in lists by fullness and
  * allocation always takes the fullest one, so that frees concentrate in the
  * emptier slabs and those drain and return to the system. Each class has its
@@ -58,6 +63,7 @@
 #define OBJ_NONE UINT16_MAX
 #define HANDLE_IDX_BITS 16u
 #define EMPTY_CACHE_MIN (UINT64_C(2) << 20)
+#define ARENA_SIZE (UINT64_C(2) << 20)
 
 /* Slab table: DIR_SIZE chunks of CHUNK_SIZE slots, up to 16M slabs (at
  * least 64 GiB of pool). Only the directory (32 KiB) is allocated up front. */
@@ -72,7 +78,6 @@ struct slab {
         uint32_t id;
         uint16_t cls;
         uint16_t pages;     /* mapped length */
-        uint16_t touched;   /* pages [0, touched) were reached */
         uint16_t used;      /* objects allocated */
         uint16_t free_head; /* first object of the in-slab free list */
         uint16_t bump;      /* objects [bump, nobj) were never handed out */
@@ -97,9 +102,14 @@ struct zsw_pool {
         uint32_t next_id;
         size_t n_chunks;
 
+        /* The uncarved rest of the current arena, [arena, arena + arena_left). */
+        pthread_mutex_t arena_lock;
+        uint8_t *arena;
+        size_t arena_left;
+
         pthread_mutex_t empty_lock;
         struct slab *empty[SLAB_MAX_PAGES + 1]; /* by length, linked by next */
-        uint64_t empty_bytes;                   /* their touched bytes */
+        uint64_t empty_bytes;                   /* their bytes */
         size_t empty_count;
 
         atomic_uint_fast64_t pool_bytes, mapped_bytes, used_bytes, objects, slabs, meta_bytes,
@@ -237,6 +247,71 @@ static void table_put_id(struct zsw_pool *pool, uint32_t id) {
         pthread_mutex_unlock(&pool->table_lock);
 }
 
+/* Gives the arena's rest back. Called with arena_lock held. */
+static void arena_drop_locked(struct zsw_pool *pool) {
+        uint64_t left = pool->arena_left;
+
+        if (left > 0) {
+                munmap(pool->arena, left);
+                atomic_fetch_sub_explicit(&pool->pool_bytes, left, memory_order_relaxed);
+                atomic_fetch_sub_explicit(&pool->cached_bytes, left, memory_order_relaxed);
+        }
+        pool->arena = NULL;
+        pool->arena_left = 0;
+}
+
+/* Maps and populates a new arena in place of the current one's rest.
+ * Called with arena_lock held. */
+static int arena_new_locked(struct zsw_pool *pool) {
+        uint8_t *m, *a;
+
+        /* Twice the length, to cut an aligned arena out of it. */
+        m = mmap(NULL, 2 * ARENA_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED)
+                return -ENOMEM;
+        a = (uint8_t *) (((uintptr_t) m + ARENA_SIZE - 1) & ~(uintptr_t) (ARENA_SIZE - 1));
+        if (a > m)
+                munmap(m, (size_t) (a - m));
+        munmap(a + ARENA_SIZE, (size_t) (m + ARENA_SIZE - a));
+        (void) madvise(a, ARENA_SIZE, MADV_HUGEPAGE);
+        /* Populated, so that pool_bytes is resident memory whether the kernel
+         * found a huge page or not. (Where the call is refused, the first
+         * touches populate, and pool_bytes runs ahead of them.) */
+        (void) madvise(a, ARENA_SIZE, MADV_POPULATE_WRITE);
+        arena_drop_locked(pool);
+        pool->arena = a;
+        pool->arena_left = ARENA_SIZE;
+        atomic_fetch_add_explicit(&pool->pool_bytes, ARENA_SIZE, memory_order_relaxed);
+        atomic_fetch_add_explicit(&pool->cached_bytes, ARENA_SIZE, memory_order_relaxed);
+        return 0;
+}
+
+/* Carves a slab's bytes out of the current arena, or a new one. */
+static uint8_t *arena_take(struct zsw_pool *pool, size_t bytes) {
+        uint8_t *p = NULL;
+
+        pthread_mutex_lock(&pool->arena_lock);
+        if (pool->arena_left >= bytes || arena_new_locked(pool) >= 0) {
+                p = pool->arena;
+                pool->arena += bytes;
+                pool->arena_left -= bytes;
+                atomic_fetch_sub_explicit(&pool->cached_bytes, bytes, memory_order_relaxed);
+        }
+        pthread_mutex_unlock(&pool->arena_lock);
+        return p;
+}
+
+/* Releases the arena's rest; returns its bytes. */
+static uint64_t arena_release(struct zsw_pool *pool) {
+        uint64_t left;
+
+        pthread_mutex_lock(&pool->arena_lock);
+        left = pool->arena_left;
+        arena_drop_locked(pool);
+        pthread_mutex_unlock(&pool->arena_lock);
+        return left;
+}
+
 /* Called with the class lock held. */
 static int slab_new(struct zsw_pool *pool, unsigned cls, struct slab **ret) {
         struct size_class *c = &pool->classes[cls];
@@ -248,10 +323,9 @@ static int slab_new(struct zsw_pool *pool, unsigned cls, struct slab **ret) {
         s = calloc(1, sizeof(*s));
         if (!s)
                 return -ENOMEM;
-        s->mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (s->mem == MAP_FAILED)
+        s->mem = arena_take(pool, bytes);
+        if (!s->mem)
                 return -ENOMEM;
-        (void) madvise(s->mem, bytes, MADV_NOHUGEPAGE);
         r = table_get_id(pool, &id);
         if (r < 0) {
                 munmap(s->mem, bytes);
@@ -279,7 +353,7 @@ static int cmp_slab_addr(const void *a, const void *b) {
 /* Gives n empty slabs, out of every list, back to the system: adjacent
  * ones in one munmap each run. Called without locks held. */
 static void slabs_release(struct zsw_pool *pool, struct slab **v, size_t n) {
-        uint64_t mapped = 0, touched = 0;
+        uint64_t mapped = 0;
 
         qsort(v, n, sizeof(*v), cmp_slab_addr);
         for (size_t i = 0; i < n;) {
@@ -288,14 +362,13 @@ static void slabs_release(struct zsw_pool *pool, struct slab **v, size_t n) {
                 for (; i < n && v[i]->mem == end; i++) {
                         end += (size_t) v[i]->pages * ZSW_PAGE_SIZE;
                         mapped += (uint64_t) v[i]->pages * ZSW_PAGE_SIZE;
-                        touched += (uint64_t) v[i]->touched * ZSW_PAGE_SIZE;
                         table_put_id(pool, v[i]->id);
                         free(v[i]);
                 }
                 munmap(start, (size_t) (end - start));
         }
         atomic_fetch_sub_explicit(&pool->mapped_bytes, mapped, memory_order_relaxed);
-        atomic_fetch_sub_explicit(&pool->pool_bytes, touched, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&pool->pool_bytes, mapped, memory_order_relaxed);
         atomic_fetch_sub_explicit(&pool->slabs, n, memory_order_relaxed);
         atomic_fetch_sub_explicit(&pool->meta_bytes, n * sizeof(struct slab),
                                   memory_order_relaxed);
@@ -339,7 +412,7 @@ static uint64_t empty_cache_release(struct zsw_pool *pool) {
                 }
         if (n > 0)
                 slabs_release(pool, batch, n);
-        return bytes;
+        return bytes + arena_release(pool);
 }
 
 /* Caches slabs that emptied (chained through next), releasing the cache
@@ -354,7 +427,7 @@ static void empty_cache_put(struct zsw_pool *pool, struct slab *dead) {
                 next = s->next;
                 s->next = pool->empty[s->pages];
                 pool->empty[s->pages] = s;
-                added += (uint64_t) s->touched * ZSW_PAGE_SIZE;
+                added += (uint64_t) s->pages * ZSW_PAGE_SIZE;
                 pool->empty_count++;
         }
         pool->empty_bytes += added;
@@ -376,34 +449,26 @@ static struct slab *empty_cache_get(struct zsw_pool *pool, unsigned pages) {
         s = pool->empty[pages];
         if (s) {
                 pool->empty[pages] = s->next;
-                pool->empty_bytes -= (uint64_t) s->touched * ZSW_PAGE_SIZE;
+                pool->empty_bytes -= (uint64_t) s->pages * ZSW_PAGE_SIZE;
                 pool->empty_count--;
         }
         pthread_mutex_unlock(&pool->empty_lock);
         if (s)
                 atomic_fetch_sub_explicit(&pool->cached_bytes,
-                                          (uint64_t) s->touched * ZSW_PAGE_SIZE,
+                                          (uint64_t) s->pages * ZSW_PAGE_SIZE,
                                           memory_order_relaxed);
         return s;
 }
 
-/* Takes an object; adds to *touched the pages it reaches first. */
-static uint16_t slab_pop(struct size_class *c, struct slab *s, uint64_t *touched) {
+/* Takes an object. */
+static uint16_t slab_pop(struct size_class *c, struct slab *s) {
         uint16_t idx;
 
         if (s->free_head != OBJ_NONE) {
                 idx = s->free_head;
                 memcpy(&s->free_head, s->mem + (size_t) idx * c->size, sizeof(uint16_t));
-        } else {
-                unsigned pages;
-
+        } else
                 idx = s->bump++;
-                pages = (unsigned) DIV_ROUND_UP((size_t) s->bump * c->size, ZSW_PAGE_SIZE);
-                if (pages > s->touched) {
-                        *touched += pages - s->touched;
-                        s->touched = (uint16_t) pages;
-                }
-        }
         s->used++;
         return idx;
 }
@@ -512,7 +577,6 @@ static int class_alloc_run(struct zsw_pool *pool, unsigned cls, const uint16_t *
                            const uint16_t *order, size_t n, size_t *i, zsw_handle_t *handles) {
         struct size_class *c = &pool->classes[cls];
         size_t first = *i;
-        uint64_t touched = 0;
         int r = 0;
 
         pthread_mutex_lock(&c->lock);
@@ -523,14 +587,12 @@ static int class_alloc_run(struct zsw_pool *pool, unsigned cls, const uint16_t *
                 r = class_pick(pool, cls, &s);
                 if (r < 0)
                         break;
-                idx = slab_pop(c, s, &touched);
+                idx = slab_pop(c, s);
                 slab_relist(c, s);
                 handles[order[*i]] = ((zsw_handle_t) (s->id + 1) << HANDLE_IDX_BITS) | idx;
         }
         pthread_mutex_unlock(&c->lock);
 
-        atomic_fetch_add_explicit(&pool->pool_bytes, touched * ZSW_PAGE_SIZE,
-                                  memory_order_relaxed);
         atomic_fetch_add_explicit(&pool->objects, *i - first, memory_order_relaxed);
         atomic_fetch_add_explicit(&pool->used_bytes, (*i - first) * c->size,
                                   memory_order_relaxed);
@@ -655,6 +717,7 @@ int zsw_pool_new(struct zsw_pool **ret) {
         }
         pthread_mutex_init(&pool->table_lock, NULL);
         pthread_mutex_init(&pool->empty_lock, NULL);
+        pthread_mutex_init(&pool->arena_lock, NULL);
         for (unsigned k = 0; k < NR_CLASSES; k++) {
                 struct size_class *c = &pool->classes[k];
 
@@ -679,12 +742,15 @@ struct zsw_pool *zsw_pool_free(struct zsw_pool *pool) {
                         free(s);
                 }
         }
+        if (pool->arena_left > 0)
+                munmap(pool->arena, pool->arena_left);
         for (size_t k = 0; k < pool->n_chunks; k++)
                 free((void *) pool->dir[k]);
         for (unsigned k = 0; k < NR_CLASSES; k++)
                 pthread_mutex_destroy(&pool->classes[k].lock);
         pthread_mutex_destroy(&pool->table_lock);
         pthread_mutex_destroy(&pool->empty_lock);
+        pthread_mutex_destroy(&pool->arena_lock);
         free(pool->dir);
         free(pool->free_ids);
         free(pool);

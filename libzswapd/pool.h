@@ -27,17 +27,18 @@ typedef uint64_t zsw_handle_t;
 struct zsw_pool;
 
 struct zsw_pool_stats {
-        uint64_t pool_bytes;    /* bytes of slab pages taken from the system:
-                                 * those objects have reached (a mapped page
-                                 * never touched costs no memory), cached
-                                 * empty slabs included */
+        uint64_t pool_bytes;    /* bytes taken from the system: slabs (their
+                                 * pages are populated as they are carved out
+                                 * of 2 MiB arenas), cached empty slabs and the
+                                 * current arena's uncarved rest included */
         uint64_t used_bytes;    /* bytes of allocated objects, class-rounded */
         uint64_t objects;       /* allocated objects */
         uint64_t slabs;         /* slabs currently mapped */
         uint64_t meta_bytes;    /* allocator bookkeeping on the heap */
-        uint64_t mapped_bytes;  /* bytes of slabs mapped, touched or not */
+        uint64_t mapped_bytes;  /* bytes of slabs mapped */
         uint64_t cached_bytes;  /* part of pool_bytes in empty slabs kept
-                                 * for reuse (see zsw_pool_shrink) */
+                                 * for reuse and in the arena's rest (see
+                                 * zsw_pool_shrink) */
 };
 
 int zsw_pool_new(struct zsw_pool **ret);

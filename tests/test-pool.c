@@ -119,10 +119,10 @@ static uint64_t rss_anon_bytes(void) {
         return kb * 1024;
 }
 
-/* pool_bytes claims to be what the pool really took from the system: the
- * pages objects reached. With class-sized objects, every byte written, that
- * is the growth of the process's anonymous RSS, within the slack of the
- * kernel's per-CPU counters and the heap's bookkeeping. */
+/* pool_bytes claims to be what the pool really took from the system: its
+ * slabs, populated as they are carved out of 2 MiB arenas, and the current
+ * arena's rest. That is the growth of the process's anonymous RSS, within
+ * the slack of the kernel's per-CPU counters and the heap's bookkeeping. */
 TEST(pool_bytes_are_the_resident_memory) {
         _cleanup_pool_ struct zsw_pool *pool = NULL;
         enum { N = 20000 };
@@ -144,7 +144,8 @@ TEST(pool_bytes_are_the_resident_memory) {
 
         fprintf(stderr, "pool_bytes %" PRIu64 " KiB, mapped %" PRIu64 " KiB, RssAnon grew %" PRIu64
                         " KiB\n", st.pool_bytes >> 10, st.mapped_bytes >> 10, (rss1 - rss0) >> 10);
-        ASSERT_GT(st.mapped_bytes, st.pool_bytes);
+        ASSERT_LE(st.mapped_bytes, st.pool_bytes);
+        ASSERT_LT(st.pool_bytes - st.mapped_bytes, 2u << 20);   /* the arena's rest */
         ASSERT_LE(st.pool_bytes, rss1 - rss0 + (512 << 10));
         if (!SANITIZED)
                 ASSERT_LE(rss1 - rss0, st.pool_bytes + st.meta_bytes + (512 << 10));
@@ -179,13 +180,11 @@ TEST(emptied_slabs_are_reused) {
         for (unsigned i = 0; i < N; i++)
                 ASSERT_TRUE(verify(zsw_pool_map(pool, h[N - 1 - i]), sizes[N - 1 - i], i));
         zsw_pool_get_stats(pool, &again);
-        ASSERT_EQ_U(again.cached_bytes, 0);
+        /* Only the arena's rest is cached: every slab came back. */
+        ASSERT_EQ_U(again.cached_bytes, again.pool_bytes - again.mapped_bytes);
         ASSERT_EQ_U(again.slabs, full.slabs);
         ASSERT_EQ_U(again.mapped_bytes, full.mapped_bytes);
-        /* A slab may come back to another class of its length, whose
-         * objects reach further into it. */
-        ASSERT_GE(again.pool_bytes, full.pool_bytes);
-        ASSERT_LE(again.pool_bytes, again.mapped_bytes);
+        ASSERT_EQ_U(again.pool_bytes, full.pool_bytes);
         zsw_pool_free_bulk(pool, h, N);
         ASSERT_EQ_U(zsw_pool_shrink(pool), again.pool_bytes);
         zsw_pool_get_stats(pool, &again);
@@ -362,11 +361,14 @@ TEST(emptied_slabs_return_to_system) {
                 ASSERT_FALSE(is_mapped(addr[i]));
 }
 
+/* Slab bytes per payload byte: pool_bytes without the arena's rest (< 2
+ * MiB whatever the pool's size), which a 36 MB pool notices and a real one
+ * does not. */
 static double ratio(struct zsw_pool *pool, uint64_t payload) {
         struct zsw_pool_stats st;
 
         zsw_pool_get_stats(pool, &st);
-        return (double) st.pool_bytes / (double) payload;
+        return (double) st.mapped_bytes / (double) payload;
 }
 
 /* Pool bytes against payload bytes for what the store really keeps: lz4
@@ -422,8 +424,11 @@ TEST(fragmentation_on_realistic_sizes) {
                 n, (double) payload / n, full, holed, refilled,
                 (double) st.meta_bytes / (double) st.objects);
 
-        ASSERT_TRUE(full <= 1.05);
-        ASSERT_TRUE(refilled <= 1.05);
+        /* Slabs are populated whole as they are carved: each class's
+         * partly filled last slab costs its full length, ~3% of a pool this
+         * small (36 MB), nothing in a real one. */
+        ASSERT_TRUE(full <= 1.08);
+        ASSERT_TRUE(refilled <= 1.08);
         /* Freeing half at random cannot need more than what was mapped
          * when full, for the same payload doubled. */
         ASSERT_TRUE(holed <= 2 * full);
