@@ -47,6 +47,14 @@ int policy_manager_new(struct zsw_engine *engine, struct zsw_config *config,
 struct policy_manager *policy_manager_free(struct policy_manager *m);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct policy_manager *, policy_manager_free);
 
+struct reclaimer;
+
+/* Runs the groups' reclaims on this worker (not owned; it must outlive m
+ * or be freed first, and its finished requests be processed on the loop
+ * that calls policy_manager_process()). Without one, they run inside
+ * policy_manager_process(). */
+void policy_manager_set_reclaimer(struct policy_manager *m, struct reclaimer *reclaimer);
+
 /* A descriptor that polls readable when the manager has work: its period
  * timer, or a PSI trigger event. */
 int policy_manager_get_fd(const struct policy_manager *m);
