@@ -446,6 +446,7 @@ static void reclaim_body(const struct control_request *req, const struct zsw_rec
 static int execute(struct control *c, const struct control_request *req, FILE *body,
                    struct zsw_engine_error *err) {
         int r;
+        LOG_FIELDS(.target_pid = req->pid);
 
         switch (req->verb) {
         case CONTROL_ATTACH:
@@ -552,6 +553,7 @@ static void reclaim_done(void *userdata, const struct reclaim_request *rr) {
         size_t body_len = 0;
         FILE *f;
         int r = rr->r;
+        LOG_FIELDS(.target_pid = cl->pending_req.pid);
 
         cl->pending = NULL;
         f = open_memstream(&body, &body_len);

@@ -183,6 +183,8 @@ static int group_add_pid(struct policy_group *g, pid_t pid) {
  * disabled: leave its processes alone, every page given back). */
 static void group_detach_all(struct policy_manager *m, struct policy_group *g, const char *why) {
         for (size_t i = 0; i < g->n_pids; i++) {
+                LOG_FIELDS(.target_pid = g->pids[i].pid, .policy = g->policy_name,
+                           .cgroup = g->cgroup);
                 struct zsw_engine_error err = {};
                 int r = zsw_engine_detach(m->engine, g->pids[i].pid, &err);
 
@@ -333,6 +335,7 @@ static int scan_attach(struct policy_manager *m, const struct zsw_policy *p, pid
         struct zsw_target_config tc;
         struct policy_group *g;
         int r;
+        LOG_FIELDS(.target_pid = pid, .policy = p->name, .cgroup = cgroup);
 
         policy_target_config(m, p, &tc);
         r = zsw_engine_attach_with(m->engine, pid, &tc, &err);
@@ -515,8 +518,23 @@ static size_t group_reclaimable(const struct policy_group *g, pid_t *pids) {
         return n;
 }
 
+/* MaxReclaimRate as a token bucket: the period's share of the rate is
+ * added (at most a second's worth is kept, so a calm spell does not build
+ * up a burst) and what was reclaimed is taken off; the next reclaim may
+ * take what is left. UINT64_MAX without a cap. */
+static uint64_t group_rate_credit(struct policy_group *g, uint64_t elapsed_usec) {
+        uint64_t rate = g->policy->max_reclaim_rate, add;
+
+        if (rate == UINT64_MAX)
+                return UINT64_MAX;
+        add = (uint64_t) ((unsigned __int128) rate * elapsed_usec / ZSW_USEC_PER_SEC);
+        g->rate_credit = MIN(g->rate_credit + add, MAX(rate, (uint64_t) getpagesize()));
+        return g->rate_credit;
+}
+
 /* What a reclaim of the group took: the listings and the debug log. */
 static void group_reclaimed(struct policy_group *g, uint64_t got) {
+        g->rate_credit -= MIN(got, g->rate_credit);
         g->reclaimed_last = got;
         g->reclaimed_total += got;
         g->decision = got > 0 ? "reclaimed" : "nothing to reclaim";
@@ -526,6 +544,7 @@ static void group_reclaimed(struct policy_group *g, uint64_t got) {
 
 static void group_reclaim_done(void *userdata, const struct reclaim_request *req) {
         struct policy_group *g = userdata;
+        LOG_FIELDS(.policy = g->policy_name, .cgroup = g->cgroup);
 
         g->reclaiming = NULL;
         group_reclaimed(g, req->result.evicted_pages * (uint64_t) getpagesize());
@@ -592,6 +611,7 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
         uint64_t now = now_usec(), elapsed = now - g->time_prev, refaults, evicted, resident;
         uint64_t threshold = p->pressure.stall_usec * ZSW_PERMYRIAD_MAX / p->pressure.window_usec;
         uint64_t cap, want;
+        LOG_FIELDS(.policy = g->policy_name, .cgroup = g->cgroup);
 
         g->time_prev = now;
         g->periods++;
@@ -628,6 +648,7 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
                 return;
         }
         g->backoff_pause = MAX(g->backoff_pause / 2, 1u);
+        cap = group_rate_credit(g, elapsed);
         if (g->reclaiming) {
                 /* The last step is still running on the worker: one at a
                  * time, so the rate cap holds. */
@@ -636,9 +657,10 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
                 return;
         }
 
-        cap = p->max_reclaim_rate == UINT64_MAX ? UINT64_MAX :
-                (uint64_t) ((unsigned __int128) p->max_reclaim_rate * elapsed / ZSW_USEC_PER_SEC);
-        g->rate_cap_last = cap;
+        if (cap < (uint64_t) getpagesize()) {
+                g->decision = "rate limited";
+                return;
+        }
         if (p->memory_budget.kind != ZSW_LIMIT_NONE) {
                 if (g->usage_bytes <= g->budget_bytes) {
                         g->decision = "at budget";
@@ -659,6 +681,7 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
                 want = MIN(g->step_bytes, cap);
         }
         want = MAX(want, (uint64_t) getpagesize());
+        g->rate_cap_last = cap;
         log_debug("Policy %s, group %s: stall %u.%02u%% < %u.%02u%%, refaults %" PRIu64 " <= %" PRIu64
                   ", usage %" PRIu64 " KiB: reclaiming %" PRIu64 " KiB (rate cap %" PRIu64 " KiB).",
                   g->policy_name, g->cgroup, g->pressure_pm / 100, g->pressure_pm % 100,

@@ -49,6 +49,7 @@ static void request_run(struct zsw_engine *engine, struct reclaim_request *req) 
                 struct zsw_engine_error err = {};
                 struct zsw_reclaim_result res = {};
                 int r;
+                LOG_FIELDS(.target_pid = req->pids[i]);
 
                 r = zsw_engine_reclaim(engine, req->pids[i], req->max_bytes - got, &res, &err);
                 if (r < 0) {

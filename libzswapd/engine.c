@@ -324,9 +324,7 @@ static int copy_back(struct zsw_engine *e, struct zsw_target *t) {
                         if (copied == -EAGAIN) {
                                 /* An event is pending: put the page back and
                                  * let the fault threads read it first. */
-                                const void *p = page;
-
-                                r = zsw_store_pages(e->worker, t->owner, &pgno, &p, 1, NULL);
+                                r = zsw_store_page_restore(e->worker, t->owner, pgno, page);
                                 break;
                         }
                         if (copied == -ESRCH) {

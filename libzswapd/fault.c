@@ -105,9 +105,8 @@ static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_
                         /* The mappings are changing under an event we have
                          * not read yet: keep the page, let the thread fault
                          * again once the event is handled. */
-                        const void *p = tls_buf->pages;
-
-                        if (zsw_store_pages(ft->worker, t->owner, &pgno, &p, 1, NULL) < 0)
+                        if (zsw_store_page_restore(ft->worker, t->owner, pgno,
+                                                   tls_buf->pages) < 0)
                                 fail_fault(t, page, -ENOMEM);
                 }
         }

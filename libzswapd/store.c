@@ -306,6 +306,7 @@ struct store_batch {
         size_t nold;
         bool stale_dropped;
         bool wake;        /* refused at a limit that writeback can make room under */
+        bool restore;     /* zsw_store_page_restore(): no limit, no refusal */
 };
 
 static int stage_fault(struct store_batch *b, enum zsw_store_stage stage, unsigned page) {
@@ -428,7 +429,7 @@ static int batch_compress(struct store_batch *b) {
                         e->state = ZSW_ENTRY_COMPRESSED;
                         e->compressor = b->o->cfg.compressor;
                         e->length = (uint16_t) lens[k];
-                } else if (b->s->cfg.reject_incompressible) {
+                } else if (b->s->cfg.reject_incompressible && !b->restore) {
                         b->refused |= UINT32_C(1) << b->comp[k];
                 } else {
                         e->state = ZSW_ENTRY_RAW;
@@ -545,7 +546,7 @@ static int batch_index(struct store_batch *b, enum zsw_reject *ret_reason) {
         int r = 0;
 
         batch_drop_stale(b);
-        if (owner_full(o, b->npool)) {
+        if (!b->restore && owner_full(o, b->npool)) {
                 *ret_reason = limit_reason(o, ZSW_REJECT_LIMIT, &b->wake);
                 return -ENOSPC;
         }
@@ -659,9 +660,10 @@ static int batch_check(const struct store_batch *b) {
         return 0;
 }
 
-int zsw_store_pages(struct zsw_worker *w, struct zsw_owner *o, const uint64_t *pgnos,
-                    const void *const *pages, size_t n, uint32_t *ret_stored) {
-        struct store_batch b = { .w = w, .o = o, .s = o->store, .pgnos = pgnos, .pages = pages, .n = n };
+static int store_pages(struct zsw_worker *w, struct zsw_owner *o, const uint64_t *pgnos,
+                       const void *const *pages, size_t n, bool restore, uint32_t *ret_stored) {
+        struct store_batch b = { .w = w, .o = o, .s = o->store, .pgnos = pgnos, .pages = pages,
+                                 .n = n, .restore = restore };
         enum zsw_reject reason;
         uint64_t t0 = zsw_now_ns();
         size_t stored;
@@ -671,7 +673,7 @@ int zsw_store_pages(struct zsw_worker *w, struct zsw_owner *o, const uint64_t *p
         if (r < 0)
                 return r;
 
-        if (pool_full(b.s)) {
+        if (!restore && pool_full(b.s)) {
                 reason = atomic_load_explicit(&b.s->reclaim_failing, memory_order_relaxed)
                                  ? ZSW_REJECT_RECLAIM_FAIL : ZSW_REJECT_POOL_LIMIT;
                 if (b.s->limits.wake)
@@ -713,6 +715,18 @@ int zsw_store_pages(struct zsw_worker *w, struct zsw_owner *o, const uint64_t *p
         if (ret_stored)
                 *ret_stored = (uint32_t) (((UINT64_C(1) << n) - 1) & ~(uint64_t) b.refused);
         return (int) stored;
+}
+
+int zsw_store_pages(struct zsw_worker *w, struct zsw_owner *o, const uint64_t *pgnos,
+                    const void *const *pages, size_t n, uint32_t *ret_stored) {
+        return store_pages(w, o, pgnos, pages, n, false, ret_stored);
+}
+
+int zsw_store_page_restore(struct zsw_worker *w, struct zsw_owner *o, uint64_t pgno,
+                           const void *page) {
+        int r = store_pages(w, o, &pgno, &page, 1, true, NULL);
+
+        return r < 0 ? r : 0;
 }
 
 /* ---- loads ---------------------------------------------------------------- */

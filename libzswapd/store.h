@@ -209,6 +209,16 @@ void zsw_store_owner_get_latency(struct zsw_owner *o, enum zsw_latency_kind kind
 int zsw_store_pages(struct zsw_worker *w, struct zsw_owner *o, const uint64_t *pgnos,
                     const void *const *pages, size_t n, uint32_t *ret_stored);
 
+/*
+ * Puts back page pgno of o that an exclusive load took out and the caller
+ * could not place (the target's mappings were changing): it was stored
+ * already, so neither a limit nor reject_incompressible refuses it, or the
+ * page would be lost. Returns 0, or -ENOMEM (and the page is lost: the
+ * caller must fail the page as on a read error).
+ */
+int zsw_store_page_restore(struct zsw_worker *w, struct zsw_owner *o, uint64_t pgno,
+                           const void *page);
+
 /* Loads keep the entry (a clone may still need it, or the caller may drop
  * the page again unmodified) unless ZSW_LOAD_EXCLUSIVE, which removes it
  * from o and frees it once no other owner has it. */

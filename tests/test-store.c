@@ -279,6 +279,46 @@ TEST(rollback_limit) {
         env_free(&e);
 }
 
+/* What an exclusive load took out and could not place goes back whatever
+ * the limits and the incompressible setting say: refusing it would lose
+ * the page. */
+TEST(restore_ignores_limits_and_incompressible_refusal) {
+        struct zsw_store_config cfg = { .reject_incompressible = true };
+        struct zsw_owner_config oc = { .compressor = ZSW_COMPRESSOR_LZ4, .max_pages = 32 };
+        uint8_t rnd[ZSW_PAGE_SIZE], data[ZSW_PAGE_SIZE], buf[ZSW_PAGE_SIZE];
+        struct zsw_store_limits limits = { .pool_bytes = 1 };
+        struct zsw_owner *o;
+        struct env e;
+
+        env_new(&e, &cfg);
+        ASSERT_OK(zsw_store_owner_new(e.s, &oc, &o));
+        ASSERT_EQ(store_run(&e, o, 0, 32, PAGE_DATA), 32);
+        ASSERT_ERRNO(store_run(&e, o, 100, 1, PAGE_DATA), ENOSPC);
+
+        /* At the owner's limit: a page taken out exclusively goes back. */
+        ASSERT_OK(zsw_store_load(e.w, o, 7, data, ZSW_LOAD_EXCLUSIVE));
+        ASSERT_ERRNO(store_run(&e, o, 101, 1, PAGE_DATA), ENOSPC); /* hysteresis */
+        ASSERT_OK(zsw_store_page_restore(e.w, o, 7, data));
+        check_load(&e, o, 7, PAGE_DATA, 0);
+
+        /* Incompressible, with reject_incompressible: kept raw. */
+        make_page(rnd, PAGE_NOISE, 500);
+        ASSERT_EQ(store_run(&e, e.o, 500, 1, PAGE_NOISE), 0);
+        ASSERT_OK(zsw_store_page_restore(e.w, e.o, 500, rnd));
+        ASSERT_OK(zsw_store_load(e.w, e.o, 500, buf, 0));
+        ASSERT_EQ(memcmp(buf, rnd, ZSW_PAGE_SIZE), 0);
+
+        /* At the pool's limit. */
+        ASSERT_OK(zsw_store_set_limits(e.s, &limits));
+        ASSERT_OK(zsw_store_load(e.w, e.o, 500, buf, ZSW_LOAD_EXCLUSIVE));
+        ASSERT_ERRNO(store_run(&e, e.o, 501, 1, PAGE_DATA), ENOSPC);
+        ASSERT_OK(zsw_store_page_restore(e.w, e.o, 500, buf));
+        check_load(&e, e.o, 500, PAGE_NOISE, 0);
+        limits.pool_bytes = 0;
+        ASSERT_OK(zsw_store_set_limits(e.s, &limits));
+        env_free(&e);
+}
+
 TEST(bad_arguments) {
         uint64_t dup[2] = { 5, 5 }, far[1] = { ZSW_INDEX_MAX_PGNO + 1 };
         enum page_kind kinds[2] = { PAGE_DATA, PAGE_DATA };
