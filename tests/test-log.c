@@ -11,12 +11,14 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 
 #include "log.h"
 #include "test.h"
@@ -234,4 +236,90 @@ TEST(journal_entries) {
         unsetenv("JOURNAL_STREAM");
         log_setup(LOG_INFO);
         ASSERT_FALSE(log_to_journal());
+}
+
+/* The same entries through the real systemd-journald, read back with
+ * journalctl -o json: the daemon's fields as a user queries them. The
+ * journald runs in this test's mount namespace with volatile storage on a
+ * tmpfs, so the machine's journal (if any) never sees it. */
+TEST(real_journald_and_journalctl) {
+        char stream[64], cmd[256], out[8192], marker[64];
+        int sv[2], saved_stderr, status, fd;
+        pid_t jd;
+        size_t n;
+        FILE *f;
+
+        if (access("/lib/systemd/systemd-journald", X_OK) < 0 || access("/usr/bin/journalctl", X_OK) < 0)
+                TEST_SKIP("no systemd-journald or journalctl");
+        fd = private_journal();
+        if (fd < 0)
+                TEST_SKIP("cannot make a mount namespace");
+        /* Not our socket this time: journald makes its own, on a fresh
+         * tmpfs over that one. */
+        close(fd);
+        ASSERT_OK(mount("tmpfs", "/run/systemd", "tmpfs", 0, "mode=0755"));
+        (void) mkdir("/run/log", 0755);
+        ASSERT_OK(mount("tmpfs", "/run/log", "tmpfs", 0, "mode=0755"));
+        f = fopen("/run/systemd/journald.conf", "we");
+        ASSERT_TRUE(f);
+        fputs("[Journal]\nStorage=volatile\nRateLimitBurst=0\n", f);
+        fclose(f);
+        ASSERT_OK(mount("/run/systemd/journald.conf", "/etc/systemd/journald.conf", NULL, MS_BIND,
+                        NULL));
+
+        jd = fork();
+        ASSERT_GE(jd, 0);
+        if (jd == 0) {
+                int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+                dup2(null, STDOUT_FILENO);
+                dup2(null, STDERR_FILENO);
+                execl("/lib/systemd/systemd-journald", "systemd-journald", NULL);
+                _exit(127);
+        }
+        for (int i = 0; i < 3000 && access(JOURNAL_SOCKET, F_OK) < 0; i++)
+                usleep(10000);
+        ASSERT_OK(access(JOURNAL_SOCKET, F_OK));
+
+        ASSERT_OK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
+        saved_stderr = dup(STDERR_FILENO);
+        ASSERT_EQ(dup2(sv[0], STDERR_FILENO), STDERR_FILENO);
+        stream_of(STDERR_FILENO, stream, sizeof(stream));
+        ASSERT_OK(setenv("JOURNAL_STREAM", stream, 1));
+        log_setup(LOG_INFO);
+        snprintf(marker, sizeof(marker), "through journald %d", getpid());
+        {
+                LOG_FIELDS(.target_pid = 4242, .policy = "build",
+                           .cgroup = "/system.slice/build-agent.service");
+                log_info("%s", marker);
+        }
+        ASSERT_EQ(dup2(saved_stderr, STDERR_FILENO), STDERR_FILENO);
+        close(saved_stderr);
+        unsetenv("JOURNAL_STREAM");
+        log_setup(LOG_INFO);
+
+        /* journald writes what it received before it answers a sync. */
+        snprintf(cmd, sizeof(cmd), "journalctl --directory=/run/log/journal -o json --no-pager "
+                                   "ZSWAPD_UNIT=build-agent.service 2>&1");
+        out[0] = 0;
+        for (int i = 0; i < 100 && !strstr(out, marker); i++) {
+                f = popen(cmd, "re");
+                ASSERT_TRUE(f);
+                n = fread(out, 1, sizeof(out) - 1, f);
+                out[n] = 0;
+                pclose(f);
+                if (!strstr(out, marker))
+                        usleep(100000);
+        }
+        fprintf(stdout, "journalctl: %s", out);
+        if (!strstr(out, marker))
+                TEST_FAIL("journalctl did not show the entry: %s", out);
+        ASSERT_TRUE(strstr(out, "\"ZSWAPD_TARGET_PID\":\"4242\""));
+        ASSERT_TRUE(strstr(out, "\"ZSWAPD_POLICY\":\"build\""));
+        ASSERT_TRUE(strstr(out, "\"PRIORITY\":\"6\""));
+        ASSERT_TRUE(strstr(out, "\"CODE_FUNC\":\"test_real_journald_and_journalctl\""));
+
+        ASSERT_OK(kill(jd, SIGTERM));
+        ASSERT_EQ(waitpid(jd, &status, 0), jd);
+        close(sv[0]), close(sv[1]);
 }
