@@ -657,10 +657,6 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
                 return;
         }
 
-        if (cap < (uint64_t) getpagesize()) {
-                g->decision = "rate limited";
-                return;
-        }
         if (p->memory_budget.kind != ZSW_LIMIT_NONE) {
                 if (g->usage_bytes <= g->budget_bytes) {
                         g->decision = "at budget";
@@ -679,6 +675,10 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
                 else
                         g->step_bytes += g->step_bytes / 4;
                 want = MIN(g->step_bytes, cap);
+        }
+        if (cap < (uint64_t) getpagesize()) {
+                g->decision = "rate limited";
+                return;
         }
         want = MAX(want, (uint64_t) getpagesize());
         g->rate_cap_last = cap;

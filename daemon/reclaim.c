@@ -26,7 +26,6 @@ struct reclaimer {
         pthread_cond_t cond;
         struct reclaim_request *queue, **queue_tail;
         struct reclaim_request *finished, **finished_tail;
-        bool running;
         bool stop;
 };
 
@@ -98,13 +97,11 @@ static void *worker_main(void *userdata) {
                 rc->queue = req->next;
                 if (!rc->queue)
                         rc->queue_tail = &rc->queue;
-                rc->running = true;
                 pthread_mutex_unlock(&rc->lock);
 
                 request_run(rc->engine, req);
 
                 pthread_mutex_lock(&rc->lock);
-                rc->running = false;
                 post_finished(rc, req);
         }
         pthread_mutex_unlock(&rc->lock);
@@ -226,15 +223,4 @@ void reclaimer_process(struct reclaimer *rc) {
                         req->done(req->userdata, req);
                 request_free(req);
         }
-}
-
-unsigned reclaimer_pending(struct reclaimer *rc) {
-        unsigned n = 0;
-
-        pthread_mutex_lock(&rc->lock);
-        for (struct reclaim_request *req = rc->queue; req; req = req->next)
-                n++;
-        n += rc->running;
-        pthread_mutex_unlock(&rc->lock);
-        return n;
 }

@@ -71,6 +71,3 @@ int reclaimer_get_fd(const struct reclaimer *rc);
 
 /* Runs the callbacks of the finished requests. Main loop only. */
 void reclaimer_process(struct reclaimer *rc);
-
-/* Requests queued or running, for the listings. */
-unsigned reclaimer_pending(struct reclaimer *rc);
