@@ -31,9 +31,12 @@
  * check is the second line. An empty message cannot be told from the end
  * of the connection, so it ends it.
  *
- * Requests run on the daemon's main loop, one after the other; the engine
- * serves faults from its own threads, so a long reclaim delays other
- * clients but never a target.
+ * Requests run on the daemon's main loop, one after the other, except
+ * reclaims, which go to the reclaim worker (reclaim.h) when the daemon has
+ * one: other clients are served meanwhile, and the reclaiming client gets
+ * its reply when the reclaim is done (its further requests wait for it,
+ * so replies keep the order of requests). The engine serves faults from
+ * its own threads, so nothing here delays a target.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -47,17 +50,25 @@
 #include "control.h"
 #include "json.h"
 #include "log.h"
+#include "reclaim.h"
 
 #define CLIENTS_MAX 64
 #define MIB (1024.0 * 1024.0)
 
 struct client {
+        struct control *control;
         int fd;
         struct ucred cred;
+        /* A reclaim running for it on the reclaim worker: its next
+         * request is read once this one is answered, so replies come in
+         * the order of the requests. */
+        struct reclaim_request *pending;
+        struct control_request pending_req;
 };
 
 struct control {
         struct zsw_engine *engine;
+        struct reclaimer *reclaimer;
         const struct control_hooks *hooks;
         char *path;
         dev_t sock_dev;
@@ -267,6 +278,11 @@ static void stats_json_target(struct json *j, const struct zsw_target_stats *t) 
         json_u64(j, "fault_ns_p95", t->fault_ns_p95);
         json_u64(j, "fault_ns_p99", t->fault_ns_p99);
         json_double(j, "ratio", ratio(t->stored_pages, t->pool_bytes));
+        json_string(j, "compressor", t->compressor ?: "");
+        json_i64(j, "compression_level", t->compression_level);
+        json_u64(j, "prefetch_window", t->prefetch_window);
+        json_u64(j, "max_pool_pages", t->max_pool_pages);
+        json_string(j, "writeback_allowed", t->no_writeback ? "no" : "yes");
         json_object_open(j, "writeback");
         json_u64(j, "written_back_pages", t->written_back_pages);
         json_u64(j, "disk_pages", t->disk_pages);
@@ -380,6 +396,9 @@ static int do_stats(struct control *c, const struct control_request *req, FILE *
         return 0;
 }
 
+static void reclaim_body(const struct control_request *req, const struct zsw_reclaim_result *r,
+                         FILE *body);
+
 static int do_reclaim(struct control *c, const struct control_request *req, FILE *body,
                       struct zsw_engine_error *err) {
         struct zsw_reclaim_result res;
@@ -388,6 +407,14 @@ static int do_reclaim(struct control *c, const struct control_request *req, FILE
         r = zsw_engine_reclaim(c->engine, req->pid, req->max_bytes, &res, err);
         if (r < 0)
                 return r;
+        reclaim_body(req, &res, body);
+        return 0;
+}
+
+static void reclaim_body(const struct control_request *req, const struct zsw_reclaim_result *r,
+                         FILE *body) {
+        const struct zsw_reclaim_result res = *r;
+
         log_info("Reclaimed %" PRIu64 " pages from %d (%" PRIu64 " cancelled by writes, %" PRIu64
                  " refused).",
                  res.evicted_pages, req->pid, res.aborted_pages, res.refused_pages);
@@ -412,7 +439,6 @@ static int do_reclaim(struct control *c, const struct control_request *req, FILE
                         req->pid, res.evicted_pages, res.scanned_pages,
                         res.evicted_pages * (double) getpagesize() / MIB, res.duration_ns / 1e6,
                         res.aborted_pages, res.refused_pages);
-        return 0;
 }
 
 /* Runs a parsed request; on failure err holds the engine's explanation, if
@@ -420,6 +446,7 @@ static int do_reclaim(struct control *c, const struct control_request *req, FILE
 static int execute(struct control *c, const struct control_request *req, FILE *body,
                    struct zsw_engine_error *err) {
         int r;
+        LOG_FIELDS(.target_pid = req->pid);
 
         switch (req->verb) {
         case CONTROL_ATTACH:
@@ -485,42 +512,22 @@ static void reply_error(int fd, int error, const char *fmt, ...) {
         reply(fd, buf, n);
 }
 
-static void handle_request(struct control *c, int fd, const char *msg, size_t len) {
-        _cleanup_free_ char *body = NULL;
-        struct zsw_engine_error err = {};
-        struct control_request req;
-        const char *reason;
-        size_t body_len = 0;
+/* Sends the reply to a request that ran: the body, or the error. */
+static void reply_result(int fd, const struct control_request *req, int r,
+                         const struct zsw_engine_error *errp, const char *body, size_t body_len) {
+        const struct zsw_engine_error err = *errp;
         char who[32] = "";
-        FILE *f;
-        int r;
 
-        r = control_parse_request(msg, len, &req, &reason);
         if (r < 0) {
-                log_debug("Refused a malformed request: %s.", reason);
-                reply_error(fd, -r, "malformed request: %s", reason);
-                return;
-        }
-
-        f = open_memstream(&body, &body_len);
-        if (!f) {
-                reply_error(fd, ENOMEM, "out of memory");
-                return;
-        }
-        fputs("ok\n", f);
-        r = execute(c, &req, f, &err);
-        if (fclose(f) != 0 && r >= 0)
-                r = -ENOMEM;
-        if (r < 0) {
-                if (req.pid > 0)
-                        snprintf(who, sizeof(who), " %d", req.pid);
+                if (req->pid > 0)
+                        snprintf(who, sizeof(who), " %d", req->pid);
                 if (err.message[0])
-                        log_full(req.verb == CONTROL_STATS ? LOG_DEBUG : LOG_NOTICE,
-                                 "Cannot %s%s: %s", verb_name(req.verb), who, err.message);
+                        log_full(req->verb == CONTROL_STATS ? LOG_DEBUG : LOG_NOTICE,
+                                 "Cannot %s%s: %s", verb_name(req->verb), who, err.message);
                 else
-                        log_full_errno(req.verb == CONTROL_STATS ? LOG_DEBUG : LOG_NOTICE, r,
-                                       "Cannot %s%s: %m", verb_name(req.verb), who);
-                reply_error(fd, -r, "cannot %s%s: %s", verb_name(req.verb), who,
+                        log_full_errno(req->verb == CONTROL_STATS ? LOG_DEBUG : LOG_NOTICE, r,
+                                       "Cannot %s%s: %m", verb_name(req->verb), who);
+                reply_error(fd, -r, "cannot %s%s: %s", verb_name(req->verb), who,
                             err.message[0] ? err.message : errno_advice(-r));
                 return;
         }
@@ -532,6 +539,83 @@ static void handle_request(struct control *c, int fd, const char *msg, size_t le
         reply(fd, body, body_len);
 }
 
+static void client_watch(struct client *cl, uint32_t events) {
+        if (epoll_ctl(cl->control->epoll_fd, EPOLL_CTL_MOD, cl->fd,
+                      &(struct epoll_event) { .events = events, .data.ptr = cl }) < 0)
+                log_warning_errno(errno, "Failed to watch a connection, ignoring: %m");
+}
+
+/* On the main loop, when the reclaim worker is done with a client's
+ * reclaim: its reply, and the client is read again. */
+static void reclaim_done(void *userdata, const struct reclaim_request *rr) {
+        struct client *cl = userdata;
+        _cleanup_free_ char *body = NULL;
+        size_t body_len = 0;
+        FILE *f;
+        int r = rr->r;
+        LOG_FIELDS(.target_pid = cl->pending_req.pid);
+
+        cl->pending = NULL;
+        f = open_memstream(&body, &body_len);
+        if (!f) {
+                reply_error(cl->fd, ENOMEM, "out of memory");
+                client_watch(cl, EPOLLIN);
+                return;
+        }
+        fputs("ok\n", f);
+        if (r >= 0)
+                reclaim_body(&cl->pending_req, &rr->result, f);
+        if (fclose(f) != 0 && r >= 0)
+                r = -ENOMEM;
+        reply_result(cl->fd, &cl->pending_req, r, &rr->err, body, body_len);
+        client_watch(cl, EPOLLIN);
+}
+
+/* Hands a reclaim to the worker; returns 1 when it did (the reply comes
+ * later), 0 when the request is to run here. */
+static int defer_reclaim(struct control *c, struct client *cl, const struct control_request *req) {
+        if (!c->reclaimer || req->verb != CONTROL_RECLAIM)
+                return 0;
+        cl->pending_req = *req;
+        cl->pending = reclaimer_submit(c->reclaimer, &req->pid, 1, req->max_bytes, reclaim_done,
+                                       cl);
+        if (!cl->pending)
+                return 0; /* out of memory: try here */
+        /* Hang-ups are still reported (and close the client). */
+        client_watch(cl, 0);
+        return 1;
+}
+
+static void handle_request(struct control *c, struct client *cl, const char *msg, size_t len) {
+        _cleanup_free_ char *body = NULL;
+        struct zsw_engine_error err = {};
+        struct control_request req;
+        const char *reason;
+        size_t body_len = 0;
+        FILE *f;
+        int r;
+
+        r = control_parse_request(msg, len, &req, &reason);
+        if (r < 0) {
+                log_debug("Refused a malformed request: %s.", reason);
+                reply_error(cl->fd, -r, "malformed request: %s", reason);
+                return;
+        }
+        if (defer_reclaim(c, cl, &req) > 0)
+                return;
+
+        f = open_memstream(&body, &body_len);
+        if (!f) {
+                reply_error(cl->fd, ENOMEM, "out of memory");
+                return;
+        }
+        fputs("ok\n", f);
+        r = execute(c, &req, f, &err);
+        if (fclose(f) != 0 && r >= 0)
+                r = -ENOMEM;
+        reply_result(cl->fd, &req, r, &err, body, body_len);
+}
+
 /* ---- connections ------------------------------------------------------- */
 
 static void client_close(struct control *c, struct client *cl) {
@@ -540,6 +624,8 @@ static void client_close(struct control *c, struct client *cl) {
                         c->clients[i] = c->clients[--c->n_clients];
                         break;
                 }
+        if (cl->pending)
+                reclaim_request_orphan(cl->pending);
         safe_close(cl->fd);
         free(cl);
 }
@@ -577,7 +663,7 @@ static void client_process(struct control *c, struct client *cl, uint32_t events
                             CONTROL_REQUEST_MAX);
                 return;
         }
-        handle_request(c, cl->fd, buf, n);
+        handle_request(c, cl, buf, n);
 }
 
 static void accept_one(struct control *c, int fd) {
@@ -608,8 +694,7 @@ static void accept_one(struct control *c, int fd) {
                 safe_close(fd);
                 return;
         }
-        cl->fd = fd;
-        cl->cred = cred;
+        *cl = (struct client) { .control = c, .fd = fd, .cred = cred };
         if (epoll_ctl(c->epoll_fd, EPOLL_CTL_ADD, fd,
                       &(struct epoll_event) { .events = EPOLLIN, .data.ptr = cl }) < 0) {
                 log_warning_errno(errno, "Failed to watch a connection, closing it: %m");
@@ -647,6 +732,10 @@ int control_process(struct control *c) {
                         accept_all(c);
         }
         return 0;
+}
+
+void control_set_reclaimer(struct control *c, struct reclaimer *reclaimer) {
+        c->reclaimer = reclaimer;
 }
 
 void control_set_hooks(struct control *c, const struct control_hooks *hooks) {

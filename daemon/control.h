@@ -70,6 +70,13 @@ struct control_hooks {
 /* Without hooks those requests get "error EOPNOTSUPP". hooks must outlive c. */
 void control_set_hooks(struct control *c, const struct control_hooks *hooks);
 
+struct reclaimer;
+
+/* Runs reclaims on this worker (not owned; it must outlive c, and its
+ * finished requests be processed on the loop that calls control_process())
+ * instead of on the caller's thread. */
+void control_set_reclaimer(struct control *c, struct reclaimer *reclaimer);
+
 /* A descriptor that polls readable when a client connects or sends. */
 int control_get_fd(const struct control *c);
 

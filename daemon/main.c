@@ -4,7 +4,8 @@
  * that drives it, and serves the control socket, all from a single epoll
  * loop next to a signalfd (SIGTERM/SIGINT stop, SIGHUP reload) and a timer
  * that pings the systemd watchdog and refreshes the STATUS= line. Faults
- * never pass through this loop: the engine's own threads serve them.
+ * never pass through this loop (the engine's own threads serve them), nor
+ * do reclaims (the reclaim worker runs them and posts the results back).
  */
 #include <getopt.h>
 #include <inttypes.h>
@@ -22,6 +23,7 @@
 #include "engine.h"
 #include "log.h"
 #include "policy.h"
+#include "reclaim.h"
 
 /* How often STATUS= is refreshed when no watchdog asks for more. */
 #define STATUS_INTERVAL_USEC (10 * 1000000ull)
@@ -239,19 +241,21 @@ static int process_control(struct control *control, struct zsw_engine *engine,
 
 /* Runs until a stop signal (returns 0) or a failure of the loop itself. */
 static int loop(struct zsw_engine *engine, struct policy_manager *policies,
-                struct control *control, int sfd, int tfd, bool watchdog) {
+                struct control *control, struct reclaimer *reclaimer, int sfd, int tfd,
+                bool watchdog) {
         _cleanup_close_ int epfd = -EBADF;
-        int r, pfd = policy_manager_get_fd(policies);
+        int r, pfd = policy_manager_get_fd(policies), rfd = reclaimer_get_fd(reclaimer);
 
         epfd = epoll_create1(EPOLL_CLOEXEC);
         if (epfd < 0)
                 return log_error_errno(errno, "Failed to create an epoll instance: %m");
         if ((r = watch(epfd, sfd)) < 0 || (r = watch(epfd, tfd)) < 0 ||
-            (r = watch(epfd, pfd)) < 0 || (r = watch(epfd, control_get_fd(control))) < 0)
+            (r = watch(epfd, pfd)) < 0 || (r = watch(epfd, rfd)) < 0 ||
+            (r = watch(epfd, control_get_fd(control))) < 0)
                 return log_error_errno(r, "Failed to set up the event loop: %m");
 
         for (;;) {
-                struct epoll_event ev[4];
+                struct epoll_event ev[5];
                 int n;
 
                 n = epoll_wait(epfd, ev, ARRAY_SIZE(ev), -1);
@@ -267,6 +271,12 @@ static int loop(struct zsw_engine *engine, struct policy_manager *policies,
                                         return log_error_errno(r, "Failed to read a signal: %m");
                         } else if (ev[i].data.fd == tfd)
                                 r = process_timer(tfd, engine, policies, watchdog);
+                        else if (ev[i].data.fd == rfd) {
+                                /* Replies to clients, results to groups. */
+                                reclaimer_process(reclaimer);
+                                notify_status(engine, policies);
+                                r = 1;
+                        }
                         else if (ev[i].data.fd == pfd) {
                                 r = policy_manager_process(policies);
                                 if (r < 0)
@@ -323,6 +333,9 @@ static int run(int argc, char *argv[]) {
         _cleanup_(policy_manager_freep) struct policy_manager *policies = NULL;
         _cleanup_(control_freep) struct control *control = NULL;
         _cleanup_(zsw_config_freep) struct zsw_config *config = NULL;
+        /* Declared last, so freed first: its last callbacks use control
+         * and policies. */
+        _cleanup_(reclaimer_freep) struct reclaimer *reclaimer = NULL;
         _cleanup_close_ int sfd = -EBADF, tfd = -EBADF;
         uint64_t watchdog_usec = 0, interval = STATUS_INTERVAL_USEC;
         struct control_hooks hooks = { .reload = reload, .dump = dump, .detached = detached };
@@ -380,8 +393,14 @@ static int run(int argc, char *argv[]) {
         hooks.userdata = policies;
         control_set_hooks(control, &hooks);
 
+        r = reclaimer_new(engine, &reclaimer);
+        if (r < 0)
+                return r;
+        control_set_reclaimer(control, reclaimer);
+        policy_manager_set_reclaimer(policies, reclaimer);
+
         /* Pinging at half the watchdog period leaves a whole half for a
-         * slow request (a long reclaim runs on this loop). */
+         * slow request (reclaims run on the reclaim worker, not here). */
         if (sd_watchdog_enabled(false, &watchdog_usec) > 0)
                 interval = MAX(MIN(interval, watchdog_usec / 2), 1000u);
         r = setup_timer(interval, &tfd);
@@ -393,9 +412,12 @@ static int run(int argc, char *argv[]) {
         sd_notify(false, "READY=1");
         notify_status(engine, policies);
 
-        r = loop(engine, policies, control, sfd, tfd, watchdog_usec > 0);
+        r = loop(engine, policies, control, reclaimer, sfd, tfd, watchdog_usec > 0);
 
         sd_notify(false, "STOPPING=1\nSTATUS=Detaching every target");
+        /* The reclaim in progress ends; queued ones are answered as
+         * cancelled. */
+        reclaimer = reclaimer_free(reclaimer);
         control = control_free(control);
         policies = policy_manager_free(policies);
         /* Puts every stored page back into its process before returning. */

@@ -42,6 +42,7 @@ static void group_json(struct json *j, const struct policy_group *g) {
         json_u64(j, "refault_limit_last", g->refault_limit_last == UINT64_MAX ? 0 :
                                                                                   g->refault_limit_last);
         json_u64(j, "reclaimed_last_bytes", g->reclaimed_last);
+        json_u64(j, "rate_cap_last_bytes", g->rate_cap_last == UINT64_MAX ? 0 : g->rate_cap_last);
         json_u64(j, "reclaimed_bytes", g->reclaimed_total);
         json_u64(j, "periods", g->periods);
         json_u64(j, "backoffs", g->backoffs);

@@ -47,11 +47,16 @@ struct policy_group {
         uint64_t usage_bytes, budget_bytes;
         uint64_t refaults_last, refault_limit_last;
         uint64_t reclaimed_last, reclaimed_total; /* bytes */
+        uint64_t rate_credit;    /* bytes MaxReclaimRate lets it take now */
+        uint64_t rate_cap_last;  /* the credit when the last reclaim started */
+        uint64_t reclaim_want;   /* what the last reclaim asked for */
+        struct reclaim_request *reclaiming; /* on the reclaim worker, or NULL */
         uint64_t periods, backoffs, trigger_events, budget_base;
 };
 
 struct policy_manager {
         struct zsw_engine *engine;
+        struct reclaimer *reclaimer;    /* NULL: reclaims run on the caller */
         struct zsw_config *config;
         struct zsw_cgroup_layout layout;
 

@@ -2,8 +2,10 @@
 /*
  * The policy manager (see policy.h): discovery of processes by policy and
  * the per-group control loop. Everything here runs on the daemon's main
- * loop; the engine serves faults on its own threads meanwhile, so a slow
- * scan or reclaim delays decisions, never a target.
+ * loop, except the reclaims, which go to the reclaim worker (reclaim.h)
+ * when the daemon gave the manager one: a long reclaim delays neither the
+ * control socket nor the other groups' decisions; a group waits for its
+ * own last step before taking the next.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -19,6 +21,7 @@
 #include "log.h"
 #include "policy-internal.h"
 #include "psi.h"
+#include "reclaim.h"
 
 #define PF_KTHREAD 0x00200000u
 
@@ -31,6 +34,8 @@ static uint64_t now_usec(void) {
 static struct policy_group *group_free(struct policy_group *g) {
         if (!g)
                 return NULL;
+        if (g->reclaiming)
+                reclaim_request_orphan(g->reclaiming);
         safe_close(g->trigger_fd);
         safe_close(g->psi_dir_fd);
         safe_close(g->memory_fd);
@@ -178,6 +183,8 @@ static int group_add_pid(struct policy_group *g, pid_t pid) {
  * disabled: leave its processes alone, every page given back). */
 static void group_detach_all(struct policy_manager *m, struct policy_group *g, const char *why) {
         for (size_t i = 0; i < g->n_pids; i++) {
+                LOG_FIELDS(.target_pid = g->pids[i].pid, .policy = g->policy_name,
+                           .cgroup = g->cgroup);
                 struct zsw_engine_error err = {};
                 int r = zsw_engine_detach(m->engine, g->pids[i].pid, &err);
 
@@ -300,14 +307,38 @@ void policy_manager_forget(struct policy_manager *m, pid_t pid) {
                         }
 }
 
+/* What the engine keeps per target from policy P: compressor, prefetch
+ * window, pool limit (a percentage is of the engine's pool limit) and
+ * whether its pages may be written back. */
+static void policy_target_config(struct policy_manager *m, const struct zsw_policy *p,
+                                 struct zsw_target_config *ret) {
+        struct zsw_engine_stats es = {};
+        uint64_t limit;
+
+        (void) zsw_engine_get_stats(m->engine, &es);
+        limit = p->pool_limit.kind == ZSW_LIMIT_RELATIVE && es.pool_limit_bytes == 0 ?
+                        UINT64_MAX : zsw_limit_resolve(&p->pool_limit, es.pool_limit_bytes);
+        *ret = (struct zsw_target_config) {
+                .compressor = zsw_compressor_to_string(p->compressor),
+                .compression_level = p->compression_level,
+                .prefetch_window = p->prefetch_window,
+                /* At least one page: 0 would mean no limit at all. */
+                .max_pool_pages = limit == UINT64_MAX ? 0 : MAX(limit / getpagesize(), 1u),
+                .no_writeback = !p->writeback,
+        };
+}
+
 /* Attaches to PID for policy P in its group; 1 attached, 0 not. */
 static int scan_attach(struct policy_manager *m, const struct zsw_policy *p, pid_t pid,
                        const char *cgroup, const struct zsw_proc_cgroups *cg, const char *exe) {
         struct zsw_engine_error err = {};
+        struct zsw_target_config tc;
         struct policy_group *g;
         int r;
+        LOG_FIELDS(.target_pid = pid, .policy = p->name, .cgroup = cgroup);
 
-        r = zsw_engine_attach(m->engine, pid, &err);
+        policy_target_config(m, p, &tc);
+        r = zsw_engine_attach_with(m->engine, pid, &tc, &err);
         if (r == -EALREADY) {
                 log_debug("Process %d (%s) matches policy %s but is attached already (by "
                           "hand, or followed through a fork); leaving it as it is.",
@@ -473,30 +504,90 @@ static void group_backoff(struct policy_group *g, const char *why) {
                   g->refault_limit_last);
 }
 
-/* Reclaims up to WANT bytes from the group's targets that are old enough,
- * first target first; returns the bytes taken. */
-static uint64_t group_reclaim(struct policy_manager *m, struct policy_group *g, uint64_t want) {
-        uint64_t got = 0, now = now_usec(), page = (uint64_t) getpagesize();
+/* The group's targets that are old enough to reclaim from, in order;
+ * returns how many went to PIDS (room for all of them). */
+static size_t group_reclaimable(const struct policy_group *g, pid_t *pids) {
+        uint64_t now = now_usec();
+        size_t n = 0;
 
-        for (size_t i = 0; i < g->n_pids && got + page <= want; i++) {
+        for (size_t i = 0; i < g->n_pids; i++)
+                /* The engine cannot yet tell a page's age: a process is
+                 * left alone until it has been watched for MinColdAge. */
+                if (now - g->pids[i].attached_usec >= g->policy->min_cold_age_usec)
+                        pids[n++] = g->pids[i].pid;
+        return n;
+}
+
+/* MaxReclaimRate as a token bucket: the period's share of the rate is
+ * added (at most a second's worth is kept, so a calm spell does not build
+ * up a burst) and what was reclaimed is taken off; the next reclaim may
+ * take what is left. UINT64_MAX without a cap. */
+static uint64_t group_rate_credit(struct policy_group *g, uint64_t elapsed_usec) {
+        uint64_t rate = g->policy->max_reclaim_rate, add;
+
+        if (rate == UINT64_MAX)
+                return UINT64_MAX;
+        add = (uint64_t) ((unsigned __int128) rate * elapsed_usec / ZSW_USEC_PER_SEC);
+        g->rate_credit = MIN(g->rate_credit + add, MAX(rate, (uint64_t) getpagesize()));
+        return g->rate_credit;
+}
+
+/* What a reclaim of the group took: the listings and the debug log. */
+static void group_reclaimed(struct policy_group *g, uint64_t got) {
+        g->rate_credit -= MIN(got, g->rate_credit);
+        g->reclaimed_last = got;
+        g->reclaimed_total += got;
+        g->decision = got > 0 ? "reclaimed" : "nothing to reclaim";
+        log_debug("Policy %s, group %s: reclaimed %" PRIu64 " of %" PRIu64 " KiB.",
+                  g->policy_name, g->cgroup, got / 1024, g->reclaim_want / 1024);
+}
+
+static void group_reclaim_done(void *userdata, const struct reclaim_request *req) {
+        struct policy_group *g = userdata;
+        LOG_FIELDS(.policy = g->policy_name, .cgroup = g->cgroup);
+
+        g->reclaiming = NULL;
+        group_reclaimed(g, req->result.evicted_pages * (uint64_t) getpagesize());
+}
+
+/* Reclaims up to WANT bytes from the group's targets that are old enough,
+ * first target first: on the reclaim worker when the manager has one (the
+ * result comes back in group_reclaim_done), else here. */
+static void group_reclaim(struct policy_manager *m, struct policy_group *g, uint64_t want) {
+        _cleanup_free_ pid_t *pids = malloc(MAX(g->n_pids, 1u) * sizeof(pid_t));
+        uint64_t got = 0, page = (uint64_t) getpagesize();
+        size_t n;
+
+        if (!pids) {
+                log_oom();
+                return;
+        }
+        n = group_reclaimable(g, pids);
+        g->reclaim_want = want;
+        g->reclaimed_last = 0;
+        if (m->reclaimer && n > 0) {
+                g->reclaiming = reclaimer_submit(m->reclaimer, pids, n, want,
+                                                 group_reclaim_done, g);
+                if (g->reclaiming) {
+                        g->decision = "reclaiming";
+                        return;
+                }
+        }
+        for (size_t i = 0; i < n && got + page <= want; i++) {
                 struct zsw_reclaim_result res = {};
                 struct zsw_engine_error err = {};
                 int r;
 
-                /* The engine cannot yet tell a page's age: a process is
-                 * left alone until it has been watched for MinColdAge. */
-                if (now - g->pids[i].attached_usec < g->policy->min_cold_age_usec)
-                        continue;
-                r = zsw_engine_reclaim(m->engine, g->pids[i].pid, want - got, &res, &err);
+                r = zsw_engine_reclaim(m->engine, pids[i], want - got, &res, &err);
                 if (r < 0) {
                         log_debug_errno(r, "Policy %s: cannot reclaim from %d: %s",
-                                        g->policy_name, g->pids[i].pid,
+                                        g->policy_name, pids[i],
                                         err.message[0] ? err.message : "%m");
                         continue;
                 }
                 got += res.evicted_pages * page;
         }
-        return got;
+        group_reclaimed(g, got);
 }
 
 static void group_read_pressure(struct policy_group *g, uint64_t elapsed) {
@@ -520,10 +611,10 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
         uint64_t now = now_usec(), elapsed = now - g->time_prev, refaults, evicted, resident;
         uint64_t threshold = p->pressure.stall_usec * ZSW_PERMYRIAD_MAX / p->pressure.window_usec;
         uint64_t cap, want;
+        LOG_FIELDS(.policy = g->policy_name, .cgroup = g->cgroup);
 
         g->time_prev = now;
         g->periods++;
-        g->reclaimed_last = 0;
         resident = group_collect(m, g, &refaults, &evicted);
         g->evicted_recent = g->evicted_recent / 2 + evicted;
         g->refaults_last = refaults;
@@ -557,9 +648,15 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
                 return;
         }
         g->backoff_pause = MAX(g->backoff_pause / 2, 1u);
+        cap = group_rate_credit(g, elapsed);
+        if (g->reclaiming) {
+                /* The last step is still running on the worker: one at a
+                 * time, so the rate cap holds. */
+                log_debug("Policy %s, group %s: the last reclaim is still running.",
+                          g->policy_name, g->cgroup);
+                return;
+        }
 
-        cap = p->max_reclaim_rate == UINT64_MAX ? UINT64_MAX :
-                                                  p->max_reclaim_rate / ZSW_USEC_PER_SEC * elapsed;
         if (p->memory_budget.kind != ZSW_LIMIT_NONE) {
                 if (g->usage_bytes <= g->budget_bytes) {
                         g->decision = "at budget";
@@ -579,16 +676,19 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
                         g->step_bytes += g->step_bytes / 4;
                 want = MIN(g->step_bytes, cap);
         }
+        if (cap < (uint64_t) getpagesize()) {
+                g->decision = "rate limited";
+                return;
+        }
         want = MAX(want, (uint64_t) getpagesize());
-        g->reclaimed_last = group_reclaim(m, g, want);
-        g->reclaimed_total += g->reclaimed_last;
-        g->decision = g->reclaimed_last > 0 ? "reclaiming" : "nothing to reclaim";
+        g->rate_cap_last = cap;
         log_debug("Policy %s, group %s: stall %u.%02u%% < %u.%02u%%, refaults %" PRIu64 " <= %" PRIu64
-                  ", usage %" PRIu64 " KiB: reclaimed %" PRIu64 " of %" PRIu64 " KiB.",
+                  ", usage %" PRIu64 " KiB: reclaiming %" PRIu64 " KiB (rate cap %" PRIu64 " KiB).",
                   g->policy_name, g->cgroup, g->pressure_pm / 100, g->pressure_pm % 100,
                   (unsigned) threshold / 100, (unsigned) threshold % 100, refaults,
-                  g->refault_limit_last, g->usage_bytes / 1024, g->reclaimed_last / 1024,
-                  want / 1024);
+                  g->refault_limit_last, g->usage_bytes / 1024, want / 1024,
+                  cap == UINT64_MAX ? 0 : cap / 1024);
+        group_reclaim(m, g, want);
 }
 
 static void manager_tick(struct policy_manager *m) {
@@ -724,6 +824,10 @@ struct policy_manager *policy_manager_free(struct policy_manager *m) {
 
 int policy_manager_get_fd(const struct policy_manager *m) {
         return m->epoll_fd;
+}
+
+void policy_manager_set_reclaimer(struct policy_manager *m, struct reclaimer *reclaimer) {
+        m->reclaimer = reclaimer;
 }
 
 const struct zsw_config *policy_manager_get_config(const struct policy_manager *m) {

@@ -47,6 +47,14 @@ int policy_manager_new(struct zsw_engine *engine, struct zsw_config *config,
 struct policy_manager *policy_manager_free(struct policy_manager *m);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct policy_manager *, policy_manager_free);
 
+struct reclaimer;
+
+/* Runs the groups' reclaims on this worker (not owned; it must outlive m
+ * or be freed first, and its finished requests be processed on the loop
+ * that calls policy_manager_process()). Without one, they run inside
+ * policy_manager_process(). */
+void policy_manager_set_reclaimer(struct policy_manager *m, struct reclaimer *reclaimer);
+
 /* A descriptor that polls readable when the manager has work: its period
  * timer, or a PSI trigger event. */
 int policy_manager_get_fd(const struct policy_manager *m);
@@ -58,15 +66,18 @@ int policy_manager_process(struct policy_manager *m);
 /*
  * Replaces the configuration with CONFIG (owned from now on). Groups whose
  * policy is gone or disabled are detached from (every page given back);
- * the others keep their state and take the new settings; discovery runs at
- * once.
+ * the others keep their state and take the new control settings
+ * (thresholds, budget, rates); the engine's per-target settings
+ * (compressor, prefetch window, pool limit, writeback) stay as they were
+ * at attach, new processes get the new ones. Discovery runs at once.
  */
 void policy_manager_set_config(struct policy_manager *m, struct zsw_config *config);
 
 const struct zsw_config *policy_manager_get_config(const struct policy_manager *m);
 
-/* Runs discovery now: attaches to every new matching process. Returns the
- * number of processes attached. */
+/* Runs discovery now: attaches to every new matching process, with its
+ * policy's compressor, prefetch window, pool limit and writeback
+ * (zsw_engine_attach_with()). Returns the number of processes attached. */
 int policy_manager_scan(struct policy_manager *m);
 
 /* Forgets PID, detached by hand: no policy attaches it again while it

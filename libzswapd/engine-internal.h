@@ -71,6 +71,8 @@ struct zsw_target {
         uint64_t scratch;               /* scratch mapping inside the target, 0 if none */
         size_t scratch_size;
         struct zsw_owner *owner;
+        struct zsw_owner_config owner_config;   /* as the owner was made */
+        unsigned prefetch_window;       /* pages, <= FAULT_PREFETCH_MAX */
         _Atomic bool dead;              /* exited or exec'ed: to be reaped */
 
         pthread_mutex_t serve_lock;
@@ -102,6 +104,7 @@ struct fault_thread {
 
 struct zsw_engine {
         struct zsw_engine_config config;
+        enum zsw_compressor compressor; /* config.compressor's */
         const struct zsw_log *log;
         struct zsw_store *store;
         struct zsw_swapfile *swapfile;  /* NULL without writeback */

@@ -6,7 +6,9 @@
  *
  * Control calls (attach, detach, reclaim, stats) are serialized by
  * control_lock; the reaper takes it too, so a target never disappears
- * under a control call. Fault threads never take control_lock: an
+ * under a control call. Reclaim holds it only to find its target, then
+ * holds the target's evict_lock, which detach and the reaper take before
+ * freeing a target: a long reclaim does not stall stats or attach. Fault threads never take control_lock: an
  * eviction waits on them (its drop raises an event they must read).
  */
 #include <dirent.h>
@@ -193,7 +195,39 @@ static int target_cleanup_remote(struct zsw_engine *e, struct zsw_target *t) {
         return 0;
 }
 
+/* The owner settings and prefetch window of a target from its config (NULL:
+ * the engine's). */
+static int target_configure(struct zsw_engine *e, struct zsw_target *t,
+                            const struct zsw_target_config *tc, struct zsw_engine_error *err) {
+        int c = (int) e->compressor, level = e->config.compression_level;
+
+        t->prefetch_window = MIN(e->config.prefetch_window, FAULT_PREFETCH_MAX);
+        if (tc) {
+                if (tc->compressor) {
+                        c = zsw_compressor_from_string(tc->compressor);
+                        if (c < 0)
+                                return fail(err, -EINVAL, "unknown compressor '%s'",
+                                            tc->compressor);
+                        if (c != (int) e->compressor)
+                                level = 0;
+                }
+                if (tc->compression_level != 0)
+                        level = tc->compression_level;
+                t->prefetch_window = MIN(tc->prefetch_window, FAULT_PREFETCH_MAX);
+                t->owner_config.max_pages = tc->max_pool_pages;
+                t->owner_config.no_writeback = tc->no_writeback;
+        }
+        t->owner_config.compressor = (enum zsw_compressor) c;
+        t->owner_config.level = c == ZSW_COMPRESSOR_ZSTD ? (level ?: ZSW_ZSTD_LEVEL_DEFAULT) : 0;
+        return 0;
+}
+
 int zsw_engine_attach(struct zsw_engine *e, pid_t pid, struct zsw_engine_error *err) {
+        return zsw_engine_attach_with(e, pid, NULL, err);
+}
+
+int zsw_engine_attach_with(struct zsw_engine *e, pid_t pid, const struct zsw_target_config *tc,
+                           struct zsw_engine_error *err) {
         struct zsw_target *t = NULL;
         int r;
 
@@ -206,6 +240,9 @@ int zsw_engine_attach(struct zsw_engine *e, pid_t pid, struct zsw_engine_error *
                 r = -ENOMEM;
                 goto out;
         }
+        r = target_configure(e, t, tc, err);
+        if (r < 0)
+                goto out;
         t->pidfd = (int) syscall(SYS_pidfd_open, pid, 0);
         if (t->pidfd < 0) {
                 r = fail(err, -errno, "cannot open process %d: %s", pid, strerror(errno));
@@ -236,9 +273,12 @@ int zsw_engine_attach(struct zsw_engine *e, pid_t pid, struct zsw_engine_error *
                 r = fail(err, r, "userfaultfd handshake failed: %s (kernel too old?)", strerror(-r));
                 goto out_remote;
         }
-        r = zsw_store_owner_new(e->store, NULL, &t->owner);
-        if (r < 0)
+        r = zsw_store_owner_new(e->store, &t->owner_config, &t->owner);
+        if (r < 0) {
+                r = fail(err, r, "cannot set up its store: %s%s", strerror(-r),
+                         r == -EINVAL ? " (bad compression level?)" : "");
                 goto out_remote;
+        }
         r = target_publish(e, t);
         if (r < 0)
                 goto out_remote;
@@ -384,12 +424,16 @@ int zsw_engine_reclaim(struct zsw_engine *e, pid_t pid, uint64_t max_bytes,
                 pthread_mutex_unlock(&e->control_lock);
                 return fail(err, -ENOENT, "process %d is not attached; attach it first", pid);
         }
+        /* The target's evict_lock keeps it alive (detach and the reaper take
+         * it before freeing a target), so control_lock can go: stats,
+         * attach and the other control calls need not wait for a long
+         * reclaim. */
         pthread_mutex_lock(&t->evict_lock);
+        pthread_mutex_unlock(&e->control_lock);
         pthread_mutex_lock(&e->worker_lock);
         r = evict_target(e, t, max_bytes, &res, err);
         pthread_mutex_unlock(&e->worker_lock);
         pthread_mutex_unlock(&t->evict_lock);
-        pthread_mutex_unlock(&e->control_lock);
         res.duration_ns = zsw_now_ns() - start;
         if (r >= 0 && ret)
                 *ret = res;
@@ -459,6 +503,8 @@ int engine_add_fork_child(struct zsw_engine *e, struct zsw_target *parent, int c
                 return -ENOMEM;
         }
         t->uffd = child_uffd;
+        t->owner_config = parent->owner_config;
+        t->prefetch_window = parent->prefetch_window;
         /* The child's pages that the parent had evicted are missing in the
          * child too: it gets its own view of the same entries. */
         r = zsw_store_owner_clone(parent->owner, &t->owner);
@@ -562,6 +608,10 @@ static void reap(struct zsw_engine *e) {
                         return;
                 zsw_log(e->log, LOG_INFO, "Process %d exited or exec'ed; forgetting it", t->pid);
                 atomic_store(&t->dead, true);
+                /* A reclaim of it may still run (zsw_engine_reclaim drops
+                 * control_lock): it ends quickly on a dead target. */
+                pthread_mutex_lock(&t->evict_lock);
+                pthread_mutex_unlock(&t->evict_lock);
                 target_unpublish(e, t);
                 target_free(t);
         }
@@ -627,6 +677,11 @@ static void fill_target_stats(struct zsw_engine *e, struct zsw_target *t, struct
                 .refused_pool_limit = os.rejects[ZSW_REJECT_POOL_LIMIT],
                 .refused_writeback_off = os.rejects[ZSW_REJECT_WRITEBACK_OFF],
                 .refused_reclaim_fail = os.rejects[ZSW_REJECT_RECLAIM_FAIL],
+                .compressor = zsw_compressor_to_string(t->owner_config.compressor),
+                .compression_level = t->owner_config.level,
+                .prefetch_window = t->prefetch_window,
+                .max_pool_pages = t->owner_config.max_pages,
+                .no_writeback = t->owner_config.no_writeback,
         };
         snprintf(path, sizeof(path), "/proc/%d/statm", t->pid);
         f = t->pid > 0 ? fopen(path, "re") : NULL;
@@ -772,7 +827,7 @@ int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **r
                 zsw_engine_free(e);
                 return r;
         }
-        sc.compressor = (enum zsw_compressor) r;
+        sc.compressor = e->compressor = (enum zsw_compressor) r;
         sc.level = config->compression_level;
         sc.reject_incompressible = config->reject_incompressible;
         sc.log = config->log;

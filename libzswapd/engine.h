@@ -58,8 +58,29 @@ struct zsw_engine *zsw_engine_free(struct zsw_engine *engine);
 /* Attaches to pid. Errors: -ESRCH no such process, -EPERM a kernel thread or
  * not allowed to ptrace, -EALREADY attached already, -EBUSY traced by
  * another tracer, -EINVAL the daemon itself or a zombie. err, when not NULL,
- * receives a one-line explanation. */
+ * receives a one-line explanation. The target gets the engine's settings. */
 int zsw_engine_attach(struct zsw_engine *engine, pid_t pid, struct zsw_engine_error *err);
+
+/* What one target may have of its own (a policy's settings). Fork children
+ * the engine follows inherit their parent's. */
+struct zsw_target_config {
+        const char *compressor;         /* "lz4" or "zstd"; NULL: the engine's */
+        int compression_level;          /* zstd level; 0: the engine's for its own
+                                         * compressor, else the library default */
+        unsigned prefetch_window;       /* pages brought back around a fault, 0 = off */
+        /* Pages the target may keep in the pool (neither same-filled nor
+         * written back), 0 for no limit of its own. At it, its coldest
+         * pages are written back, or with no_writeback its stores are
+         * refused (counted in refused_limit / refused_writeback_off). */
+        uint64_t max_pool_pages;
+        bool no_writeback;              /* never write its pages to the swapfile */
+};
+
+/* zsw_engine_attach() with the target's own settings; config NULL means
+ * the engine's. -EINVAL (and a message in err) for an unknown compressor
+ * or level, besides the errors of zsw_engine_attach(). */
+int zsw_engine_attach_with(struct zsw_engine *engine, pid_t pid,
+                           const struct zsw_target_config *config, struct zsw_engine_error *err);
 
 /* Puts every stored page of pid back and releases it. -ENOENT if not
  * attached. */
@@ -74,7 +95,9 @@ struct zsw_reclaim_result {
 };
 
 /* Evicts present pages of pid's eligible mappings, up to max_bytes
- * (UINT64_MAX: all of them). */
+ * (UINT64_MAX: all of them). The engine's other calls, on other threads,
+ * go on meanwhile (stats, attach, reclaim of other targets waits for the
+ * engine's compression worker); detaching pid waits for the reclaim. */
 int zsw_engine_reclaim(struct zsw_engine *engine, pid_t pid, uint64_t max_bytes,
                        struct zsw_reclaim_result *ret, struct zsw_engine_error *err);
 
@@ -101,6 +124,12 @@ struct zsw_target_stats {
         uint64_t refused_pool_limit;
         uint64_t refused_writeback_off;
         uint64_t refused_reclaim_fail;
+        /* Its settings (struct zsw_target_config, as applied). */
+        const char *compressor;         /* static string */
+        int compression_level;          /* 0 with lz4 */
+        unsigned prefetch_window;
+        uint64_t max_pool_pages;
+        bool no_writeback;
 };
 
 struct zsw_engine_stats {

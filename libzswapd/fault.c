@@ -81,7 +81,7 @@ static void fail_fault(struct zsw_target *t, uint64_t addr, int error) {
  * and returns how many. Shared loads: an entry is dropped only once its
  * page is in place, so a copy that stops early loses nothing. */
 static unsigned prefetch(struct fault_thread *ft, struct zsw_target *t, uint64_t pgno) {
-        unsigned window = MIN(t->engine->config.prefetch_window, FAULT_PREFETCH_MAX), n = 0;
+        unsigned window = t->prefetch_window, n = 0;
         ssize_t copied;
 
         for (; n < window; n++)

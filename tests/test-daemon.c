@@ -1263,6 +1263,366 @@ TEST(pressure_makes_the_policy_back_off) {
         test_cgroup_free(g);
 }
 
+/* ---- the service: per-policy settings, the reclaim worker, the journal ----------- */
+
+/* Writes policy file NAME.conf of c with the given text. */
+_printf_(3, 4) static void policy_write_named(struct confdir *c, const char *name,
+                                              const char *fmt, ...) {
+        char path[192], text[1024];
+        va_list ap;
+        int fd, n;
+
+        va_start(ap, fmt);
+        n = vsnprintf(text, sizeof(text), fmt, ap);
+        va_end(ap);
+        snprintf(path, sizeof(path), "%s/policy.d/%s.conf", c->dir, name);
+        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        ASSERT_GE(fd, 0);
+        ASSERT_EQ(write(fd, text, n), n);
+        close(fd);
+}
+
+/* `stats PID --json` of pid, or NULL while it is not attached. */
+static char *target_stats(const char *sock, pid_t pid) {
+        char pid_s[16], *out = NULL, *err = NULL;
+        int r;
+
+        snprintf(pid_s, sizeof(pid_s), "%d", pid);
+        r = ctl(&out, &err, sock, "stats", pid_s, "--json");
+        free(err);
+        if (r != 0) {
+                free(out);
+                return NULL;
+        }
+        ASSERT_TRUE(stats_target(out, pid));
+        return out;
+}
+
+/* Waits, boundedly, until the stats of pid satisfy done(); returns them. */
+static char *wait_target(const char *sock, pid_t pid, bool (*done)(const char *stats),
+                         const char *what) {
+        for (int i = 0; i < 600; i++) {
+                char *out = target_stats(sock, pid);
+
+                if (out && done(stats_target(out, pid)))
+                        return out;
+                free(out);
+                usleep(100000);
+        }
+        TEST_FAIL("target %d: %s never happened", pid, what);
+}
+
+static bool took_a_lot(const char *t) {
+        return json_u64(t, "evicted_pages") >= 2048;
+}
+
+static bool refused_for_writeback_off(const char *t) {
+        return json_u64(t, "refused_writeback_off") > 0 && json_u64(t, "evicted_pages") > 0;
+}
+
+static bool wrote_back(const char *t) {
+        return json_u64(t, "written_back_pages") > 0;
+}
+
+static double payload_per_page(const char *t) {
+        uint64_t pages = json_u64(t, "stored_pages") - json_u64(t, "same_filled_pages");
+
+        ASSERT_GT(pages, 0);
+        return (double) json_u64(t, "payload_bytes") / (double) pages;
+}
+
+/* Three policies in one daemon, three targets of the same content: each
+ * gets its own policy's compressor, prefetch window, pool limit and
+ * writeback, as the engine's per-target stats show and its behaviour
+ * proves. */
+TEST(policy_settings_apply_per_target) {
+        _cleanup_free_ char *sa = NULL, *sb = NULL, *sc = NULL, *global = NULL;
+        struct test_cgroup *ga, *gb, *gc;
+        struct target ta, tb, tc;
+        struct confdir c;
+        struct daemon d;
+        const char *a, *b, *cc;
+        double ppa, ppb;
+
+        if (!test_cgroups_usable())
+                TEST_SKIP("needs a writable cgroup tree");
+        ga = test_cgroup_new(0);
+        gb = test_cgroup_new(0);
+        gc = test_cgroup_new(0);
+        confdir_new(&c, "[Daemon]\nLogLevel=debug\n");
+        ASSERT_GT(asprintf(&global, "[Daemon]\nLogLevel=debug\n[Writeback]\nEnabled=yes\n"
+                                    "Swapfile=%s\nSwapfileSize=64M\n", c.dir), 0);
+        {
+                char path[128];
+                int fd;
+
+                snprintf(path, sizeof(path), "%s/zswapd.conf", c.dir);
+                fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+                ASSERT_GE(fd, 0);
+                ASSERT_EQ(write(fd, global, strlen(global)), (ssize_t) strlen(global));
+                close(fd);
+        }
+#define COMMON "MinColdAge=0\nMaxReclaimRate=256M/s\nRefaultLimit=infinity\n"
+        policy_write_named(&c, "10-a", "[Match]\nCgroupPath=%s\n[Policy]\n" COMMON
+                           "Compressor=lz4\nPrefetchWindow=0\n", ga->name);
+        policy_write_named(&c, "20-b", "[Match]\nCgroupPath=%s\n[Policy]\n" COMMON
+                           "Compressor=zstd\nCompressionLevel=9\nPrefetchWindow=8\n"
+                           "PoolLimit=2M\nWriteback=no\n", gb->name);
+        policy_write_named(&c, "30-c", "[Match]\nCgroupPath=%s\n[Policy]\n" COMMON
+                           "PoolLimit=1M\nWriteback=yes\n", gc->name);
+#undef COMMON
+        target_cgroup = ga;
+        target_start(&ta);
+        target_cgroup = gb;
+        target_start(&tb);
+        target_cgroup = gc;
+        target_start(&tc);
+        target_cgroup = NULL;
+        daemon_start_config(&d, c.dir);
+
+        sa = wait_target(d.sock, ta.pid, took_a_lot, "a large reclaim");
+        sb = wait_target(d.sock, tb.pid, refused_for_writeback_off, "a refusal at its limit");
+        sc = wait_target(d.sock, tc.pid, wrote_back, "writeback at its limit");
+        a = stats_target(sa, ta.pid);
+        b = stats_target(sb, tb.pid);
+        cc = stats_target(sc, tc.pid);
+        fprintf(stderr, "a: %s\nb: %s\nc: %s\n", a, b, cc);
+
+        /* The settings as the engine applied them. */
+        ASSERT_TRUE(strstr(a, "\"compressor\":\"lz4\"") && strstr(b, "\"compressor\":\"zstd\""));
+        ASSERT_EQ(json_u64(b, "compression_level"), 9);
+        ASSERT_EQ(json_u64(a, "prefetch_window"), 0);
+        ASSERT_EQ(json_u64(b, "prefetch_window"), 8);
+        ASSERT_EQ(json_u64(a, "max_pool_pages"), 0);
+        ASSERT_EQ_U(json_u64(b, "max_pool_pages"), (2u << 20) / getpagesize());
+        ASSERT_TRUE(strstr(b, "\"writeback_allowed\":\"no\""));
+
+        /* Compressor: the same content, zstd's payload clearly smaller. */
+        ppa = payload_per_page(a);
+        ppb = payload_per_page(b);
+        fprintf(stderr, "payload per page: lz4 %.0f, zstd-9 %.0f bytes\n", ppa, ppb);
+        ASSERT_TRUE(ppb < ppa * 0.9);
+
+        /* Pool limit, for that target only: b is held at its 512 pages
+         * and refused (no writeback), c writes back, a has neither. */
+        ASSERT_GT(json_u64(a, "stored_pages") - json_u64(a, "same_filled_pages"), 512);
+        ASSERT_EQ(json_u64(a, "refused_limit") + json_u64(a, "refused_writeback_off"), 0);
+        ASSERT_EQ(json_u64(a, "written_back_pages"), 0);
+        ASSERT_EQ(json_u64(b, "written_back_pages"), 0);
+        ASSERT_GT(json_u64(cc, "written_back_pages"), 0);
+
+        /* Prefetch: reading everything back in order brings neighbours
+         * along for b, never for a. */
+        ASSERT_TRUE(target_verify(&ta));
+        ASSERT_TRUE(target_verify(&tb));
+        ASSERT_TRUE(target_verify(&tc));
+        free(TAKE_PTR(sa));
+        free(TAKE_PTR(sb));
+        sa = target_stats(d.sock, ta.pid);
+        sb = target_stats(d.sock, tb.pid);
+        ASSERT_TRUE(sa && sb);
+        fprintf(stderr, "prefetched: a %" PRIu64 ", b %" PRIu64 "\n",
+                json_u64(stats_target(sa, ta.pid), "prefetched_pages"),
+                json_u64(stats_target(sb, tb.pid), "prefetched_pages"));
+        ASSERT_EQ(json_u64(stats_target(sa, ta.pid), "prefetched_pages"), 0);
+        ASSERT_GT(json_u64(stats_target(sb, tb.pid), "prefetched_pages"), 0);
+
+        target_stop(&ta);
+        target_stop(&tb);
+        target_stop(&tc);
+        daemon_cleanup(&d);
+        confdir_remove(&c);
+        test_cgroup_free(ga);
+        test_cgroup_free(gb);
+        test_cgroup_free(gc);
+}
+
+/* MaxReclaimRate=256K/s: every step is cut to the rate's share of its
+ * period, though the probing step wants more. */
+TEST(reclaim_rate_is_capped) {
+        struct test_cgroup *g;
+        struct confdir c;
+        struct daemon d;
+        struct target t;
+        unsigned seen = 0;
+
+        if (!test_cgroups_usable())
+                TEST_SKIP("needs a writable cgroup tree");
+        g = test_cgroup_new(0);
+        confdir_new(&c, "[Daemon]\nLogLevel=debug\n");
+        policy_write(&c, "[Match]\nCgroupPath=%s\n[Policy]\nMinColdAge=0\nMaxReclaimRate=256K/s\n"
+                         "RefaultLimit=infinity\n", g->name);
+        target_cgroup = g;
+        target_start(&t);
+        target_cgroup = NULL;
+        daemon_start_config(&d, c.dir);
+
+        for (int i = 0; i < 600 && seen < 3; i++) {
+                _cleanup_free_ char *out = ctl_ok(d.sock, CTL_ARGS(d.sock, "policies", "--json"));
+                uint64_t last = json_u64(out, "reclaimed_last_bytes");
+                uint64_t cap = json_u64(out, "rate_cap_last_bytes");
+
+                if (json_u64(out, "periods") > 0 && cap > 0) {
+                        ASSERT_LE(last, cap);
+                        ASSERT_LT(cap, json_u64(out, "step_bytes"));
+                        if (last > 0)
+                                seen++;
+                }
+                usleep(200000);
+        }
+        if (seen < 3)
+                TEST_FAIL("the capped policy reclaimed too seldom; see %s", d.log);
+        ASSERT_TRUE(target_verify(&t));
+        target_stop(&t);
+        daemon_cleanup(&d);
+        confdir_remove(&c);
+        test_cgroup_free(g);
+}
+
+static pid_t tracer_of(pid_t pid) {
+        char path[64], line[256];
+        pid_t tracer = -1;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/status", pid);
+        f = fopen(path, "re");
+        ASSERT_TRUE(f);
+        while (fgets(line, sizeof(line), f))
+                if (sscanf(line, "TracerPid: %d", &tracer) == 1)
+                        break;
+        fclose(f);
+        return tracer;
+}
+
+static int connect_seqpacket(const char *sock) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+        ASSERT_GE(fd, 0);
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+        ASSERT_OK(connect(fd, (struct sockaddr *) &sa, sizeof(sa)));
+        return fd;
+}
+
+static bool readable(int fd, int timeout_ms) {
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+
+        return poll(&p, 1, timeout_ms) == 1;
+}
+
+/* A process of tests/vfork-target.c, talked to through its stdin/stdout. */
+static pid_t vfork_target_start(int *ret_in, int *ret_out) {
+        const char *path = getenv("ZSWAPD_TEST_VFORK_TARGET");
+        int in[2], out[2];
+        pid_t pid;
+        char c;
+
+        if (!path)
+                TEST_SKIP("$ZSWAPD_TEST_VFORK_TARGET is not set");
+        ASSERT_OK(pipe2(in, O_CLOEXEC));
+        ASSERT_OK(pipe2(out, O_CLOEXEC));
+        pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+                child_setup();
+                dup2(in[0], STDIN_FILENO);
+                dup2(out[1], STDOUT_FILENO);
+                execl(path, path, NULL);
+                _exit(98);
+        }
+        close(in[0]);
+        close(out[1]);
+        ASSERT_EQ(read(out[0], &c, 1), 1);
+        ASSERT_EQ(c, 'r');
+        *ret_in = in[1];
+        *ret_out = out[0];
+        return pid;
+}
+
+static char proc_state(pid_t pid) {
+        char path[64], stat[512], *p;
+        ssize_t n;
+        int fd;
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        ASSERT_GE(fd, 0);
+        n = read(fd, stat, sizeof(stat) - 1);
+        close(fd);
+        ASSERT_GT(n, 0);
+        stat[n] = 0;
+        p = strrchr(stat, ')');
+        ASSERT_TRUE(p && p[1] == ' ');
+        return p[2];
+}
+
+/* A reclaim that cannot finish (its target sits in vfork, so its ptrace
+ * stop waits) does not hold up the control socket: stats are answered
+ * while the reclaim is still running, and the reclaim's own reply comes
+ * after, once the target is let go. Ordering, not time. */
+TEST(control_socket_answers_during_a_reclaim) {
+        char req[64], buf[4096], task[64], pid_s[16], c;
+        _cleanup_free_ char *out = NULL;
+        int fd, tin, tout, status;
+        struct daemon d;
+        pid_t t, tracer;
+        ssize_t n;
+
+        daemon_start(&d);
+        t = vfork_target_start(&tin, &tout);
+        snprintf(pid_s, sizeof(pid_s), "%d", t);
+        free(ctl_ok(d.sock, CTL_ARGS(d.sock, "attach", pid_s)));
+
+        ASSERT_EQ(write(tin, "f", 1), 1);
+        for (int i = 0; proc_state(t) != 'D'; i++) {
+                if (i == 6000)
+                        TEST_FAIL("target %d never waited for its vfork child", t);
+                usleep(10000);
+        }
+
+        fd = connect_seqpacket(d.sock);
+        snprintf(req, sizeof(req), "reclaim %d all json", t);
+        ASSERT_EQ(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t) strlen(req));
+        /* The reclaim is under way once a thread of the daemon (its
+         * reclaim worker, not the main loop) is the target's tracer. */
+        for (int i = 0; i < 6000 && tracer_of(t) <= 0; i++)
+                usleep(10000);
+        tracer = tracer_of(t);
+        snprintf(task, sizeof(task), "/proc/%d/task/%d", d.pid, tracer);
+        ASSERT_GT(tracer, 0);
+        ASSERT_NE(tracer, d.pid);
+        ASSERT_OK(access(task, F_OK));
+
+        out = request(d.sock, "stats json");
+        ASSERT_TRUE(strncmp(out, "ok\n", 3) == 0);
+        ASSERT_TRUE(stats_target(out + 3, t));
+        free(TAKE_PTR(out));
+        out = request(d.sock, "status");
+        ASSERT_TRUE(strncmp(out, "ok\n", 3) == 0);
+        ASSERT_FALSE(readable(fd, 0)); /* still reclaiming */
+        ASSERT_EQ(proc_state(t), 'D');
+
+        ASSERT_EQ(write(tin, "x", 1), 1); /* the vfork child exits */
+        ASSERT_TRUE(readable(fd, 120000));
+        n = recv(fd, buf, sizeof(buf) - 1, 0);
+        ASSERT_GT(n, 0);
+        buf[n] = 0;
+        if (strncmp(buf, "ok\n", 3) != 0)
+                TEST_FAIL("reclaim failed: %s", buf);
+        assert_json(buf + 3);
+        ASSERT_GT(json_u64(buf + 3, "evicted_pages"), 0);
+        close(fd);
+
+        /* Every byte, checked by the target itself. */
+        ASSERT_EQ(read(tout, &c, 1), 1);
+        ASSERT_EQ(c, '1');
+        close(tin);
+        close(tout);
+        ASSERT_EQ(waitpid(t, &status, 0), t);
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        daemon_cleanup(&d);
+}
+
 int main(int argc, char **argv) {
         if (argc < 3) {
                 fprintf(stderr, "usage: %s ZSWAPD ZSWAPCTL [TEST...]\n", argv[0]);
