@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <sys/uio.h>
 
+#include "age.h"
 #include "engine.h"
 #include "histogram.h"
 #include "store.h"
@@ -76,8 +77,17 @@ struct zsw_target {
         uint64_t last_fault_pgno, next_fault_pgno;
         unsigned prefetched_last;
 
+        /* Page ages (age.c), under evict_lock; NULL before the first
+         * age scan. */
+        struct zsw_age *age;
+        struct zsw_age_scan_stats age_last;
+        uint64_t age_scans, age_scan_ns, next_age_ns;
+
         struct zsw_histogram fault_hist;
         _Atomic uint64_t faults, zero_faults, prefetched, prefetch_hits;
+        /* Faults that brought back a page we had taken; WP faults that a
+         * write raised on a page an age scan or a round had protected. */
+        _Atomic uint64_t refaults, wp_faults;
         _Atomic uint64_t evicted, evict_aborted;
 
         struct zsw_target *next;
@@ -115,6 +125,10 @@ struct zsw_engine {
         struct zsw_worker *worker;
         struct zsw_parallel *evict_pool;
 
+        /* Age scans: every target every age_interval_ns (0: only when
+         * asked), run by the reaper thread. */
+        uint64_t age_interval_ns;
+
         /* Reaps targets that exited or exec'ed. */
         pthread_t reaper;
         int reaper_epfd;
@@ -130,7 +144,9 @@ void fault_threads_remove(struct zsw_engine *e, struct zsw_target *t);
 
 /* evict.c */
 int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
-                 struct zsw_reclaim_result *res, struct zsw_engine_error *err);
+                 uint64_t min_age_ms, struct zsw_reclaim_result *res, struct zsw_engine_error *err);
+/* An age scan of t (age.c), with evict_lock held. */
+int evict_age_scan(struct zsw_engine *e, struct zsw_target *t);
 int evict_register_ranges(struct zsw_engine *e, struct zsw_target *t, struct zsw_range **ret,
                           size_t *ret_n);
 int target_read_vmas(struct zsw_target *t, struct zsw_vma_list *ret);

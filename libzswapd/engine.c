@@ -126,6 +126,7 @@ static struct zsw_target *target_free(struct zsw_target *t) {
         if (!t)
                 return NULL;
         zsw_store_owner_free(t->owner);
+        zsw_age_free(t->age);
         safe_close(t->uffd);
         safe_close(t->pidfd);
         pthread_mutex_destroy(&t->serve_lock);
@@ -350,6 +351,12 @@ int zsw_engine_detach(struct zsw_engine *e, pid_t pid, struct zsw_engine_error *
 
 int zsw_engine_reclaim(struct zsw_engine *e, pid_t pid, uint64_t max_bytes,
                        struct zsw_reclaim_result *ret, struct zsw_engine_error *err) {
+        return zsw_engine_reclaim_cold(e, pid, &(struct zsw_reclaim_request) { .max_bytes = max_bytes },
+                                       ret, err);
+}
+
+int zsw_engine_reclaim_cold(struct zsw_engine *e, pid_t pid, const struct zsw_reclaim_request *req,
+                            struct zsw_reclaim_result *ret, struct zsw_engine_error *err) {
         struct zsw_reclaim_result res = {};
         uint64_t start = zsw_now_ns();
         struct zsw_target *t;
@@ -363,7 +370,7 @@ int zsw_engine_reclaim(struct zsw_engine *e, pid_t pid, uint64_t max_bytes,
         }
         pthread_mutex_lock(&t->evict_lock);
         pthread_mutex_lock(&e->worker_lock);
-        r = evict_target(e, t, max_bytes, &res, err);
+        r = evict_target(e, t, req->max_bytes, req->min_cold_age_ms, &res, err);
         pthread_mutex_unlock(&e->worker_lock);
         pthread_mutex_unlock(&t->evict_lock);
         pthread_mutex_unlock(&e->control_lock);
@@ -371,6 +378,48 @@ int zsw_engine_reclaim(struct zsw_engine *e, pid_t pid, uint64_t max_bytes,
         if (r >= 0 && ret)
                 *ret = res;
         return r;
+}
+
+int zsw_engine_age_scan(struct zsw_engine *e, pid_t pid, struct zsw_engine_error *err) {
+        struct zsw_target *t;
+        int r;
+
+        pthread_mutex_lock(&e->control_lock);
+        t = find_target(e, pid);
+        if (!t) {
+                pthread_mutex_unlock(&e->control_lock);
+                return fail(err, -ENOENT, "process %d is not attached; attach it first", pid);
+        }
+        pthread_mutex_lock(&t->evict_lock);
+        r = evict_age_scan(e, t);
+        pthread_mutex_unlock(&t->evict_lock);
+        pthread_mutex_unlock(&e->control_lock);
+        return r < 0 ? fail(err, r, "age scan of process %d failed: %s", pid, strerror(-r)) : 0;
+}
+
+/* Age scans that are due, from the reaper with control_lock held. A
+ * target that cannot be scanned (exiting, unnamed fork child) is tried
+ * again at its next period. */
+static void age_due_targets(struct zsw_engine *e) {
+        uint64_t now = zsw_now_ns();
+
+        if (e->age_interval_ns == 0)
+                return;
+        for (;;) {
+                struct zsw_target *t;
+
+                pthread_mutex_lock(&e->table_lock);
+                for (t = e->targets; t; t = t->next)
+                        if (t->pid > 0 && !atomic_load(&t->dead) && t->next_age_ns <= now)
+                                break;
+                pthread_mutex_unlock(&e->table_lock);
+                if (!t)
+                        return;
+                t->next_age_ns = now + e->age_interval_ns;
+                pthread_mutex_lock(&t->evict_lock);
+                (void) evict_age_scan(e, t);
+                pthread_mutex_unlock(&t->evict_lock);
+        }
 }
 
 /* The fork event names the child's uffd but not the child: it is the
@@ -547,9 +596,12 @@ static void reap(struct zsw_engine *e) {
 static void *reaper_main(void *userdata) {
         struct zsw_engine *e = userdata;
 
+        /* Wakes at least once a second, and often enough for age scans. */
+        int timeout_ms = e->age_interval_ns ? (int) MIN(e->age_interval_ns / 1000000, 1000u) : 1000;
+
         for (;;) {
                 struct epoll_event evs[8];
-                int n = epoll_wait(e->reaper_epfd, evs, (int) ARRAY_SIZE(evs), 1000);
+                int n = epoll_wait(e->reaper_epfd, evs, (int) ARRAY_SIZE(evs), MAX(timeout_ms, 1));
                 uint64_t v;
 
                 if (n < 0 && errno != EINTR)
@@ -562,6 +614,7 @@ static void *reaper_main(void *userdata) {
                 pthread_mutex_lock(&e->control_lock);
                 name_children(e);
                 reap(e);
+                age_due_targets(e);
                 pthread_mutex_unlock(&e->control_lock);
         }
         return NULL;
@@ -591,6 +644,8 @@ static void fill_target_stats(struct zsw_engine *e, struct zsw_target *t, struct
                 .evict_aborted = atomic_load(&t->evict_aborted),
                 .faults = atomic_load(&t->faults),
                 .zero_faults = atomic_load(&t->zero_faults),
+                .refaults = atomic_load(&t->refaults),
+                .wp_faults = atomic_load(&t->wp_faults),
                 .prefetched_pages = atomic_load(&t->prefetched),
                 .prefetch_hits = atomic_load(&t->prefetch_hits),
                 .fault_ns_p50 = zsw_histogram_percentile(&t->fault_hist, 0.50),
@@ -605,6 +660,16 @@ static void fill_target_stats(struct zsw_engine *e, struct zsw_target *t, struct
                 .refused_writeback_off = os.rejects[ZSW_REJECT_WRITEBACK_OFF],
                 .refused_reclaim_fail = os.rejects[ZSW_REJECT_RECLAIM_FAIL],
         };
+        /* The age scan's results change under evict_lock. */
+        pthread_mutex_lock(&t->evict_lock);
+        s->age_scans = t->age_scans;
+        s->age_present_pages = t->age_last.present_pages;
+        s->age_idle_pages = t->age_last.idle_pages;
+        s->age_protected_pages = t->age_last.protected_pages;
+        s->age_table_bytes = t->age_last.table_bytes;
+        s->age_scan_ns_last = t->age_last.duration_ns;
+        s->age_scan_ns_total = t->age_scan_ns;
+        pthread_mutex_unlock(&t->evict_lock);
         snprintf(path, sizeof(path), "/proc/%d/statm", t->pid);
         f = t->pid > 0 ? fopen(path, "re") : NULL;
         if (f) {
@@ -659,6 +724,9 @@ int zsw_engine_get_stats(struct zsw_engine *e, struct zsw_engine_stats *ret) {
         for (struct zsw_target *t = e->targets; t; t = t->next) {
                 s.targets++;
                 s.faults += atomic_load(&t->faults);
+                s.refaults += atomic_load(&t->refaults);
+                s.wp_faults += atomic_load(&t->wp_faults);
+                s.age_scan_ns_total += t->age_scan_ns;
                 s.evicted_pages += atomic_load(&t->evicted);
                 s.evict_aborted += atomic_load(&t->evict_aborted);
                 zsw_histogram_merge(&all, &t->fault_hist);
@@ -737,6 +805,9 @@ int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **r
                 return -ENOMEM;
         e->config = *config;
         e->log = config->log;
+        if (config->age_interval_ms != UINT32_MAX)
+                e->age_interval_ns = (uint64_t) (config->age_interval_ms ?:
+                                                 ZSW_ENGINE_AGE_INTERVAL_DEFAULT_MS) * 1000000;
         e->reaper_epfd = e->reaper_stop_fd = -EBADF;
         pthread_mutex_init(&e->control_lock, NULL);
         pthread_rwlock_init(&e->targets_lock, NULL);

@@ -101,6 +101,9 @@ static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_
                 return;
         } else {
                 copied = zsw_uffd_copy(t->uffd, page, tls_buf->pages, ZSW_PAGE_SIZE, 0);
+                /* Back unprotected: the next age scan finds it used. */
+                if (copied > 0)
+                        atomic_fetch_add_explicit(&t->refaults, 1, memory_order_relaxed);
                 if (copied == -EAGAIN) {
                         /* The mappings are changing under an event we have
                          * not read yet: keep the page, let the thread fault
@@ -132,6 +135,7 @@ static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const stru
         switch (m->event) {
         case UFFD_EVENT_PAGEFAULT:
                 if (m->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP) {
+                        atomic_fetch_add_explicit(&t->wp_faults, 1, memory_order_relaxed);
                         if (!evict_on_wp_fault(t, m->arg.pagefault.address))
                                 zsw_uffd_writeprotect(t->uffd,
                                                       m->arg.pagefault.address & ~(uint64_t) (ZSW_PAGE_SIZE - 1),
