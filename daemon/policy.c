@@ -429,9 +429,9 @@ static uint64_t group_collect(struct policy_manager *m, struct policy_group *g,
                         *t = g->pids[--g->n_pids];
                         continue;
                 }
-                /* Faults on pages never taken are first touches, not
-                 * refaults: they cost nothing the policy caused. */
-                rf = s.faults - MIN(s.zero_faults, s.faults);
+                /* Pages the engine took that came back; first touches of
+                 * pages never taken cost nothing the policy caused. */
+                rf = s.refaults;
                 refaults += rf - MIN(t->refaults_prev, rf);
                 evicted += s.evicted_pages - MIN(t->evicted_prev, s.evicted_pages);
                 t->refaults_prev = rf;
@@ -473,21 +473,23 @@ static void group_backoff(struct policy_group *g, const char *why) {
                   g->refault_limit_last);
 }
 
-/* Reclaims up to WANT bytes from the group's targets that are old enough,
- * first target first; returns the bytes taken. */
+/* Reclaims up to WANT bytes of pages unused for MinColdAge from the
+ * group's targets, first target first; returns the bytes taken. The
+ * engine's age scans tell a page's age: a process attached less than
+ * MinColdAge ago has none old enough yet. */
 static uint64_t group_reclaim(struct policy_manager *m, struct policy_group *g, uint64_t want) {
-        uint64_t got = 0, now = now_usec(), page = (uint64_t) getpagesize();
+        uint64_t got = 0, page = (uint64_t) getpagesize();
 
         for (size_t i = 0; i < g->n_pids && got + page <= want; i++) {
+                struct zsw_reclaim_request req = {
+                        .max_bytes = want - got,
+                        .min_cold_age_ms = DIV_ROUND_UP(g->policy->min_cold_age_usec, 1000),
+                };
                 struct zsw_reclaim_result res = {};
                 struct zsw_engine_error err = {};
                 int r;
 
-                /* The engine cannot yet tell a page's age: a process is
-                 * left alone until it has been watched for MinColdAge. */
-                if (now - g->pids[i].attached_usec < g->policy->min_cold_age_usec)
-                        continue;
-                r = zsw_engine_reclaim(m->engine, g->pids[i].pid, want - got, &res, &err);
+                r = zsw_engine_reclaim_cold(m->engine, g->pids[i].pid, &req, &res, &err);
                 if (r < 0) {
                         log_debug_errno(r, "Policy %s: cannot reclaim from %d: %s",
                                         g->policy_name, g->pids[i].pid,
