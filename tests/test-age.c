@@ -46,7 +46,7 @@ static size_t verify_all(void) {
 }
 
 /* 'a' address of the buffer, 'w' write every hot page (the same byte
- * back: contents stay, the write counts), 'r' read every hot page, 'v'
+ * back: contents stay, the write counts), 'W' every page, 'r' read every hot page, 'v'
  * verify all, 'm' map 1 MiB more (untouched), 't' write every page of
  * it, 'q' quit. Answers a uint64_t. */
 static void child_loop(int cmd, int reply) {
@@ -60,7 +60,8 @@ static void child_loop(int cmd, int reply) {
                         answer = (uint64_t) (uintptr_t) buf;
                         break;
                 case 'w':
-                        for (size_t i = 0; i < npages / 2; i++)
+                case 'W':
+                        for (size_t i = 0; i < (c == 'W' ? npages : npages / 2); i++)
                                 ((volatile uint8_t *) buf)[i * PAGE + 7] = buf[i * PAGE + 7];
                         break;
                 case 'r':
@@ -261,6 +262,14 @@ TEST(written_half_stays_cold_half_goes) {
          * kept it. */
         res = reclaim(e, ch.pid, 0);
         ASSERT_EQ(present(ch.pid, hot, half), 0);
+        ASSERT_EQ(child_ask(&ch, 'v'), 0);
+
+        /* Detached with every page write-protected by a scan: writes go
+         * through as if we had never been there. */
+        ASSERT_OK(zsw_engine_age_scan(e, ch.pid, NULL));
+        ASSERT_GE(stats(e, ch.pid).age_protected_pages, half);
+        ASSERT_OK(zsw_engine_detach(e, ch.pid, NULL));
+        child_ask(&ch, 'W');
         ASSERT_EQ(child_ask(&ch, 'v'), 0);
         child_stop(&ch);
         zsw_engine_free(e);
