@@ -82,6 +82,9 @@ struct zsw_target {
         struct zsw_age *age;
         struct zsw_age_scan_stats age_last;
         uint64_t age_scans, age_scan_ns, next_age_ns;
+        /* Periodic age scans, from the first reclaim that asked for a
+         * minimum age on; under control_lock. */
+        bool aging;
 
         struct zsw_histogram fault_hist;
         _Atomic uint64_t faults, zero_faults, prefetched, prefetch_hits;

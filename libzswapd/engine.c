@@ -368,6 +368,8 @@ int zsw_engine_reclaim_cold(struct zsw_engine *e, pid_t pid, const struct zsw_re
                 pthread_mutex_unlock(&e->control_lock);
                 return fail(err, -ENOENT, "process %d is not attached; attach it first", pid);
         }
+        /* Nobody pays for age scans before somebody asks for ages. */
+        t->aging = t->aging || req->min_cold_age_ms > 0;
         pthread_mutex_lock(&t->evict_lock);
         pthread_mutex_lock(&e->worker_lock);
         r = evict_target(e, t, req->max_bytes, req->min_cold_age_ms, &res, err);
@@ -410,7 +412,7 @@ static void age_due_targets(struct zsw_engine *e) {
 
                 pthread_mutex_lock(&e->table_lock);
                 for (t = e->targets; t; t = t->next)
-                        if (t->pid > 0 && !atomic_load(&t->dead) && t->next_age_ns <= now)
+                        if (t->aging && t->pid > 0 && !atomic_load(&t->dead) && t->next_age_ns <= now)
                                 break;
                 pthread_mutex_unlock(&e->table_lock);
                 if (!t)

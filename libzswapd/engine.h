@@ -38,7 +38,8 @@ struct zsw_engine_config {
         bool writeback;
         const char *swapfile;
         uint64_t swapfile_max_bytes;    /* 0 = ZSW_ENGINE_SWAPFILE_DEFAULT */
-        /* Page ages: every target is age-scanned this often (0 =
+        /* Page ages: targets that were asked for a minimum age (see
+         * zsw_engine_reclaim_cold()) are age-scanned this often (0 =
          * ZSW_ENGINE_AGE_INTERVAL_DEFAULT_MS, UINT32_MAX = never by itself,
          * only zsw_engine_age_scan()). The interval is the resolution of
          * a minimum cold age; see zsw_engine_age_scan() for the cost. */
@@ -95,10 +96,11 @@ struct zsw_reclaim_request {
         uint64_t min_cold_age_ms;
 };
 
-/* Evicts pid's pages as req says. With a minimum age, nothing is taken
- * until age scans have watched the target for that long (at least two
- * scans), and a page faulted back in is not taken again before it has
- * gone unused for the minimum age once more. */
+/* Evicts pid's pages as req says. The first call with a minimum age
+ * starts the target's periodic age scans (targets never asked for one pay
+ * nothing); nothing is taken until the scans have watched the target for
+ * that long (at least two scans), and a page faulted back in is not taken
+ * again before it has gone unused for the minimum age once more. */
 int zsw_engine_reclaim_cold(struct zsw_engine *engine, pid_t pid,
                             const struct zsw_reclaim_request *req,
                             struct zsw_reclaim_result *ret, struct zsw_engine_error *err);

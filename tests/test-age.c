@@ -355,6 +355,11 @@ TEST(engine_scans_on_its_own) {
         struct zsw_target_stats s;
 
         ASSERT_OK(zsw_engine_attach(e, ch.pid, NULL));
+        /* No scans before somebody asks for ages: the first reclaim with
+         * a minimum age starts them (and finds nothing old yet). */
+        sleep_ms(200);
+        ASSERT_EQ(stats(e, ch.pid).age_scans, 0);
+        ASSERT_EQ(reclaim(e, ch.pid, 60000).evicted_pages, 0);
         /* Progress, not timing: wait (up to a minute) for two scans. */
         for (unsigned i = 0; i < 600; i++) {
                 s = stats(e, ch.pid);
