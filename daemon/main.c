@@ -320,7 +320,8 @@ static void engine_config_pool(const struct zsw_config *c, struct zsw_engine_con
 
 /* How often the engine age-scans its targets: a quarter of the shortest
  * MinColdAge, so ages have that resolution, but often enough that the
- * longest fits in the scans an age counts (ZSW_AGE_MAX, 127), and
+ * longest fits in the scans an age counts (ZSW_AGE_MAX, 63; twice the
+ * age for a page that refaulted, up to 50 scans for the age itself), and
  * between 1 s and 1 min. Set at start; a reload does not change it. */
 static uint32_t age_interval_ms(const struct zsw_config *c) {
         uint64_t shortest = UINT64_MAX, longest = 0, ms;
@@ -335,7 +336,7 @@ static uint32_t age_interval_ms(const struct zsw_config *c) {
         }
         if (longest == 0)
                 return 0; /* the engine's default */
-        ms = MAX(shortest / 4, DIV_ROUND_UP(longest, 100));
+        ms = MAX(shortest / 4, DIV_ROUND_UP(longest, 25));
         return (uint32_t) MIN(MAX(ms, 1000u), 60000u);
 }
 

@@ -3,7 +3,8 @@
  * Page ages from write protection (see age.h for why this kernel leaves
  * nothing better to user space).
  *
- * A page's byte holds its age in scans (bits 0-6) and HOT (bit 7): the
+ * A page's byte holds its age in scans (bits 0-5), REFAULTED (bit 6):
+ * the page came back by a fault after we took it, and HOT (bit 7): the
  * page was found written or faulted in at the last scan. The age of a
  * page means: "write-protected at the end of scan S - age and found
  * untouched by every scan since", so it has gone unused since the end of
@@ -15,6 +16,12 @@
  * is left unprotected for REARM_HOT - 1 scans, so a page written all the
  * time costs one fault every REARM_HOT scans instead of one per scan, and
  * a page that turns cold starts aging at most REARM_HOT - 1 scans late.
+ *
+ * Reads are not seen, so a page that is only read is taken when it is
+ * old enough and comes back by a fault. Such a page keeps REFAULTED while
+ * it stays, and counts half its age: it must go unused twice as long
+ * before it is taken again, as the kernel's workingset detection
+ * activates a page that refaults soon after its eviction.
  *
  * The scan walks the target's ranges in address order, so the chunk
  * table, sorted by address, is rebuilt by one merge per scan: chunks
@@ -30,7 +37,8 @@
 #include "uffd.h"
 
 #define CHUNK_PAGES 512u
-#define AGE_MASK 0x7fu
+#define AGE_MASK 0x3fu
+#define AGE_REFAULTED 0x40u
 #define AGE_HOT 0x80u
 #define REARM_HOT 4u
 #define SCAN_RUNS 256u
@@ -47,7 +55,7 @@ struct zsw_age {
         size_t n_chunks;
         uint64_t scans;                 /* scans done; scan S ended at times[S % ...] */
         uint64_t times[ZSW_AGE_MAX + 1];
-        uint64_t hist[ZSW_AGE_MAX + 1]; /* present, still protected pages by age, last scan */
+        uint64_t hist[ZSW_AGE_MAX + 1]; /* present, still protected pages by effective age */
 };
 
 int zsw_age_new(struct zsw_age **ret) {
@@ -143,6 +151,11 @@ static int scan_enter_chunk(struct scan *s, uint64_t pgno) {
         return 0;
 }
 
+/* The age a page counts for: half its age after a refault. */
+static uint32_t effective_age(uint8_t byte) {
+        return byte & AGE_REFAULTED ? (byte & AGE_MASK) / 2 : byte & AGE_MASK;
+}
+
 static void scan_page(struct scan *s, uint64_t addr, bool written) {
         size_t i = addr / ZSW_PAGE_SIZE % CHUNK_PAGES;
         uint8_t old = s->prev[i], age;
@@ -154,15 +167,15 @@ static void scan_page(struct scan *s, uint64_t addr, bool written) {
                  * this is not its turn. */
                 if (!(old & AGE_HOT) || s->a->scans % REARM_HOT == 0)
                         protect_page(s, addr);
-                s->cur->age[i] = AGE_HOT;
+                s->cur->age[i] = AGE_HOT | (old & AGE_REFAULTED);
                 s->hist[0]++;
                 return;
         }
         /* Untouched since it was protected; at the first scan we do not
          * know since when, so it starts at 0. */
         age = s->a->scans == 1 ? 0 : (uint8_t) MIN((old & AGE_MASK) + 1u, ZSW_AGE_MAX);
-        s->cur->age[i] = age;
-        s->hist[age]++;
+        s->cur->age[i] = age | (old & AGE_REFAULTED);
+        s->hist[effective_age(s->cur->age[i])]++;
         if (age > 0)
                 s->st.idle_pages++;
 }
@@ -287,14 +300,14 @@ uint32_t zsw_age_coldest(const struct zsw_age *a, uint32_t min_age, uint64_t wan
         return min_age;
 }
 
-/* The age of page pgno, 0 when the table has none; *hint caches the
+/* The byte of page pgno, NULL when the table has none; *hint caches the
  * chunk last found, as callers go in address order. */
-static uint32_t age_of(const struct zsw_age *a, uint64_t pgno, size_t *hint) {
+static uint8_t *byte_of(const struct zsw_age *a, uint64_t pgno, size_t *hint) {
         uint64_t base = pgno - pgno % CHUNK_PAGES;
         size_t lo = 0, hi = a->n_chunks;
 
         if (*hint < a->n_chunks && a->chunks[*hint]->base == base)
-                return a->chunks[*hint]->age[pgno % CHUNK_PAGES] & AGE_MASK;
+                return &a->chunks[*hint]->age[pgno % CHUNK_PAGES];
         while (lo < hi) {
                 size_t mid = (lo + hi) / 2;
 
@@ -304,9 +317,29 @@ static uint32_t age_of(const struct zsw_age *a, uint64_t pgno, size_t *hint) {
                         hi = mid;
         }
         if (lo >= a->n_chunks || a->chunks[lo]->base != base)
-                return 0;
+                return NULL;
         *hint = lo;
-        return a->chunks[lo]->age[pgno % CHUNK_PAGES] & AGE_MASK;
+        return &a->chunks[lo]->age[pgno % CHUNK_PAGES];
+}
+
+static uint32_t age_of(const struct zsw_age *a, uint64_t pgno, size_t *hint) {
+        const uint8_t *b = byte_of(a, pgno, hint);
+
+        return b ? effective_age(*b) : 0;
+}
+
+void zsw_age_note_refaults(struct zsw_age *a, const uint64_t *pgnos, size_t n) {
+        size_t hint = 0;
+
+        for (size_t i = 0; i < n; i++) {
+                uint8_t *b = byte_of(a, pgnos[i], &hint);
+
+                /* No chunk: the page was not present at the last scan;
+                 * the next one finds it young anyway (it came back
+                 * unprotected), only without the mark. */
+                if (b)
+                        *b |= AGE_REFAULTED;
+        }
 }
 
 int zsw_age_next_round(const struct zsw_age *a, int pagemap_fd, uint32_t min_age,

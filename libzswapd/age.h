@@ -13,7 +13,7 @@
  * the others are young again and are protected anew. Reads are not seen:
  * a page only read is taken once it is old enough and, if it is read
  * again, comes back by a fault, young, and is not taken again before it
- * has aged the minimum once more (see docs/design.md).
+ * has aged twice the minimum (see docs/design.md).
  *
  * Ages are kept per page in a byte, in chunks of 512 pages (2 MiB of
  * address space) that exist only where the last scan found present
@@ -28,7 +28,7 @@
 #include "vma.h"
 
 /* The oldest age a page reaches, in scans. */
-#define ZSW_AGE_MAX 127u
+#define ZSW_AGE_MAX 63u
 /* zsw_age_threshold(): no page can be old enough yet. */
 #define ZSW_AGE_NEVER UINT32_MAX
 
@@ -53,6 +53,12 @@ struct zsw_age *zsw_age_free(struct zsw_age *a);
  * failure the table starts afresh, every page young. */
 int zsw_age_scan(struct zsw_age *a, int pagemap_fd, int uffd, const struct zsw_range *ranges,
                  size_t n_ranges, struct zsw_age_scan_stats *ret);
+
+/* Marks pages (page numbers) that came back by a fault after we took
+ * them: while they stay, they count half their age, so they must go
+ * unused twice as long before they are taken again. Call after a scan;
+ * pages the last scan did not find present are left alone. */
+void zsw_age_note_refaults(struct zsw_age *a, const uint64_t *pgnos, size_t n);
 
 /* The age, in scans, that a page must have to have gone unused for
  * min_age_ns at now_ns: 0 for min_age_ns == 0 (any page), ZSW_AGE_NEVER

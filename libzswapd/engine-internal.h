@@ -33,6 +33,7 @@
 
 #define ZSW_EVICT_MAX_PAGES 512u        /* pages per eviction round: one ptrace stop */
 #define FAULT_PREFETCH_MAX 64u
+#define REFAULT_RING 1024u              /* refaults noted between two age scans */
 
 enum evict_state {
         EVICT_IDLE,             /* no eviction in flight */
@@ -85,6 +86,14 @@ struct zsw_target {
         /* Periodic age scans, from the first reclaim that asked for a
          * minimum age on; under control_lock. */
         bool aging;
+        /* Pages that came back by a fault, for the next age scan (see
+         * zsw_age_note_refaults()): written by fault threads under
+         * serve_lock, read by the age scan under evict_lock. A burst of
+         * more than REFAULT_RING between two scans loses the oldest:
+         * those pages only miss the longer wait. */
+        _Atomic uint64_t refault_ring[REFAULT_RING];
+        _Atomic uint64_t refault_head;
+        uint64_t refault_tail;
 
         struct zsw_histogram fault_hist;
         _Atomic uint64_t faults, zero_faults, prefetched, prefetch_hits;
@@ -144,6 +153,14 @@ int fault_threads_start(struct zsw_engine *e);
 void fault_threads_stop(struct zsw_engine *e);
 int fault_threads_add(struct zsw_engine *e, struct zsw_target *t);
 void fault_threads_remove(struct zsw_engine *e, struct zsw_target *t);
+
+/* Notes that page pgno of t came back by a fault; serve_lock held. */
+static inline void target_note_refault(struct zsw_target *t, uint64_t pgno) {
+        uint64_t h = atomic_load_explicit(&t->refault_head, memory_order_relaxed);
+
+        atomic_store_explicit(&t->refault_ring[h % REFAULT_RING], pgno, memory_order_relaxed);
+        atomic_store_explicit(&t->refault_head, h + 1, memory_order_release);
+}
 
 /* evict.c */
 int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,

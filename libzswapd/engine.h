@@ -100,7 +100,7 @@ struct zsw_reclaim_request {
  * starts the target's periodic age scans (targets never asked for one pay
  * nothing); nothing is taken until the scans have watched the target for
  * that long (at least two scans), and a page faulted back in is not taken
- * again before it has gone unused for the minimum age once more. */
+ * again before it has gone unused for twice the minimum age. */
 int zsw_engine_reclaim_cold(struct zsw_engine *engine, pid_t pid,
                             const struct zsw_reclaim_request *req,
                             struct zsw_reclaim_result *ret, struct zsw_engine_error *err);

@@ -513,6 +513,24 @@ int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
         return r < 0 ? r : 0;
 }
 
+/* Hands the refaults noted since the last scan to the age table. */
+static void age_note_refaults(struct zsw_target *t) {
+        uint64_t head = atomic_load_explicit(&t->refault_head, memory_order_acquire);
+        uint64_t from = MAX(t->refault_tail, head > REFAULT_RING ? head - REFAULT_RING : 0);
+        uint64_t pgnos[64];
+        size_t n = 0;
+
+        for (uint64_t i = from; i < head; i++) {
+                pgnos[n++] = atomic_load_explicit(&t->refault_ring[i % REFAULT_RING],
+                                                  memory_order_relaxed);
+                if (n == ARRAY_SIZE(pgnos) || i + 1 == head) {
+                        zsw_age_note_refaults(t->age, pgnos, n);
+                        n = 0;
+                }
+        }
+        t->refault_tail = head;
+}
+
 int evict_age_scan(struct zsw_engine *e, struct zsw_target *t) {
         _cleanup_free_ struct zsw_range *ranges = NULL;
         _cleanup_close_ int pagemap = -EBADF;
@@ -538,6 +556,7 @@ int evict_age_scan(struct zsw_engine *e, struct zsw_target *t) {
         r = zsw_age_scan(t->age, pagemap, t->uffd, ranges, n_ranges, &st);
         if (r < 0)
                 return zsw_log_errno(e->log, LOG_DEBUG, r, "Age scan of %d failed: %m", t->pid);
+        age_note_refaults(t);
         /* The cost includes finding the mappings (smaps walks the page
          * tables too). */
         st.duration_ns = zsw_now_ns() - start;

@@ -102,8 +102,10 @@ static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_
         } else {
                 copied = zsw_uffd_copy(t->uffd, page, tls_buf->pages, ZSW_PAGE_SIZE, 0);
                 /* Back unprotected: the next age scan finds it used. */
-                if (copied > 0)
+                if (copied > 0) {
                         atomic_fetch_add_explicit(&t->refaults, 1, memory_order_relaxed);
+                        target_note_refault(t, pgno);
+                }
                 if (copied == -EAGAIN) {
                         /* The mappings are changing under an event we have
                          * not read yet: keep the page, let the thread fault
