@@ -28,6 +28,7 @@
  * where no page is present any more are freed, new ones allocated.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -42,6 +43,7 @@
 #define AGE_HOT 0x80u
 #define REARM_HOT 4u
 #define SCAN_RUNS 256u
+#define PROTECT_TRIES 1000u
 
 _Static_assert(ZSW_AGE_MAX == AGE_MASK, "an age must fit in its bits");
 
@@ -92,11 +94,22 @@ struct scan {
 };
 
 static void protect_flush(struct scan *s) {
-        if (s->protect_end > s->protect_start)
-                /* A range that went away meanwhile stays unprotected: its
-                 * pages read as written, young, which is the safe side. */
-                (void) zsw_uffd_writeprotect(s->uffd, s->protect_start,
-                                             s->protect_end - s->protect_start, true, false);
+        int r = 0;
+
+        /* EAGAIN: the target's mappings are changing under an event (its
+         * own madvise, an mremap) that the fault threads have not read
+         * yet; they will in a moment. A range that went away, or stays
+         * busy, stays unprotected: its pages read as written, young,
+         * which is the safe side. */
+        for (unsigned tries = 0; s->protect_end > s->protect_start && tries < PROTECT_TRIES; tries++) {
+                r = zsw_uffd_writeprotect(s->uffd, s->protect_start,
+                                          s->protect_end - s->protect_start, true, false);
+                if (r != -EAGAIN)
+                        break;
+                sched_yield();
+        }
+        if (r < 0)
+                s->st.protect_failures++;
         s->protect_start = s->protect_end = 0;
 }
 

@@ -38,6 +38,7 @@ struct zsw_age_scan_stats {
         uint64_t present_pages;         /* resident pages seen (the zero page left out) */
         uint64_t idle_pages;            /* of those, untouched since the scan before */
         uint64_t protected_pages;       /* write-protected again by this scan */
+        uint64_t protect_failures;      /* runs left unprotected (they stay young) */
         uint64_t table_bytes;           /* memory of the age table after it */
         uint64_t duration_ns;
 };

@@ -565,8 +565,8 @@ int evict_age_scan(struct zsw_engine *e, struct zsw_target *t) {
         t->age_scan_ns += st.duration_ns;
         zsw_log(e->log, LOG_DEBUG,
                 "Age scan of %d: %" PRIu64 " pages present, %" PRIu64 " idle, %" PRIu64
-                " protected again, %" PRIu64 " us",
+                " protected again (%" PRIu64 " runs could not be), %" PRIu64 " us",
                 t->pid, st.present_pages, st.idle_pages, st.protected_pages,
-                st.duration_ns / 1000);
+                st.protect_failures, st.duration_ns / 1000);
         return 0;
 }
