@@ -475,9 +475,10 @@ int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
                 return -ENOMEM;
         }
 
+        /* Each pass walks every range. */
         n_passes = cold_passes(t, min_age_ms, budget, passes, res);
-        for (unsigned pass = 0; pass < n_passes && r >= 0; pass++)
-        for (size_t v = 0; v < n_ranges && r >= 0 && res->evicted_pages < budget; v++) {
+        for (size_t i = 0; i < n_passes * n_ranges && r >= 0 && res->evicted_pages < budget; i++) {
+                size_t v = i % n_ranges, pass = i / n_ranges;
                 uint64_t cursor = ranges[v].start;
 
                 while (cursor < ranges[v].end && res->evicted_pages < budget) {
