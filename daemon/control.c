@@ -451,10 +451,18 @@ static int do_reclaim(struct control *c, const struct control_request *req, FILE
                         req->pid, res.evicted_pages, res.scanned_pages,
                         res.evicted_pages * (double) getpagesize() / MIB, res.duration_ns / 1e6,
                         res.aborted_pages, res.refused_pages);
-        if (!req->json && req->min_age_ms > 0)
-                fprintf(body, "%" PRIu64 " pages had gone unused for %" PRIu64
-                              " ms or more at the last age scan\n",
-                        res.cold_pages, req->min_age_ms);
+        if (!req->json && req->min_age_ms > 0) {
+                struct zsw_target_stats ts;
+
+                if (zsw_engine_get_target_stats(c->engine, req->pid, &ts) >= 0 && ts.age_scans < 2)
+                        fprintf(body, "ages of pid %d are being measured from now on: pages "
+                                      "unused for %" PRIu64 " ms can be taken that long from "
+                                      "now\n", req->pid, req->min_age_ms);
+                else
+                        fprintf(body, "%" PRIu64 " pages had gone unused for %" PRIu64
+                                      " ms or more at the last age scan\n",
+                                res.cold_pages, req->min_age_ms);
+        }
         return 0;
 }
 
