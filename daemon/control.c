@@ -456,8 +456,8 @@ static int do_reclaim(struct control *c, const struct control_request *req, FILE
 
                 if (zsw_engine_get_target_stats(c->engine, req->pid, &ts) >= 0 && ts.age_scans < 2)
                         fprintf(body, "ages of pid %d are being measured from now on: pages "
-                                      "unused for %" PRIu64 " ms can be taken that long from "
-                                      "now\n", req->pid, req->min_age_ms);
+                                      "unused for %" PRIu64 " ms can be taken in about that "
+                                      "time\n", req->pid, req->min_age_ms);
                 else
                         fprintf(body, "%" PRIu64 " pages had gone unused for %" PRIu64
                                       " ms or more at the last age scan\n",
