@@ -15,6 +15,7 @@
 #include <sys/un.h>
 #include <time.h>
 
+#include "conf-values.h"
 #include "control.h"
 #include "util.h"
 
@@ -22,6 +23,7 @@ static const char *arg_socket = NULL;
 static bool arg_json = false;
 static bool arg_all = false;
 static uint64_t arg_bytes = 0;
+static uint64_t arg_min_age_usec = 0;
 static unsigned arg_iterations = 0; /* top: 0 = until interrupted */
 static unsigned arg_interval_ms = 1000;
 static char **arg_words = NULL;
@@ -43,9 +45,10 @@ static void help(void) {
                "Control zswapd, the compressed memory daemon.\n\n"
                "Commands:\n"
                "  attach PID                  Start serving a process\n"
-               "  reclaim PID [--all|--bytes N]\n"
+               "  reclaim PID [--all|--bytes N] [--min-age TIME]\n"
                "                              Compress and take away its pages (default all;\n"
-               "                              N takes K, M, G suffixes)\n"
+               "                              N takes K, M, G suffixes; only pages unused for\n"
+               "                              TIME, e.g. 30s or 2min, with --min-age)\n"
                "  detach PID                  Give every page back and let it go\n"
                "  stats [PID] [--json]        Show memory saved and fault latency\n"
                "  status [--json]             One screen: store, pressure, policies, targets\n"
@@ -92,12 +95,13 @@ static int parse_size(const char *s, uint64_t *ret) {
 }
 
 static int parse_argv(int argc, char *argv[]) {
-        enum { ARG_VERSION = 0x100, ARG_JSON, ARG_ALL, ARG_BYTES };
+        enum { ARG_VERSION = 0x100, ARG_JSON, ARG_ALL, ARG_BYTES, ARG_MIN_AGE };
         static const struct option options[] = {
                 { "socket", required_argument, NULL, 's' },
                 { "json", no_argument, NULL, ARG_JSON },
                 { "all", no_argument, NULL, ARG_ALL },
                 { "bytes", required_argument, NULL, ARG_BYTES },
+                { "min-age", required_argument, NULL, ARG_MIN_AGE },
                 { "iterations", required_argument, NULL, 'n' },
                 { "delay", required_argument, NULL, 'd' },
                 { "help", no_argument, NULL, 'h' },
@@ -129,6 +133,16 @@ static int parse_argv(int argc, char *argv[]) {
                                 return fail(r, "invalid size '%s': give a number of bytes > 0, "
                                                "optionally with K, M or G (e.g. 64M)", optarg);
                         break;
+                case ARG_MIN_AGE: {
+                        /* The config's time spans: "30s", "2min", "1h 30min". */
+                        struct conf_ctx ctx = {};
+
+                        if (conf_parse_timespan(&ctx, optarg, &arg_min_age_usec) < 0 ||
+                            arg_min_age_usec == 0)
+                                return fail(EINVAL, "invalid age '%s': give a time span > 0, "
+                                                    "e.g. 30s, 2min, 500ms", optarg);
+                        break;
+                }
                 case 'n':
                         errno = 0;
                         arg_iterations = (unsigned) strtoul(optarg, &end, 10);
@@ -195,8 +209,8 @@ static int build_request(char *buf, size_t size) {
         if (is_listing(verb)) {
                 if (arg_n_words != 1)
                         return fail(EINVAL, "usage: zswapctl %s", verb);
-                if (arg_all || arg_bytes)
-                        return fail(EINVAL, "--all and --bytes are options of 'reclaim'");
+                if (arg_all || arg_bytes || arg_min_age_usec)
+                        return fail(EINVAL, "--all, --bytes and --min-age are options of 'reclaim'");
                 if (arg_iterations && strcmp(verb, "top"))
                         return fail(EINVAL, "--iterations is an option of 'top'");
                 /* top shows what status says, again and again. */
@@ -213,8 +227,8 @@ static int build_request(char *buf, size_t size) {
                 if (pid < 0)
                         return pid;
         }
-        if ((arg_all || arg_bytes) && strcmp(verb, "reclaim"))
-                return fail(EINVAL, "--all and --bytes are options of 'reclaim'");
+        if ((arg_all || arg_bytes || arg_min_age_usec) && strcmp(verb, "reclaim"))
+                return fail(EINVAL, "--all, --bytes and --min-age are options of 'reclaim'");
         if (arg_all && arg_bytes)
                 return fail(EINVAL, "reclaim: give either --all or --bytes, not both");
         if (arg_iterations)
@@ -228,6 +242,9 @@ static int build_request(char *buf, size_t size) {
                 n = snprintf(buf, size, "%s %d", verb, pid);
         else
                 n = snprintf(buf, size, "%s", verb);
+        if (arg_min_age_usec)
+                n += snprintf(buf + n, size - n, " min-age %" PRIu64,
+                              DIV_ROUND_UP(arg_min_age_usec, 1000));
         if (arg_json)
                 n += snprintf(buf + n, size - n, " json");
         return n;

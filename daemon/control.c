@@ -9,8 +9,10 @@
  *
  *     attach PID
  *     detach PID
- *     reclaim PID all
- *     reclaim PID bytes N          N > 0, decimal, in bytes
+ *     reclaim PID all [min-age MS]
+ *     reclaim PID bytes N [min-age MS]
+ *                               N > 0, decimal, in bytes; MS: take only
+ *                               pages unused for MS milliseconds or more
  *     stats [PID]
  *     reload                    re-read the configuration
  *     policies                  the policies and their groups' control state
@@ -109,7 +111,7 @@ static int parse_pid(const char *s, pid_t *ret) {
 
 int control_parse_request(const char *text, size_t len, struct control_request *ret,
                           const char **reason) {
-        char buf[CONTROL_REQUEST_MAX + 1], *words[6], *save = NULL;
+        char buf[CONTROL_REQUEST_MAX + 1], *words[8], *save = NULL;
         struct control_request req = { .max_bytes = UINT64_MAX };
         size_t n = 0;
 
@@ -146,9 +148,15 @@ int control_parse_request(const char *text, size_t len, struct control_request *
                         return -EINVAL;
         } else if (strcmp(words[0], "reclaim") == 0) {
                 req.verb = CONTROL_RECLAIM;
-                *reason = "expected: reclaim PID all | reclaim PID bytes N (N > 0)";
+                *reason = "expected: reclaim PID all | reclaim PID bytes N (N > 0), "
+                          "then optionally min-age MS";
                 if (n < 3 || parse_pid(words[1], &req.pid) < 0)
                         return -EINVAL;
+                if (n >= 5 && strcmp(words[n - 2], "min-age") == 0) {
+                        if (parse_u64(words[n - 1], &req.min_age_ms) < 0)
+                                return -EINVAL;
+                        n -= 2;
+                }
                 if (n == 3 && strcmp(words[2], "all") == 0)
                         req.max_bytes = UINT64_MAX;
                 else if (n == 4 && strcmp(words[2], "bytes") == 0) {
@@ -231,6 +239,9 @@ static void stats_json_global(struct json *j, const struct zsw_engine_stats *g) 
         json_u64(j, "same_filled_pages", g->same_filled_pages);
         json_u64(j, "incompressible_pages", g->incompressible_pages);
         json_u64(j, "faults", g->faults);
+        json_u64(j, "refaults", g->refaults);
+        json_u64(j, "wp_faults", g->wp_faults);
+        json_u64(j, "age_scan_ns", g->age_scan_ns_total);
         json_u64(j, "evicted_pages", g->evicted_pages);
         json_u64(j, "evict_aborted", g->evict_aborted);
         json_u64(j, "fault_ns_p50", g->fault_ns_p50);
@@ -272,6 +283,8 @@ static void stats_json_target(struct json *j, const struct zsw_target_stats *t) 
         json_u64(j, "evict_aborted", t->evict_aborted);
         json_u64(j, "faults", t->faults);
         json_u64(j, "zero_faults", t->zero_faults);
+        json_u64(j, "refaults", t->refaults);
+        json_u64(j, "wp_faults", t->wp_faults);
         json_u64(j, "prefetched_pages", t->prefetched_pages);
         json_u64(j, "prefetch_hits", t->prefetch_hits);
         json_u64(j, "fault_ns_p50", t->fault_ns_p50);
@@ -283,6 +296,15 @@ static void stats_json_target(struct json *j, const struct zsw_target_stats *t) 
         json_u64(j, "prefetch_window", t->prefetch_window);
         json_u64(j, "max_pool_pages", t->max_pool_pages);
         json_string(j, "writeback_allowed", t->no_writeback ? "no" : "yes");
+        json_object_open(j, "age");
+        json_u64(j, "scans", t->age_scans);
+        json_u64(j, "present_pages", t->age_present_pages);
+        json_u64(j, "idle_pages", t->age_idle_pages);
+        json_u64(j, "protected_pages", t->age_protected_pages);
+        json_u64(j, "table_bytes", t->age_table_bytes);
+        json_u64(j, "scan_ns_last", t->age_scan_ns_last);
+        json_u64(j, "scan_ns_total", t->age_scan_ns_total);
+        json_object_close(j);
         json_object_open(j, "writeback");
         json_u64(j, "written_back_pages", t->written_back_pages);
         json_u64(j, "disk_pages", t->disk_pages);
@@ -305,9 +327,11 @@ static void stats_text(FILE *f, const struct zsw_engine_stats *g, const struct z
                 g->targets, g->stored_pages * page / MIB, g->stored_pages, g->pool_bytes / MIB,
                 ratio(g->stored_pages, g->pool_bytes));
         fprintf(f, "evicted: %" PRIu64 " pages (%" PRIu64 " cancelled by writes)   faults: %" PRIu64
-                   " (p50 %.1f us, p95 %.1f us, p99 %.1f us)\n",
+                   " (p50 %.1f us, p95 %.1f us, p99 %.1f us), %" PRIu64 " refaults\n",
                 g->evicted_pages, g->evict_aborted, g->faults, g->fault_ns_p50 / 1e3,
-                g->fault_ns_p95 / 1e3, g->fault_ns_p99 / 1e3);
+                g->fault_ns_p95 / 1e3, g->fault_ns_p99 / 1e3, g->refaults);
+        fprintf(f, "age scans: %.1f ms in all, %" PRIu64 " write-protect faults\n",
+                g->age_scan_ns_total / 1e6, g->wp_faults);
         fprintf(f, "same-filled: %" PRIu64 " pages   incompressible: %" PRIu64 " pages\n",
                 g->same_filled_pages, g->incompressible_pages);
         fprintf(f, "writeback: %" PRIu64 " pages on disk (%.1f MiB), %" PRIu64 " written in %" PRIu64
@@ -327,13 +351,20 @@ static void stats_text(FILE *f, const struct zsw_engine_stats *g, const struct z
                         t[i].pool_bytes / MIB, ratio(t[i].stored_pages, t[i].pool_bytes),
                         t[i].faults, t[i].fault_ns_p50 / 1e3, t[i].fault_ns_p99 / 1e3,
                         t[i].evict_aborted);
-        if (detail)
+        if (detail) {
                 fprintf(f, "\npid %d: payload %.1f MiB, %" PRIu64 " same-filled pages, %" PRIu64
-                           " evicted in all, %" PRIu64 " zero-fill faults, %" PRIu64
+                           " evicted in all, %" PRIu64 " refaults, %" PRIu64 " zero-fill faults, %" PRIu64
                            " prefetched (%" PRIu64 " used), fault p95 %.1f us\n",
                         t->pid, t->payload_bytes / MIB, t->same_filled_pages, t->evicted_pages,
-                        t->zero_faults, t->prefetched_pages, t->prefetch_hits,
+                        t->refaults, t->zero_faults, t->prefetched_pages, t->prefetch_hits,
                         t->fault_ns_p95 / 1e3);
+                fprintf(f, "ages: %" PRIu64 " scans; at the last, %" PRIu64 " pages present, %" PRIu64
+                           " idle since the scan before, %" PRIu64 " protected again, %.2f ms; "
+                           "table %.1f KiB; %" PRIu64 " write-protect faults\n",
+                        t->age_scans, t->age_present_pages, t->age_idle_pages,
+                        t->age_protected_pages, t->age_scan_ns_last / 1e6,
+                        t->age_table_bytes / 1024.0, t->wp_faults);
+        }
 }
 
 /* Stats of one target, or of every attached one. Targets that exit while
@@ -396,28 +427,34 @@ static int do_stats(struct control *c, const struct control_request *req, FILE *
         return 0;
 }
 
-static void reclaim_body(const struct control_request *req, const struct zsw_reclaim_result *r,
-                         FILE *body);
+static void reclaim_body(struct zsw_engine *engine, const struct control_request *req,
+                         const struct zsw_reclaim_result *r, FILE *body);
 
 static int do_reclaim(struct control *c, const struct control_request *req, FILE *body,
                       struct zsw_engine_error *err) {
         struct zsw_reclaim_result res;
         int r;
 
-        r = zsw_engine_reclaim(c->engine, req->pid, req->max_bytes, &res, err);
+        r = zsw_engine_reclaim_cold(c->engine, req->pid,
+                                    &(struct zsw_reclaim_request) {
+                                            .max_bytes = req->max_bytes,
+                                            .min_cold_age_ms = req->min_age_ms,
+                                    },
+                                    &res, err);
         if (r < 0)
                 return r;
-        reclaim_body(req, &res, body);
+        reclaim_body(c->engine, req, &res, body);
         return 0;
 }
 
-static void reclaim_body(const struct control_request *req, const struct zsw_reclaim_result *r,
-                         FILE *body) {
+static void reclaim_body(struct zsw_engine *engine, const struct control_request *req,
+                         const struct zsw_reclaim_result *r, FILE *body) {
         const struct zsw_reclaim_result res = *r;
 
         log_info("Reclaimed %" PRIu64 " pages from %d (%" PRIu64 " cancelled by writes, %" PRIu64
-                 " refused).",
-                 res.evicted_pages, req->pid, res.aborted_pages, res.refused_pages);
+                 " refused, minimum age %" PRIu64 " ms).",
+                 res.evicted_pages, req->pid, res.aborted_pages, res.refused_pages,
+                 req->min_age_ms);
 
         if (req->json) {
                 struct json j;
@@ -429,6 +466,8 @@ static void reclaim_body(const struct control_request *req, const struct zsw_rec
                 json_u64(&j, "evicted_pages", res.evicted_pages);
                 json_u64(&j, "aborted_pages", res.aborted_pages);
                 json_u64(&j, "refused_pages", res.refused_pages);
+                json_u64(&j, "min_age_ms", req->min_age_ms);
+                json_u64(&j, "cold_pages", res.cold_pages);
                 json_u64(&j, "duration_ns", res.duration_ns);
                 json_object_close(&j);
                 fputc('\n', body);
@@ -439,6 +478,18 @@ static void reclaim_body(const struct control_request *req, const struct zsw_rec
                         req->pid, res.evicted_pages, res.scanned_pages,
                         res.evicted_pages * (double) getpagesize() / MIB, res.duration_ns / 1e6,
                         res.aborted_pages, res.refused_pages);
+        if (!req->json && req->min_age_ms > 0) {
+                struct zsw_target_stats ts;
+
+                if (zsw_engine_get_target_stats(engine, req->pid, &ts) >= 0 && ts.age_scans < 2)
+                        fprintf(body, "ages of pid %d are being measured from now on: pages "
+                                      "unused for %" PRIu64 " ms can be taken in about that "
+                                      "time\n", req->pid, req->min_age_ms);
+                else
+                        fprintf(body, "%" PRIu64 " pages had gone unused for %" PRIu64
+                                      " ms or more at the last age scan\n",
+                                res.cold_pages, req->min_age_ms);
+        }
 }
 
 /* Runs a parsed request; on failure err holds the engine's explanation, if
@@ -564,7 +615,7 @@ static void reclaim_done(void *userdata, const struct reclaim_request *rr) {
         }
         fputs("ok\n", f);
         if (r >= 0)
-                reclaim_body(&cl->pending_req, &rr->result, f);
+                reclaim_body(cl->control->engine, &cl->pending_req, &rr->result, f);
         if (fclose(f) != 0 && r >= 0)
                 r = -ENOMEM;
         reply_result(cl->fd, &cl->pending_req, r, &rr->err, body, body_len);
@@ -577,8 +628,12 @@ static int defer_reclaim(struct control *c, struct client *cl, const struct cont
         if (!c->reclaimer || req->verb != CONTROL_RECLAIM)
                 return 0;
         cl->pending_req = *req;
-        cl->pending = reclaimer_submit(c->reclaimer, &req->pid, 1, req->max_bytes, reclaim_done,
-                                       cl);
+        cl->pending = reclaimer_submit(c->reclaimer, &req->pid, 1,
+                                       &(struct zsw_reclaim_request) {
+                                               .max_bytes = req->max_bytes,
+                                               .min_cold_age_ms = req->min_age_ms,
+                                       },
+                                       reclaim_done, cl);
         if (!cl->pending)
                 return 0; /* out of memory: try here */
         /* Hang-ups are still reported (and close the client). */

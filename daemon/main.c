@@ -328,6 +328,28 @@ static void engine_config_pool(const struct zsw_config *c, struct zsw_engine_con
         ec->swapfile_max_bytes = c->swapfile_size;
 }
 
+/* How often the engine age-scans its targets: a quarter of the shortest
+ * MinColdAge, so ages have that resolution, but often enough that the
+ * longest fits in the scans an age counts (ZSW_AGE_MAX, 63; twice the
+ * age for a page that refaulted, up to 50 scans for the age itself), and
+ * between 1 s and 1 min. Set at start; a reload does not change it. */
+static uint32_t age_interval_ms(const struct zsw_config *c) {
+        uint64_t shortest = UINT64_MAX, longest = 0, ms;
+
+        for (size_t i = 0; i < c->n_policies; i++) {
+                uint64_t age = c->policies[i].min_cold_age_usec / 1000;
+
+                if (!c->policies[i].enabled || age == 0)
+                        continue;
+                shortest = MIN(shortest, age);
+                longest = MAX(longest, age);
+        }
+        if (longest == 0)
+                return 0; /* the engine's default */
+        ms = MAX(shortest / 4, DIV_ROUND_UP(longest, 25));
+        return (uint32_t) MIN(MAX(ms, 1000u), 60000u);
+}
+
 static int run(int argc, char *argv[]) {
         _cleanup_(zsw_engine_freep) struct zsw_engine *engine = NULL;
         _cleanup_(policy_manager_freep) struct policy_manager *policies = NULL;
@@ -370,6 +392,7 @@ static int run(int argc, char *argv[]) {
                 .compressor = zsw_compressor_to_string(config->compressor),
                 .compression_level = config->compression_level,
                 .reject_incompressible = config->incompressible == ZSW_INCOMPRESSIBLE_REJECT,
+                .age_interval_ms = age_interval_ms(config),
                 .log = log_get(),
         };
         engine_config_pool(config, &ec);

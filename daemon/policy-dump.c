@@ -184,6 +184,8 @@ int policy_manager_dump_targets(struct policy_manager *m, FILE *f, bool json) {
                         json_u64(&j, "evicted_pages", s.evicted_pages);
                         json_u64(&j, "faults", s.faults);
                         json_u64(&j, "zero_faults", s.zero_faults);
+                        json_u64(&j, "refaults", s.refaults);
+                        json_u64(&j, "idle_pages", s.age_idle_pages);
                         json_u64(&j, "fault_ns_p99", s.fault_ns_p99);
                         json_object_close(&j);
                 } else
@@ -223,6 +225,7 @@ int policy_manager_dump_status(struct policy_manager *m, FILE *f, bool json) {
                 json_u64(&j, "pool_bytes", s.pool_bytes);
                 json_u64(&j, "evicted_pages", s.evicted_pages);
                 json_u64(&j, "faults", s.faults);
+                json_u64(&j, "refaults", s.refaults);
                 json_double(&j, "memory_some_avg10_percent", pct(psi.some.avg10));
                 json_double(&j, "memory_full_avg10_percent", pct(psi.full.avg10));
                 json_object_close(&j);
@@ -232,10 +235,11 @@ int policy_manager_dump_status(struct policy_manager *m, FILE *f, bool json) {
         fprintf(f, "zswapd: %u targets, %zu policies, %zu groups under control\n", s.targets,
                 m->config->n_policies, m->n_groups);
         fprintf(f, "store:  %.1f MiB in %.1f MiB of pool (ratio %.2f), %" PRIu64
-                   " pages evicted, %" PRIu64 " faults (p50 %.1f us, p99 %.1f us)\n",
+                   " pages evicted, %" PRIu64 " faults (p50 %.1f us, p99 %.1f us), %" PRIu64
+                   " refaults\n",
                 s.stored_pages * page / MIB, s.pool_bytes / MIB,
                 s.pool_bytes ? s.stored_pages * page / s.pool_bytes : 0.0, s.evicted_pages,
-                s.faults, s.fault_ns_p50 / 1e3, s.fault_ns_p99 / 1e3);
+                s.faults, s.fault_ns_p50 / 1e3, s.fault_ns_p99 / 1e3, s.refaults);
         fprintf(f, "system: memory pressure some %.2f%% full %.2f%% (avg10), %" PRIu64
                    " trigger events\n\n",
                 pct(psi.some.avg10), pct(psi.full.avg10), m->global_events);

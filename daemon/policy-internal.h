@@ -12,7 +12,6 @@
 
 struct policy_target {
         pid_t pid;
-        uint64_t attached_usec;
         uint64_t refaults_prev; /* faults on pages the engine had taken */
         uint64_t evicted_prev;
 };

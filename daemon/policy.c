@@ -175,7 +175,7 @@ static int group_add_pid(struct policy_group *g, pid_t pid) {
         if (!t)
                 return -ENOMEM;
         g->pids = t;
-        g->pids[g->n_pids++] = (struct policy_target) { .pid = pid, .attached_usec = now_usec() };
+        g->pids[g->n_pids++] = (struct policy_target) { .pid = pid };
         return 0;
 }
 
@@ -460,9 +460,9 @@ static uint64_t group_collect(struct policy_manager *m, struct policy_group *g,
                         *t = g->pids[--g->n_pids];
                         continue;
                 }
-                /* Faults on pages never taken are first touches, not
-                 * refaults: they cost nothing the policy caused. */
-                rf = s.faults - MIN(s.zero_faults, s.faults);
+                /* Pages the engine took that came back; first touches of
+                 * pages never taken cost nothing the policy caused. */
+                rf = s.refaults;
                 refaults += rf - MIN(t->refaults_prev, rf);
                 evicted += s.evicted_pages - MIN(t->evicted_prev, s.evicted_pages);
                 t->refaults_prev = rf;
@@ -504,17 +504,13 @@ static void group_backoff(struct policy_group *g, const char *why) {
                   g->refault_limit_last);
 }
 
-/* The group's targets that are old enough to reclaim from, in order;
- * returns how many went to PIDS (room for all of them). */
+/* The group's targets, in order; returns how many went to PIDS (room for
+ * all of them). */
 static size_t group_reclaimable(const struct policy_group *g, pid_t *pids) {
-        uint64_t now = now_usec();
         size_t n = 0;
 
         for (size_t i = 0; i < g->n_pids; i++)
-                /* The engine cannot yet tell a page's age: a process is
-                 * left alone until it has been watched for MinColdAge. */
-                if (now - g->pids[i].attached_usec >= g->policy->min_cold_age_usec)
-                        pids[n++] = g->pids[i].pid;
+                pids[n++] = g->pids[i].pid;
         return n;
 }
 
@@ -550,11 +546,17 @@ static void group_reclaim_done(void *userdata, const struct reclaim_request *req
         group_reclaimed(g, req->result.evicted_pages * (uint64_t) getpagesize());
 }
 
-/* Reclaims up to WANT bytes from the group's targets that are old enough,
- * first target first: on the reclaim worker when the manager has one (the
- * result comes back in group_reclaim_done), else here. */
+/* Reclaims up to WANT bytes of pages unused for MinColdAge from the
+ * group's targets, first target first: on the reclaim worker when the
+ * manager has one (the result comes back in group_reclaim_done), else
+ * here. The engine's age scans tell a page's age: a process attached less
+ * than MinColdAge ago has none old enough yet. */
 static void group_reclaim(struct policy_manager *m, struct policy_group *g, uint64_t want) {
         _cleanup_free_ pid_t *pids = malloc(MAX(g->n_pids, 1u) * sizeof(pid_t));
+        struct zsw_reclaim_request what = {
+                .max_bytes = want,
+                .min_cold_age_ms = DIV_ROUND_UP(g->policy->min_cold_age_usec, 1000),
+        };
         uint64_t got = 0, page = (uint64_t) getpagesize();
         size_t n;
 
@@ -566,7 +568,7 @@ static void group_reclaim(struct policy_manager *m, struct policy_group *g, uint
         g->reclaim_want = want;
         g->reclaimed_last = 0;
         if (m->reclaimer && n > 0) {
-                g->reclaiming = reclaimer_submit(m->reclaimer, pids, n, want,
+                g->reclaiming = reclaimer_submit(m->reclaimer, pids, n, &what,
                                                  group_reclaim_done, g);
                 if (g->reclaiming) {
                         g->decision = "reclaiming";
@@ -578,7 +580,8 @@ static void group_reclaim(struct policy_manager *m, struct policy_group *g, uint
                 struct zsw_engine_error err = {};
                 int r;
 
-                r = zsw_engine_reclaim(m->engine, pids[i], want - got, &res, &err);
+                what.max_bytes = want - got;
+                r = zsw_engine_reclaim_cold(m->engine, pids[i], &what, &res, &err);
                 if (r < 0) {
                         log_debug_errno(r, "Policy %s: cannot reclaim from %d: %s",
                                         g->policy_name, pids[i],

@@ -44,13 +44,15 @@ static void request_run(struct zsw_engine *engine, struct reclaim_request *req) 
         bool any = false, failed = false;
 
         req->r = -ENOENT;
-        for (size_t i = 0; i < req->n_pids && got + page <= req->max_bytes; i++) {
+        for (size_t i = 0; i < req->n_pids && got + page <= req->what.max_bytes; i++) {
+                struct zsw_reclaim_request what = req->what;
                 struct zsw_engine_error err = {};
                 struct zsw_reclaim_result res = {};
                 int r;
                 LOG_FIELDS(.target_pid = req->pids[i]);
 
-                r = zsw_engine_reclaim(engine, req->pids[i], req->max_bytes - got, &res, &err);
+                what.max_bytes -= got;
+                r = zsw_engine_reclaim_cold(engine, req->pids[i], &what, &res, &err);
                 if (r < 0) {
                         log_debug_errno(r, "Cannot reclaim from %d: %s", req->pids[i],
                                         err.message[0] ? err.message : "%m");
@@ -67,6 +69,7 @@ static void request_run(struct zsw_engine *engine, struct reclaim_request *req) 
                 req->result.evicted_pages += res.evicted_pages;
                 req->result.aborted_pages += res.aborted_pages;
                 req->result.refused_pages += res.refused_pages;
+                req->result.cold_pages += res.cold_pages;
                 got += res.evicted_pages * page;
         }
         req->result.duration_ns = zsw_now_ns() - start;
@@ -172,7 +175,8 @@ struct reclaimer *reclaimer_free(struct reclaimer *rc) {
 }
 
 struct reclaim_request *reclaimer_submit(struct reclaimer *rc, const pid_t *pids, size_t n_pids,
-                                         uint64_t max_bytes, reclaim_done_fn done,
+                                         const struct zsw_reclaim_request *what,
+                                         reclaim_done_fn done,
                                          void *userdata) {
         struct reclaim_request *req = calloc(1, sizeof(*req));
 
@@ -183,7 +187,7 @@ struct reclaim_request *reclaimer_submit(struct reclaimer *rc, const pid_t *pids
                 return request_free(req);
         memcpy(req->pids, pids, n_pids * sizeof(pid_t));
         req->n_pids = n_pids;
-        req->max_bytes = max_bytes;
+        req->what = *what;
         req->done = done;
         req->userdata = userdata;
 

@@ -30,10 +30,11 @@ typedef void (*reclaim_done_fn)(void *userdata, const struct reclaim_request *re
 
 struct reclaim_request {
         /* Set by the requester. Targets are reclaimed in order until
-         * max_bytes were taken in all (UINT64_MAX: everything). */
+         * max_bytes were taken in all (UINT64_MAX: everything), only pages
+         * unused for min_cold_age_ms (0: any). */
         pid_t *pids;
         size_t n_pids;
-        uint64_t max_bytes;
+        struct zsw_reclaim_request what;
         reclaim_done_fn done;
         void *userdata;
 
@@ -56,11 +57,12 @@ int reclaimer_new(struct zsw_engine *engine, struct reclaimer **ret);
 struct reclaimer *reclaimer_free(struct reclaimer *rc);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct reclaimer *, reclaimer_free);
 
-/* Queues a reclaim of N_PIDS targets (copied) up to MAX_BYTES. Returns the
+/* Queues a reclaim of N_PIDS targets (copied) as WHAT says. Returns the
  * request (owned by the reclaimer; valid until its callback returned) or
  * NULL when out of memory. */
 struct reclaim_request *reclaimer_submit(struct reclaimer *rc, const pid_t *pids, size_t n_pids,
-                                         uint64_t max_bytes, reclaim_done_fn done,
+                                         const struct zsw_reclaim_request *what,
+                                         reclaim_done_fn done,
                                          void *userdata);
 
 /* The requester is gone: the callback will not run. Main loop only. */

@@ -26,6 +26,7 @@
 #include <stdbool.h>
 #include <sys/uio.h>
 
+#include "age.h"
 #include "engine.h"
 #include "histogram.h"
 #include "store.h"
@@ -39,6 +40,7 @@
 #define ZSW_EVICT_MAX_PAGES 4096u
 #define ZSW_EVICT_CHUNK_PAGES 256u
 #define FAULT_PREFETCH_MAX 64u
+#define REFAULT_RING 1024u              /* refaults noted between two age scans */
 
 enum evict_state {
         EVICT_IDLE,             /* no eviction in flight */
@@ -85,8 +87,33 @@ struct zsw_target {
         uint64_t last_fault_pgno, next_fault_pgno;
         unsigned prefetched_last;
 
+        /* Page ages (age.c), under evict_lock; NULL before the first
+         * age scan. */
+        struct zsw_age *age;
+        uint64_t next_age_ns;
+        /* What the scans found, for stats: written under evict_lock and
+         * age_stats_lock, read under age_stats_lock alone (stats must not
+         * wait for a reclaim). */
+        pthread_mutex_t age_stats_lock;
+        struct zsw_age_scan_stats age_last;
+        uint64_t age_scans, age_scan_ns;
+        /* Periodic age scans, from the first reclaim that asked for a
+         * minimum age on; under control_lock. */
+        bool aging;
+        /* Pages that came back by a fault, for the next age scan (see
+         * zsw_age_note_refaults()): written by fault threads under
+         * serve_lock, read by the age scan under evict_lock. A burst of
+         * more than REFAULT_RING between two scans loses the oldest:
+         * those pages only miss the longer wait. */
+        _Atomic uint64_t refault_ring[REFAULT_RING];
+        _Atomic uint64_t refault_head;
+        uint64_t refault_tail;
+
         struct zsw_histogram fault_hist;
         _Atomic uint64_t faults, zero_faults, prefetched, prefetch_hits;
+        /* Faults that brought back a page we had taken; WP faults that a
+         * write raised on a page an age scan or a round had protected. */
+        _Atomic uint64_t refaults, wp_faults;
         _Atomic uint64_t evicted, evict_aborted;
 
         struct zsw_target *next;
@@ -126,6 +153,10 @@ struct zsw_engine {
         struct zsw_parallel *evict_pool;
         struct evict_round *evict_round;        /* reclaim's buffers, kept between calls */
 
+        /* Age scans: every target every age_interval_ns (0: only when
+         * asked), run by the reaper thread. */
+        uint64_t age_interval_ns;
+
         /* Reaps targets that exited or exec'ed. */
         pthread_t reaper;
         int reaper_epfd;
@@ -139,9 +170,19 @@ void fault_threads_stop(struct zsw_engine *e);
 int fault_threads_add(struct zsw_engine *e, struct zsw_target *t);
 void fault_threads_remove(struct zsw_engine *e, struct zsw_target *t);
 
+/* Notes that page pgno of t came back by a fault; serve_lock held. */
+static inline void target_note_refault(struct zsw_target *t, uint64_t pgno) {
+        uint64_t h = atomic_load_explicit(&t->refault_head, memory_order_relaxed);
+
+        atomic_store_explicit(&t->refault_ring[h % REFAULT_RING], pgno, memory_order_relaxed);
+        atomic_store_explicit(&t->refault_head, h + 1, memory_order_release);
+}
+
 /* evict.c */
 int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
-                 struct zsw_reclaim_result *res, struct zsw_engine_error *err);
+                 uint64_t min_age_ms, struct zsw_reclaim_result *res, struct zsw_engine_error *err);
+/* An age scan of t (age.c), with evict_lock held. */
+int evict_age_scan(struct zsw_engine *e, struct zsw_target *t);
 int evict_register_ranges(struct zsw_engine *e, struct zsw_target *t, struct zsw_range **ret,
                           size_t *ret_n);
 int target_read_vmas(struct zsw_target *t, struct zsw_vma_list *ret);

@@ -121,6 +121,7 @@ static struct zsw_target *target_new(struct zsw_engine *e, pid_t pid) {
         pthread_mutex_init(&t->serve_lock, NULL);
         pthread_mutex_init(&t->evict_lock, NULL);
         pthread_mutex_init(&t->batch_lock, NULL);
+        pthread_mutex_init(&t->age_stats_lock, NULL);
         return t;
 }
 
@@ -128,11 +129,13 @@ static struct zsw_target *target_free(struct zsw_target *t) {
         if (!t)
                 return NULL;
         zsw_store_owner_free(t->owner);
+        zsw_age_free(t->age);
         safe_close(t->uffd);
         safe_close(t->pidfd);
         pthread_mutex_destroy(&t->serve_lock);
         pthread_mutex_destroy(&t->evict_lock);
         pthread_mutex_destroy(&t->batch_lock);
+        pthread_mutex_destroy(&t->age_stats_lock);
         free(t);
         return NULL;
 }
@@ -413,6 +416,12 @@ int zsw_engine_detach(struct zsw_engine *e, pid_t pid, struct zsw_engine_error *
 
 int zsw_engine_reclaim(struct zsw_engine *e, pid_t pid, uint64_t max_bytes,
                        struct zsw_reclaim_result *ret, struct zsw_engine_error *err) {
+        return zsw_engine_reclaim_cold(e, pid, &(struct zsw_reclaim_request) { .max_bytes = max_bytes },
+                                       ret, err);
+}
+
+int zsw_engine_reclaim_cold(struct zsw_engine *e, pid_t pid, const struct zsw_reclaim_request *req,
+                            struct zsw_reclaim_result *ret, struct zsw_engine_error *err) {
         struct zsw_reclaim_result res = {};
         uint64_t start = zsw_now_ns();
         struct zsw_target *t;
@@ -424,6 +433,8 @@ int zsw_engine_reclaim(struct zsw_engine *e, pid_t pid, uint64_t max_bytes,
                 pthread_mutex_unlock(&e->control_lock);
                 return fail(err, -ENOENT, "process %d is not attached; attach it first", pid);
         }
+        /* Nobody pays for age scans before somebody asks for ages. */
+        t->aging = t->aging || req->min_cold_age_ms > 0;
         /* The target's evict_lock keeps it alive (detach and the reaper take
          * it before freeing a target), so control_lock can go: stats,
          * attach and the other control calls need not wait for a long
@@ -431,13 +442,59 @@ int zsw_engine_reclaim(struct zsw_engine *e, pid_t pid, uint64_t max_bytes,
         pthread_mutex_lock(&t->evict_lock);
         pthread_mutex_unlock(&e->control_lock);
         pthread_mutex_lock(&e->worker_lock);
-        r = evict_target(e, t, max_bytes, &res, err);
+        r = evict_target(e, t, req->max_bytes, req->min_cold_age_ms, &res, err);
         pthread_mutex_unlock(&e->worker_lock);
         pthread_mutex_unlock(&t->evict_lock);
         res.duration_ns = zsw_now_ns() - start;
         if (r >= 0 && ret)
                 *ret = res;
         return r;
+}
+
+int zsw_engine_age_scan(struct zsw_engine *e, pid_t pid, struct zsw_engine_error *err) {
+        struct zsw_target *t;
+        int r;
+
+        pthread_mutex_lock(&e->control_lock);
+        t = find_target(e, pid);
+        if (!t) {
+                pthread_mutex_unlock(&e->control_lock);
+                return fail(err, -ENOENT, "process %d is not attached; attach it first", pid);
+        }
+        pthread_mutex_lock(&t->evict_lock);
+        pthread_mutex_unlock(&e->control_lock);
+        r = evict_age_scan(e, t);
+        pthread_mutex_unlock(&t->evict_lock);
+        return r < 0 ? fail(err, r, "age scan of process %d failed: %s", pid, strerror(-r)) : 0;
+}
+
+/* Age scans that are due, from the reaper with control_lock held. A
+ * target that cannot be scanned (exiting, unnamed fork child) is tried
+ * again at its next period. */
+static void age_due_targets(struct zsw_engine *e) {
+        uint64_t now = zsw_now_ns();
+
+        if (e->age_interval_ns == 0)
+                return;
+        for (;;) {
+                struct zsw_target *t;
+
+                pthread_mutex_lock(&e->table_lock);
+                for (t = e->targets; t; t = t->next)
+                        if (t->aging && t->pid > 0 && !atomic_load(&t->dead) && t->next_age_ns <= now)
+                                break;
+                pthread_mutex_unlock(&e->table_lock);
+                if (!t)
+                        return;
+                t->next_age_ns = now + e->age_interval_ns;
+                /* A reclaim of it is running: the reaper holds control_lock
+                 * and must not wait for it; this period's scan is skipped
+                 * (ages only grow coarser by one period). */
+                if (pthread_mutex_trylock(&t->evict_lock) != 0)
+                        continue;
+                (void) evict_age_scan(e, t);
+                pthread_mutex_unlock(&t->evict_lock);
+        }
 }
 
 /* The fork event names the child's uffd but not the child: it is the
@@ -620,9 +677,12 @@ static void reap(struct zsw_engine *e) {
 static void *reaper_main(void *userdata) {
         struct zsw_engine *e = userdata;
 
+        /* Wakes at least once a second, and often enough for age scans. */
+        int timeout_ms = e->age_interval_ns ? (int) MIN(e->age_interval_ns / 1000000, 1000u) : 1000;
+
         for (;;) {
                 struct epoll_event evs[8];
-                int n = epoll_wait(e->reaper_epfd, evs, (int) ARRAY_SIZE(evs), 1000);
+                int n = epoll_wait(e->reaper_epfd, evs, (int) ARRAY_SIZE(evs), MAX(timeout_ms, 1));
                 uint64_t v;
 
                 if (n < 0 && errno != EINTR)
@@ -635,6 +695,7 @@ static void *reaper_main(void *userdata) {
                 pthread_mutex_lock(&e->control_lock);
                 name_children(e);
                 reap(e);
+                age_due_targets(e);
                 pthread_mutex_unlock(&e->control_lock);
         }
         return NULL;
@@ -664,6 +725,8 @@ static void fill_target_stats(struct zsw_engine *e, struct zsw_target *t, struct
                 .evict_aborted = atomic_load(&t->evict_aborted),
                 .faults = atomic_load(&t->faults),
                 .zero_faults = atomic_load(&t->zero_faults),
+                .refaults = atomic_load(&t->refaults),
+                .wp_faults = atomic_load(&t->wp_faults),
                 .prefetched_pages = atomic_load(&t->prefetched),
                 .prefetch_hits = atomic_load(&t->prefetch_hits),
                 .fault_ns_p50 = zsw_histogram_percentile(&t->fault_hist, 0.50),
@@ -683,6 +746,15 @@ static void fill_target_stats(struct zsw_engine *e, struct zsw_target *t, struct
                 .max_pool_pages = t->owner_config.max_pages,
                 .no_writeback = t->owner_config.no_writeback,
         };
+        pthread_mutex_lock(&t->age_stats_lock);
+        s->age_scans = t->age_scans;
+        s->age_present_pages = t->age_last.present_pages;
+        s->age_idle_pages = t->age_last.idle_pages;
+        s->age_protected_pages = t->age_last.protected_pages;
+        s->age_table_bytes = t->age_last.table_bytes;
+        s->age_scan_ns_last = t->age_last.duration_ns;
+        s->age_scan_ns_total = t->age_scan_ns;
+        pthread_mutex_unlock(&t->age_stats_lock);
         snprintf(path, sizeof(path), "/proc/%d/statm", t->pid);
         f = t->pid > 0 ? fopen(path, "re") : NULL;
         if (f) {
@@ -737,6 +809,11 @@ int zsw_engine_get_stats(struct zsw_engine *e, struct zsw_engine_stats *ret) {
         for (struct zsw_target *t = e->targets; t; t = t->next) {
                 s.targets++;
                 s.faults += atomic_load(&t->faults);
+                s.refaults += atomic_load(&t->refaults);
+                s.wp_faults += atomic_load(&t->wp_faults);
+                pthread_mutex_lock(&t->age_stats_lock);
+                s.age_scan_ns_total += t->age_scan_ns;
+                pthread_mutex_unlock(&t->age_stats_lock);
                 s.evicted_pages += atomic_load(&t->evicted);
                 s.evict_aborted += atomic_load(&t->evict_aborted);
                 zsw_histogram_merge(&all, &t->fault_hist);
@@ -815,6 +892,9 @@ int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **r
                 return -ENOMEM;
         e->config = *config;
         e->log = config->log;
+        if (config->age_interval_ms != UINT32_MAX)
+                e->age_interval_ns = (uint64_t) (config->age_interval_ms ?:
+                                                 ZSW_ENGINE_AGE_INTERVAL_DEFAULT_MS) * 1000000;
         e->reaper_epfd = e->reaper_stop_fd = -EBADF;
         pthread_mutex_init(&e->control_lock, NULL);
         pthread_rwlock_init(&e->targets_lock, NULL);

@@ -38,8 +38,16 @@ struct zsw_engine_config {
         bool writeback;
         const char *swapfile;
         uint64_t swapfile_max_bytes;    /* 0 = ZSW_ENGINE_SWAPFILE_DEFAULT */
+        /* Page ages: targets that were asked for a minimum age (see
+         * zsw_engine_reclaim_cold()) are age-scanned this often (0 =
+         * ZSW_ENGINE_AGE_INTERVAL_DEFAULT_MS, UINT32_MAX = never by itself,
+         * only zsw_engine_age_scan()). The interval is the resolution of
+         * a minimum cold age; see zsw_engine_age_scan() for the cost. */
+        uint32_t age_interval_ms;
         const struct zsw_log *log;
 };
+
+#define ZSW_ENGINE_AGE_INTERVAL_DEFAULT_MS 5000u
 
 #define ZSW_ENGINE_STATE_DIR "/var/lib/zswapd"
 #define ZSW_ENGINE_SWAPFILE_DEFAULT (4ull << 30)
@@ -91,15 +99,46 @@ struct zsw_reclaim_result {
         uint64_t evicted_pages;         /* dropped from the target, now in the store */
         uint64_t aborted_pages;         /* eviction cancelled by a racing write */
         uint64_t refused_pages;         /* the store refused them (limits, incompressible) */
+        uint64_t cold_pages;            /* old enough at the last age scan (with a minimum age) */
         uint64_t duration_ns;
 };
 
 /* Evicts present pages of pid's eligible mappings, up to max_bytes
- * (UINT64_MAX: all of them). The engine's other calls, on other threads,
- * go on meanwhile (stats, attach, reclaim of other targets waits for the
- * engine's compression worker); detaching pid waits for the reclaim. */
+ * (UINT64_MAX: all of them), in address order, whatever their age. The
+ * engine's other calls, on other threads, go on meanwhile (stats, attach,
+ * reclaim of other targets waits for the engine's compression worker);
+ * detaching pid waits for the reclaim. */
 int zsw_engine_reclaim(struct zsw_engine *engine, pid_t pid, uint64_t max_bytes,
                        struct zsw_reclaim_result *ret, struct zsw_engine_error *err);
+
+struct zsw_reclaim_request {
+        uint64_t max_bytes;             /* UINT64_MAX: every page old enough */
+        /* Only pages unused for at least this long (0: any page, as
+         * zsw_engine_reclaim()); the coldest go first. "Unused" is as the
+         * age scans see it: not written and not faulted back in since; a
+         * page only read ages like an unused one (see age.h). */
+        uint64_t min_cold_age_ms;
+};
+
+/* Evicts pid's pages as req says. The first call with a minimum age
+ * starts the target's periodic age scans (targets never asked for one pay
+ * nothing); nothing is taken until the scans have watched the target for
+ * that long (at least two scans), and a page faulted back in is not taken
+ * again before it has gone unused for twice the minimum age. */
+int zsw_engine_reclaim_cold(struct zsw_engine *engine, pid_t pid,
+                            const struct zsw_reclaim_request *req,
+                            struct zsw_reclaim_result *ret, struct zsw_engine_error *err);
+
+/* Runs an age scan of pid now (the engine also runs them every
+ * age_interval_ms). A scan finds the present pages with PAGEMAP_SCAN
+ * (after re-reading smaps, to register new mappings), ages the ones still
+ * write-protected since the last scan, and write-protects the others
+ * again: its cost is a walk of the target's page tables plus one
+ * userfaultfd write-protect fault (20-200 us here, served by a
+ * fault thread) on the first write to each page after it was protected;
+ * a page found written twice in a row is protected only every fourth
+ * scan. -ENOENT if not attached. */
+int zsw_engine_age_scan(struct zsw_engine *engine, pid_t pid, struct zsw_engine_error *err);
 
 struct zsw_target_stats {
         pid_t pid;
@@ -112,6 +151,8 @@ struct zsw_target_stats {
         uint64_t evict_aborted;
         uint64_t faults;
         uint64_t zero_faults;           /* faults on pages never taken */
+        uint64_t refaults;              /* faults that brought back a page we had taken */
+        uint64_t wp_faults;             /* writes to pages protected by age scans or rounds */
         uint64_t prefetched_pages;
         uint64_t prefetch_hits;
         uint64_t fault_ns_p50, fault_ns_p95, fault_ns_p99;
@@ -130,6 +171,14 @@ struct zsw_target_stats {
         unsigned prefetch_window;
         uint64_t max_pool_pages;
         bool no_writeback;
+        /* Page ages, as the last age scan found them. */
+        uint64_t age_scans;
+        uint64_t age_present_pages;     /* resident pages (the zero page left out) */
+        uint64_t age_idle_pages;        /* of those, unused since the scan before */
+        uint64_t age_protected_pages;   /* write-protected again by the last scan */
+        uint64_t age_table_bytes;       /* memory of the target's age table */
+        uint64_t age_scan_ns_last;      /* cost of the last scan */
+        uint64_t age_scan_ns_total;
 };
 
 struct zsw_engine_stats {
@@ -140,8 +189,11 @@ struct zsw_engine_stats {
         uint64_t same_filled_pages;
         uint64_t incompressible_pages;
         uint64_t faults;
+        uint64_t refaults;
+        uint64_t wp_faults;
         uint64_t evicted_pages;
         uint64_t evict_aborted;
+        uint64_t age_scan_ns_total;     /* all targets' age scans */
         uint64_t fault_ns_p50, fault_ns_p95, fault_ns_p99;
         /* Limits and the writeback tier. */
         uint64_t pool_limit_bytes;

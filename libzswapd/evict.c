@@ -600,12 +600,36 @@ static int next_round(int pagemap, uint64_t *cursor, uint64_t end, uint64_t max,
         return (int) n;
 }
 
+/* With a minimum age, the pages old enough (age.c) are taken in two
+ * passes: from the age that gives the budget on its own (coldest first),
+ * then down to the minimum. Returns the ages of the passes, 0 for none. */
+static unsigned cold_passes(struct zsw_target *t, uint64_t min_age_ms, uint64_t budget,
+                            uint32_t passes[2], struct zsw_reclaim_result *res) {
+        uint32_t min_age;
+
+        if (min_age_ms == 0) {
+                passes[0] = 0;
+                return 1;
+        }
+        min_age = t->age ? zsw_age_threshold(t->age, min_age_ms * 1000000, zsw_now_ns()) :
+                           ZSW_AGE_NEVER;
+        if (min_age == ZSW_AGE_NEVER)
+                return 0;
+        res->cold_pages = zsw_age_count(t->age, min_age);
+        passes[0] = zsw_age_coldest(t->age, min_age, budget);
+        passes[1] = min_age;
+        return passes[0] > min_age ? 2 : 1;
+}
+
 int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
-                 struct zsw_reclaim_result *res, struct zsw_engine_error *err) {
+                 uint64_t min_age_ms, struct zsw_reclaim_result *res,
+                 struct zsw_engine_error *err) {
         _cleanup_free_ struct zsw_range *ranges = NULL;
         _cleanup_close_ int pagemap = -EBADF;
         struct evict_round *rd = NULL;
         uint64_t budget = max_bytes / ZSW_PAGE_SIZE;
+        uint32_t passes[2];
+        unsigned n_passes;
         char path[64];
         size_t n_ranges = 0;
         int r;
@@ -621,7 +645,10 @@ int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
         if (r < 0)
                 return r;
 
-        for (size_t v = 0; v < n_ranges && r >= 0 && res->evicted_pages < budget; v++) {
+        /* Each pass walks every range. */
+        n_passes = cold_passes(t, min_age_ms, budget, passes, res);
+        for (size_t i = 0; i < n_passes * n_ranges && r >= 0 && res->evicted_pages < budget; i++) {
+                size_t v = i % n_ranges, pass = i / n_ranges;
                 uint64_t cursor = ranges[v].start;
 
                 while (cursor < ranges[v].end && res->evicted_pages < budget) {
@@ -630,8 +657,12 @@ int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
 
                         uint64_t t0 = zsw_now_ns();
 
-                        r = next_round(pagemap, &cursor, ranges[v].end, want, regions,
-                                       ARRAY_SIZE(regions));
+                        r = passes[pass] == 0 ?
+                                next_round(pagemap, &cursor, ranges[v].end, want, regions,
+                                           ARRAY_SIZE(regions)) :
+                                zsw_age_next_round(t->age, pagemap, passes[pass], &cursor,
+                                                   ranges[v].end, want, regions,
+                                                   ARRAY_SIZE(regions));
                         rd->ns_scan += zsw_now_ns() - t0;
                         if (r > 0)
                                 r = evict_round(e, t, rd, regions, (size_t) r, res);
@@ -658,4 +689,64 @@ int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
                          "eviction of process %d stopped after %" PRIu64 " pages: %s", t->pid,
                          res->evicted_pages, strerror(-r));
         return r < 0 ? r : 0;
+}
+
+/* Hands the refaults noted since the last scan to the age table. */
+static void age_note_refaults(struct zsw_target *t) {
+        uint64_t head = atomic_load_explicit(&t->refault_head, memory_order_acquire);
+        uint64_t from = MAX(t->refault_tail, head > REFAULT_RING ? head - REFAULT_RING : 0);
+        uint64_t pgnos[64];
+        size_t n = 0;
+
+        for (uint64_t i = from; i < head; i++) {
+                pgnos[n++] = atomic_load_explicit(&t->refault_ring[i % REFAULT_RING],
+                                                  memory_order_relaxed);
+                if (n == ARRAY_SIZE(pgnos) || i + 1 == head) {
+                        zsw_age_note_refaults(t->age, pgnos, n);
+                        n = 0;
+                }
+        }
+        t->refault_tail = head;
+}
+
+int evict_age_scan(struct zsw_engine *e, struct zsw_target *t) {
+        _cleanup_free_ struct zsw_range *ranges = NULL;
+        _cleanup_close_ int pagemap = -EBADF;
+        struct zsw_age_scan_stats st;
+        uint64_t start = zsw_now_ns();
+        size_t n_ranges = 0;
+        char path[64];
+        int r;
+
+        /* New mappings are registered first, so that their pages age too. */
+        r = evict_register_ranges(e, t, &ranges, &n_ranges);
+        if (r < 0)
+                return r;
+        snprintf(path, sizeof(path), "/proc/%d/pagemap", t->pid);
+        pagemap = open(path, O_RDONLY | O_CLOEXEC);
+        if (pagemap < 0)
+                return -errno;
+        if (!t->age) {
+                r = zsw_age_new(&t->age);
+                if (r < 0)
+                        return r;
+        }
+        r = zsw_age_scan(t->age, pagemap, t->uffd, ranges, n_ranges, &st);
+        if (r < 0)
+                return zsw_log_errno(e->log, LOG_DEBUG, r, "Age scan of %d failed: %m", t->pid);
+        age_note_refaults(t);
+        /* The cost includes finding the mappings (smaps walks the page
+         * tables too). */
+        st.duration_ns = zsw_now_ns() - start;
+        pthread_mutex_lock(&t->age_stats_lock);
+        t->age_last = st;
+        t->age_scans++;
+        t->age_scan_ns += st.duration_ns;
+        pthread_mutex_unlock(&t->age_stats_lock);
+        zsw_log(e->log, LOG_DEBUG,
+                "Age scan of %d: %" PRIu64 " pages present, %" PRIu64 " idle, %" PRIu64
+                " protected again (%" PRIu64 " runs could not be), %" PRIu64 " us",
+                t->pid, st.present_pages, st.idle_pages, st.protected_pages,
+                st.protect_failures, st.duration_ns / 1000);
+        return 0;
 }

@@ -142,6 +142,11 @@ static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_
                 /* In place, ours or whoever was first: the copy is stale. */
                 if (r > 0 || r == -EEXIST)
                         evict_forget_restored(t, pgno, 1);
+                /* Back unprotected: the next age scan finds it used. */
+                if (r > 0) {
+                        atomic_fetch_add_explicit(&t->refaults, 1, memory_order_relaxed);
+                        target_note_refault(t, pgno);
+                }
         }
         if (r < 0)
                 wake_unresolved(t, page, (int) r);
@@ -164,6 +169,7 @@ static void serve_wp(struct zsw_target *t, uint64_t addr) {
         uint64_t page = addr & ~(uint64_t) (ZSW_PAGE_SIZE - 1);
         int r;
 
+        atomic_fetch_add_explicit(&t->wp_faults, 1, memory_order_relaxed);
         if (evict_on_wp_fault(t, page))
                 return;
         r = zsw_uffd_writeprotect(t->uffd, page, ZSW_PAGE_SIZE, false, false);

@@ -40,6 +40,15 @@ TEST(parse_valid_requests) {
 
         ASSERT_OK(parse("reclaim 1 bytes 18446744073709551615", &req));
         ASSERT_EQ_U(req.max_bytes, UINT64_MAX);
+        ASSERT_EQ_U(req.min_age_ms, 0);
+
+        ASSERT_OK(parse("reclaim 5 all min-age 30000", &req));
+        ASSERT_EQ_U(req.max_bytes, UINT64_MAX);
+        ASSERT_EQ_U(req.min_age_ms, 30000);
+        ASSERT_OK(parse("reclaim 5 bytes 4096 min-age 1 json", &req));
+        ASSERT_EQ_U(req.max_bytes, 4096);
+        ASSERT_EQ_U(req.min_age_ms, 1);
+        ASSERT_TRUE(req.json);
 
         ASSERT_OK(parse("stats", &req));
         ASSERT_EQ(req.verb, CONTROL_STATS);
@@ -56,7 +65,9 @@ TEST(parse_refuses_and_leaves_result_untouched) {
                 "reclaim 1 all 2", "reclaim 1 bytes", "reclaim 1 bytes 0", "reclaim 1 bytes 1K",
                 "reclaim 1 bytes 18446744073709551616", "reclaim 1 bytes -1", "stats 1 2",
                 "stats 0", "stats json json", "attach\t1", "attach 1\r", "attach 1\n\n",
-                "a b c d e f g", "stats json extra",
+                "a b c d e f g h i", "stats json extra", "reclaim 1 all min-age",
+                "reclaim 1 all min-age x", "reclaim 1 min-age 5", "reclaim 1 all min-age -1",
+                "reclaim 1 all min-age 5 min-age 6", "reclaim 1 bytes min-age 5",
         };
         struct control_request req = { .pid = 4242 };
 

@@ -404,11 +404,12 @@ static const char *const target_fields[] = {
         "pid", "resident_bytes", "stored_pages", "payload_bytes", "pool_bytes",
         "same_filled_pages", "evicted_pages", "evict_aborted", "faults", "zero_faults",
         "prefetched_pages", "prefetch_hits", "fault_ns_p50", "fault_ns_p95", "fault_ns_p99",
+        "refaults", "wp_faults", "scans", "idle_pages", "table_bytes", "scan_ns_total",
 };
 static const char *const global_fields[] = {
         "targets", "stored_pages", "payload_bytes", "pool_bytes", "same_filled_pages",
         "incompressible_pages", "faults", "evicted_pages", "evict_aborted", "fault_ns_p50",
-        "fault_ns_p95", "fault_ns_p99",
+        "fault_ns_p95", "fault_ns_p99", "refaults", "wp_faults", "age_scan_ns",
 };
 
 /* Checks `stats --json` and returns the part about pid (NULL: absent). */
@@ -466,6 +467,7 @@ TEST(zswapctl_arguments) {
                 { "attach", "-5" }, { "attach", "1", "2" }, { "detach" },
                 { "reclaim", "1", "--bytes", "12X" }, { "reclaim", "1", "--bytes", "0" },
                 { "reclaim", "1", "--all", "--bytes", "1M" }, { "stats", "1", "2" },
+                { "reclaim", "1", "--min-age", "soon" }, { "stats", "--min-age", "1s" },
                 { "attach", "1", "--all" }, { "stats", "--bytes", "1K" }, { "--bogus" },
                 { "reclaim", "1", "--bytes" }, { "-x", "stats" },
         };
@@ -791,6 +793,13 @@ TEST(attach_reclaim_stats_detach) {
         free(ctl_ok(d.sock, CTL_ARGS(d.sock, "attach", pid_s)));
         ASSERT_TRUE(target_verify(&t));
 
+        /* Attached a moment ago: no page has been watched for an hour. */
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "reclaim", pid_s, "--min-age", "1h", "--json"));
+        assert_json(out);
+        ASSERT_EQ(json_u64(out, "evicted_pages"), 0);
+        ASSERT_EQ(json_u64(out, "min_age_ms"), 3600000);
+        free(out);
+
         /* A bounded reclaim takes at most what was asked. */
         out = ctl_ok(d.sock, CTL_ARGS(d.sock, "reclaim", pid_s, "--bytes", "4M", "--json"));
         assert_json(out);
@@ -818,6 +827,8 @@ TEST(attach_reclaim_stats_detach) {
         ASSERT_TRUE(target_verify(&t));
         out = ctl_ok(d.sock, CTL_ARGS(d.sock, "stats", pid_s, "--json"));
         ASSERT_GT(json_u64(stats_target(out, t.pid), "faults"), 0);
+        /* Those faults brought back pages we took: refaults. */
+        ASSERT_GT(json_u64(stats_target(out, t.pid), "refaults"), 0);
         free(out);
         out = ctl_ok(d.sock, CTL_ARGS(d.sock, "stats", pid_s));
         ASSERT_TRUE(strstr(out, "RATIO") && strstr(out, "MiB"));
@@ -1123,6 +1134,44 @@ TEST(policy_attach_reclaim_reload) {
         ASSERT_EQ_U(json_u64(out, "evicted_pages"), evicted);
         ASSERT_EQ(json_u64(out, "targets"), 0);
         free(TAKE_PTR(out));
+
+        target_stop(&t);
+        daemon_cleanup(&d);
+        confdir_remove(&c);
+        test_cgroup_free(g);
+}
+
+/* MinColdAge=1s: the daemon age-scans the target (every second) and its
+ * policy takes the pages untouched for a second once two scans have seen
+ * them; the target's stats show the scans. */
+TEST(policy_takes_pages_unused_for_min_cold_age) {
+        _cleanup_free_ char *out = NULL, *log = NULL;
+        struct test_cgroup *g;
+        struct confdir c;
+        struct daemon d;
+        struct target t;
+        const char *te;
+
+        if (!test_cgroups_usable())
+                TEST_SKIP("needs a writable cgroup tree");
+        g = test_cgroup_new(0);
+        confdir_new(&c, "[Daemon]\nLogLevel=debug\n");
+        policy_write(&c, "[Match]\nCgroupPath=%s\n[Policy]\nMinColdAge=1s\nMaxReclaimRate=256M/s\n"
+                         "RefaultLimit=infinity\n", g->name);
+        target_cgroup = g;
+        target_start(&t);
+        target_cgroup = NULL;
+        daemon_start_config(&d, c.dir);
+
+        ASSERT_GE(wait_evicted(d.sock, t.pid, 1024), 1024);
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "stats", "--json"));
+        te = stats_target(out, t.pid);
+        ASSERT_TRUE(te && strstr(te, "\"age\":{"));
+        ASSERT_GE(json_u64(strstr(te, "\"age\":{"), "scans"), 2);
+        free(TAKE_PTR(out));
+        ASSERT_TRUE(target_verify(&t));
+        log = read_log(&d);
+        ASSERT_TRUE(strstr(log, "Age scan of"));
 
         target_stop(&t);
         daemon_cleanup(&d);

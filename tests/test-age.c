@@ -1,0 +1,382 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Page ages on real processes: a child with a hot half it writes and a
+ * cold half it never touches; reclaim with a minimum age must take the
+ * cold half and leave the hot one; a page faulted back in is not taken
+ * again before it has aged twice the minimum; refaults count pages we took that
+ * came back, never first touches. Scans are asked for explicitly
+ * (age_interval_ms = UINT32_MAX) and the test sleeps for the minimum age
+ * between them, so no assertion depends on how fast the machine is.
+ */
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "corpus.h"
+#include "engine.h"
+#include "test.h"
+#include "uffd-compat.h"
+
+#define PAGE 4096u
+#define MIN_AGE_MS 200u
+
+struct child {
+        pid_t pid;
+        int cmd, reply;
+        uint64_t buf;           /* the child's buffer: hot half, then cold half */
+        size_t npages;
+};
+
+static uint8_t *buf, *fresh;
+static uint64_t *sums;
+static size_t npages;
+
+static size_t verify_all(void) {
+        size_t bad = 0;
+
+        for (size_t i = 0; i < npages; i++)
+                if (corpus_page_sum(buf + i * PAGE) != sums[i])
+                        bad++;
+        return bad;
+}
+
+/* 'a' address of the buffer, 'w' write every hot page (the same byte
+ * back: contents stay, the write counts), 'W' every page, 'r' read every hot page, 'v'
+ * verify all, 'm' map 1 MiB more (untouched), 't' write every page of
+ * it, 'q' quit. Answers a uint64_t. */
+static void child_loop(int cmd, int reply) {
+        char c;
+
+        while (read(cmd, &c, 1) == 1) {
+                uint64_t answer = 0;
+
+                switch (c) {
+                case 'a':
+                        answer = (uint64_t) (uintptr_t) buf;
+                        break;
+                case 'w':
+                case 'W':
+                        for (size_t i = 0; i < (c == 'W' ? npages : npages / 2); i++)
+                                ((volatile uint8_t *) buf)[i * PAGE + 7] = buf[i * PAGE + 7];
+                        break;
+                case 'r':
+                        for (size_t i = 0; i < npages / 2; i++)
+                                answer += ((volatile uint8_t *) buf)[i * PAGE + 7];
+                        break;
+                case 'v':
+                        answer = verify_all();
+                        break;
+                case 'm':
+                        fresh = mmap(NULL, 256 * PAGE, PROT_READ | PROT_WRITE,
+                                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                        if (fresh == MAP_FAILED)
+                                _exit(3);
+                        answer = (uint64_t) (uintptr_t) fresh;
+                        break;
+                case 't':
+                        for (size_t i = 0; i < 256; i++)
+                                fresh[i * PAGE] = (uint8_t) i;
+                        break;
+                case 'q':
+                        _exit(0);
+                }
+                if (write(reply, &answer, sizeof(answer)) != sizeof(answer))
+                        _exit(2);
+        }
+        _exit(0);
+}
+
+static uint64_t child_ask(struct child *ch, char c) {
+        uint64_t answer;
+
+        ASSERT_EQ(write(ch->cmd, &c, 1), 1);
+        ASSERT_EQ(read(ch->reply, &answer, sizeof(answer)), (ssize_t) sizeof(answer));
+        return answer;
+}
+
+/* Before the engine: forking after its threads started is not safe. */
+static struct child child_start(size_t mib) {
+        int to[2], from[2];
+        struct child ch = {};
+
+        npages = mib * 256;
+        ASSERT_OK(pipe2(to, O_CLOEXEC));
+        ASSERT_OK(pipe2(from, O_CLOEXEC));
+        ch.pid = fork();
+        ASSERT_GE(ch.pid, 0);
+        if (ch.pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                buf = mmap(NULL, npages * PAGE, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                sums = calloc(npages, sizeof(uint64_t));
+                if (buf == MAP_FAILED || !sums || corpus_fill(buf, npages, 0, 7) < 0)
+                        _exit(3);
+                for (size_t i = 0; i < npages; i++)
+                        sums[i] = corpus_page_sum(buf + i * PAGE);
+                close(to[1]);
+                close(from[0]);
+                child_loop(to[0], from[1]);
+        }
+        close(to[0]);
+        close(from[1]);
+        ch.cmd = to[1];
+        ch.reply = from[0];
+        ch.npages = npages;
+        ch.buf = child_ask(&ch, 'a');
+        return ch;
+}
+
+static void child_stop(struct child *ch) {
+        int status;
+
+        ASSERT_EQ(write(ch->cmd, "q", 1), 1);
+        ASSERT_EQ(waitpid(ch->pid, &status, 0), ch->pid);
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        close(ch->cmd);
+        close(ch->reply);
+}
+
+/* Resident pages of the child in [start, start + n pages). */
+static uint64_t present(pid_t pid, uint64_t start, size_t n) {
+        struct page_region runs[64];
+        uint64_t pos = start, end = start + n * PAGE, count = 0;
+        char path[64];
+        int fd;
+
+        snprintf(path, sizeof(path), "/proc/%d/pagemap", pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        ASSERT_GE(fd, 0);
+        while (pos < end) {
+                struct pm_scan_arg arg = {
+                        .size = sizeof(arg), .start = pos, .end = end,
+                        .vec = (uint64_t) (uintptr_t) runs, .vec_len = ARRAY_SIZE(runs),
+                        .category_mask = PAGE_IS_PRESENT, .return_mask = PAGE_IS_PRESENT,
+                };
+                int k = ioctl(fd, PAGEMAP_SCAN, &arg);
+
+                ASSERT_GE(k, 0);
+                for (int i = 0; i < k; i++)
+                        count += (runs[i].end - runs[i].start) / PAGE;
+                ASSERT_GT(arg.walk_end, pos);
+                pos = arg.walk_end;
+        }
+        close(fd);
+        return count;
+}
+
+static void log_stderr(void *userdata, int priority, const char *file, int line,
+                       const char *func, const char *format, va_list ap) {
+        fprintf(stderr, "<%d> %s:%d: ", priority, file, line);
+        vfprintf(stderr, format, ap);
+        fputc('\n', stderr);
+}
+
+static const struct zsw_log test_log = { .fn = log_stderr, .max_priority = LOG_INFO };
+
+static struct zsw_engine *engine_start(uint32_t age_interval_ms) {
+        /* No prefetch: every page that comes back is a fault of its own. */
+        struct zsw_engine_config cfg = { .age_interval_ms = age_interval_ms, .log = &test_log };
+        struct zsw_engine *e;
+
+        if (geteuid() != 0)
+                TEST_SKIP("needs root for ptrace and userfaultfd");
+        ASSERT_OK(zsw_engine_new(&cfg, &e));
+        return e;
+}
+
+static void sleep_ms(unsigned ms) {
+        struct timespec ts = { ms / 1000, (long) (ms % 1000) * 1000000 };
+
+        while (nanosleep(&ts, &ts) < 0)
+                ;
+}
+
+static struct zsw_reclaim_result reclaim(struct zsw_engine *e, pid_t pid, uint64_t min_age_ms) {
+        struct zsw_reclaim_request req = { .max_bytes = UINT64_MAX, .min_cold_age_ms = min_age_ms };
+        struct zsw_engine_error err = {};
+        struct zsw_reclaim_result res = {};
+
+        if (zsw_engine_reclaim_cold(e, pid, &req, &res, &err) < 0)
+                TEST_FAIL("reclaim: %s", err.message);
+        return res;
+}
+
+static struct zsw_target_stats stats(struct zsw_engine *e, pid_t pid) {
+        struct zsw_target_stats s;
+
+        ASSERT_OK(zsw_engine_get_target_stats(e, pid, &s));
+        return s;
+}
+
+TEST(written_half_stays_cold_half_goes) {
+        struct child ch = child_start(8);
+        struct zsw_engine *e = engine_start(UINT32_MAX);
+        uint64_t hot = ch.buf, cold = ch.buf + ch.npages / 2 * PAGE;
+        size_t half = ch.npages / 2;
+        struct zsw_reclaim_result res;
+        struct zsw_target_stats s;
+
+        ASSERT_OK(zsw_engine_attach(e, ch.pid, NULL));
+        /* Nothing is old before two scans have watched it. */
+        res = reclaim(e, ch.pid, MIN_AGE_MS);
+        ASSERT_EQ(res.evicted_pages, 0);
+        ASSERT_OK(zsw_engine_age_scan(e, ch.pid, NULL));
+        res = reclaim(e, ch.pid, MIN_AGE_MS);
+        ASSERT_EQ(res.evicted_pages, 0);
+
+        /* The scan protected every page: each write to the hot half is
+         * seen, once per page. */
+        s = stats(e, ch.pid);
+        child_ask(&ch, 'w');
+        ASSERT_GE(stats(e, ch.pid).wp_faults - s.wp_faults, half);
+        sleep_ms(MIN_AGE_MS);
+        ASSERT_OK(zsw_engine_age_scan(e, ch.pid, NULL));
+        child_ask(&ch, 'w');
+        s = stats(e, ch.pid);
+        ASSERT_EQ(s.age_scans, 2);
+        ASSERT_GE(s.age_present_pages, ch.npages);
+        ASSERT_GE(s.age_idle_pages, half);
+        ASSERT_GT(s.age_table_bytes, 0);
+        /* About a byte per resident page. */
+        ASSERT_LT(s.age_table_bytes, 2 * s.age_present_pages + 65536);
+        fprintf(stderr, "age scan: %" PRIu64 " present, %" PRIu64 " idle, %" PRIu64
+                " protected, %" PRIu64 " us, table %" PRIu64 " bytes\n",
+                s.age_present_pages, s.age_idle_pages, s.age_protected_pages,
+                s.age_scan_ns_last / 1000, s.age_table_bytes);
+
+        res = reclaim(e, ch.pid, MIN_AGE_MS);
+        fprintf(stderr, "min age %u ms: evicted %" PRIu64 ", cold %" PRIu64 "\n", MIN_AGE_MS,
+                res.evicted_pages, res.cold_pages);
+        ASSERT_EQ(present(ch.pid, hot, half), half);
+        ASSERT_EQ(present(ch.pid, cold, half), 0);
+        ASSERT_GE(res.evicted_pages, half);
+        ASSERT_GE(res.cold_pages, half);
+        ASSERT_EQ(child_ask(&ch, 'v'), 0);
+
+        /* Without a minimum age the hot half goes too: the age is what
+         * kept it. */
+        res = reclaim(e, ch.pid, 0);
+        ASSERT_EQ(present(ch.pid, hot, half), 0);
+        ASSERT_EQ(child_ask(&ch, 'v'), 0);
+
+        /* Detached with every page write-protected by a scan: writes go
+         * through as if we had never been there. */
+        ASSERT_OK(zsw_engine_age_scan(e, ch.pid, NULL));
+        ASSERT_GE(stats(e, ch.pid).age_protected_pages, half);
+        ASSERT_OK(zsw_engine_detach(e, ch.pid, NULL));
+        child_ask(&ch, 'W');
+        ASSERT_EQ(child_ask(&ch, 'v'), 0);
+        child_stop(&ch);
+        zsw_engine_free(e);
+}
+
+TEST(faulted_in_pages_are_not_taken_again_within_the_age) {
+        struct child ch = child_start(4);
+        struct zsw_engine *e = engine_start(UINT32_MAX);
+        uint64_t hot = ch.buf;
+        size_t half = ch.npages / 2;
+        struct zsw_target_stats s0, s1;
+
+        ASSERT_OK(zsw_engine_attach(e, ch.pid, NULL));
+        ASSERT_OK(zsw_engine_age_scan(e, ch.pid, NULL));
+        sleep_ms(MIN_AGE_MS);
+        ASSERT_OK(zsw_engine_age_scan(e, ch.pid, NULL));
+
+        /* Reads leave no trace this kernel shows user space (no accessed
+         * bit without page_idle or MGLRU): a page only read is as old as
+         * an untouched one, and goes. */
+        child_ask(&ch, 'r');
+        (void) reclaim(e, ch.pid, MIN_AGE_MS);
+        ASSERT_EQ(present(ch.pid, hot, half), 0);
+
+        /* Reading it again brings it back: each page one refault (and
+         * a few of the child's own: its stack went too). */
+        s0 = stats(e, ch.pid);
+        child_ask(&ch, 'r');
+        s1 = stats(e, ch.pid);
+        ASSERT_GE(s1.refaults - s0.refaults, half);
+        ASSERT_LE(s1.refaults - s0.refaults, half + 16);
+        ASSERT_EQ(s1.zero_faults, s0.zero_faults);
+
+        /* Faulted in just now: not taken, before the next scan nor after. */
+        (void) reclaim(e, ch.pid, MIN_AGE_MS);
+        ASSERT_EQ(present(ch.pid, hot, half), half);
+        ASSERT_OK(zsw_engine_age_scan(e, ch.pid, NULL));
+        (void) reclaim(e, ch.pid, MIN_AGE_MS);
+        ASSERT_EQ(present(ch.pid, hot, half), half);
+
+        /* A page that came back counts half its age: unused for the
+         * minimum age is not enough any more... */
+        sleep_ms(MIN_AGE_MS);
+        ASSERT_OK(zsw_engine_age_scan(e, ch.pid, NULL));
+        (void) reclaim(e, ch.pid, MIN_AGE_MS);
+        ASSERT_EQ(present(ch.pid, hot, half), half);
+
+        /* ...twice the minimum is. */
+        sleep_ms(MIN_AGE_MS);
+        ASSERT_OK(zsw_engine_age_scan(e, ch.pid, NULL));
+        (void) reclaim(e, ch.pid, MIN_AGE_MS);
+        ASSERT_EQ(present(ch.pid, hot, half), 0);
+        ASSERT_EQ(child_ask(&ch, 'v'), 0);
+        child_stop(&ch);
+        zsw_engine_free(e);
+}
+
+TEST(first_touches_are_not_refaults) {
+        struct child ch = child_start(1);
+        struct zsw_engine *e = engine_start(UINT32_MAX);
+        struct zsw_target_stats s0, s1;
+        uint64_t fresh_at;
+
+        ASSERT_OK(zsw_engine_attach(e, ch.pid, NULL));
+        fresh_at = child_ask(&ch, 'm');
+        /* The scan registers the new mapping: its first touches come to
+         * us as zero-fill faults. */
+        ASSERT_OK(zsw_engine_age_scan(e, ch.pid, NULL));
+        s0 = stats(e, ch.pid);
+        child_ask(&ch, 't');
+        s1 = stats(e, ch.pid);
+        ASSERT_GE(s1.zero_faults - s0.zero_faults, 256);
+        ASSERT_EQ(s1.refaults, s0.refaults);
+        ASSERT_EQ(present(ch.pid, fresh_at, 256), 256);
+
+        /* Taken and touched again: now they are refaults. */
+        (void) reclaim(e, ch.pid, 0);
+        ASSERT_EQ(present(ch.pid, fresh_at, 256), 0);
+        child_ask(&ch, 't');
+        s0 = stats(e, ch.pid);
+        ASSERT_GE(s0.refaults - s1.refaults, 256);
+        ASSERT_EQ(child_ask(&ch, 'v'), 0);
+        child_stop(&ch);
+        zsw_engine_free(e);
+}
+
+TEST(engine_scans_on_its_own) {
+        struct child ch = child_start(1);
+        struct zsw_engine *e = engine_start(20);
+        struct zsw_target_stats s;
+
+        ASSERT_OK(zsw_engine_attach(e, ch.pid, NULL));
+        /* No scans before somebody asks for ages: the first reclaim with
+         * a minimum age starts them (and finds nothing old yet). */
+        sleep_ms(200);
+        ASSERT_EQ(stats(e, ch.pid).age_scans, 0);
+        ASSERT_EQ(reclaim(e, ch.pid, 60000).evicted_pages, 0);
+        /* Progress, not timing: wait (up to a minute) for two scans. */
+        for (unsigned i = 0; i < 600; i++) {
+                s = stats(e, ch.pid);
+                if (s.age_scans >= 2)
+                        break;
+                sleep_ms(100);
+        }
+        ASSERT_GE(s.age_scans, 2);
+        ASSERT_GE(s.age_present_pages, ch.npages);
+        ASSERT_GT(s.age_scan_ns_total, 0);
+        child_stop(&ch);
+        zsw_engine_free(e);
+}
