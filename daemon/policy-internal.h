@@ -48,6 +48,11 @@ struct policy_group {
         uint64_t refaults_last, refault_limit_last;
         uint64_t reclaimed_last, reclaimed_total; /* bytes */
         uint64_t periods, backoffs, trigger_events, budget_base;
+
+        /* The budget checks between periods (policy.c). */
+        uint64_t check_prev_usec;
+        uint64_t check_reclaimed; /* bytes, since the last period */
+        size_t reclaim_next;      /* the target group_reclaim() starts with */
 };
 
 struct policy_manager {
@@ -64,6 +69,8 @@ struct policy_manager {
         int epoll_fd;   /* the timer and every PSI trigger */
         int timer_fd;
         int global_trigger_fd;
+        int budget_timer_fd; /* armed while a group has a MemoryBudget */
+        bool budget_armed;
         bool global_fired;
         uint64_t global_events;
         unsigned ticks;

@@ -42,6 +42,10 @@ static struct policy_group *group_free(struct policy_group *g) {
         return NULL;
 }
 
+static bool group_has_budget(const struct policy_group *g) {
+        return g->policy->memory_budget.kind != ZSW_LIMIT_NONE;
+}
+
 static const struct zsw_policy *find_policy(const struct zsw_config *c, const char *name) {
         for (size_t i = 0; i < c->n_policies; i++)
                 if (strcmp(c->policies[i].name, name) == 0)
@@ -153,7 +157,11 @@ static int group_new(struct policy_manager *m, const struct zsw_policy *p, const
                 if (zsw_psi_read_at(g->psi_dir_fd, g->psi_name, &psi) >= 0)
                         g->psi_total_prev = psi.some.total_usec;
         }
-        g->time_prev = now_usec();
+        g->time_prev = g->check_prev_usec = now_usec();
+        /* The budget's base now, so that the checks between periods hold
+         * it from the start, not from the first period on. */
+        if (g->memory_fd >= 0)
+                (void) zsw_cgroup_read_memory_at(g->memory_fd, &g->budget_base);
         group_arm_trigger(m, g);
         m->groups[m->n_groups++] = g;
         log_info("Policy %s manages group %s (pressure from %s/%s%s).", p->name, cgroup,
@@ -473,29 +481,34 @@ static void group_backoff(struct policy_group *g, const char *why) {
                   g->refault_limit_last);
 }
 
-/* Reclaims up to WANT bytes from the group's targets that are old enough,
- * first target first; returns the bytes taken. */
+/* Reclaims up to WANT bytes from the group's targets that are old enough;
+ * returns the bytes taken. Each call starts with the next target, so that
+ * the stops reclaim costs (and the pages it takes) are spread over the
+ * group, not always paid by its first process. */
 static uint64_t group_reclaim(struct policy_manager *m, struct policy_group *g, uint64_t want) {
         uint64_t got = 0, now = now_usec(), page = (uint64_t) getpagesize();
+        size_t n = g->n_pids, first = n > 0 ? g->reclaim_next % n : 0;
 
-        for (size_t i = 0; i < g->n_pids && got + page <= want; i++) {
+        for (size_t k = 0; k < n && got + page <= want; k++) {
+                const struct policy_target *t = &g->pids[(first + k) % n];
                 struct zsw_reclaim_result res = {};
                 struct zsw_engine_error err = {};
                 int r;
 
                 /* The engine cannot yet tell a page's age: a process is
                  * left alone until it has been watched for MinColdAge. */
-                if (now - g->pids[i].attached_usec < g->policy->min_cold_age_usec)
+                if (now - t->attached_usec < g->policy->min_cold_age_usec)
                         continue;
-                r = zsw_engine_reclaim(m->engine, g->pids[i].pid, want - got, &res, &err);
+                r = zsw_engine_reclaim(m->engine, t->pid, want - got, &res, &err);
                 if (r < 0) {
                         log_debug_errno(r, "Policy %s: cannot reclaim from %d: %s",
-                                        g->policy_name, g->pids[i].pid,
+                                        g->policy_name, t->pid,
                                         err.message[0] ? err.message : "%m");
                         continue;
                 }
                 got += res.evicted_pages * page;
         }
+        g->reclaim_next = first + 1;
         return got;
 }
 
@@ -560,6 +573,9 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
 
         cap = p->max_reclaim_rate == UINT64_MAX ? UINT64_MAX :
                                                   p->max_reclaim_rate / ZSW_USEC_PER_SEC * elapsed;
+        /* What the budget checks took this period counts against the rate. */
+        cap -= MIN(cap, g->check_reclaimed);
+        g->check_reclaimed = 0;
         if (p->memory_budget.kind != ZSW_LIMIT_NONE) {
                 if (g->usage_bytes <= g->budget_bytes) {
                         g->decision = "at budget";
@@ -591,6 +607,60 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
                   want / 1024);
 }
 
+/* A group with a MemoryBudget is also checked every BUDGET_CHECK_USEC
+ * between periods: a process can allocate hundreds of MiB within one
+ * period, and a budget looked at once a period is exceeded by that much.
+ * A check is one read of the group's usage; it reclaims only while the
+ * group is over its budget and not backing off, within MaxReclaimRate.
+ * Groups whose usage cannot be read (no memory group) wait for the period. */
+#define BUDGET_CHECK_USEC (20 * 1000ull)
+#define BUDGET_MARGIN_SHARE 64
+
+static void group_check_budget(struct policy_manager *m, struct policy_group *g) {
+        const struct zsw_policy *p = g->policy;
+        uint64_t now = now_usec(), elapsed = now - g->check_prev_usec, usage, budget, cap, want, got;
+
+        g->check_prev_usec = now;
+        if (!group_has_budget(g) || g->n_pids == 0 || g->budget_base == 0 ||
+            g->pause_periods > 0 || g->trigger_fired || g->memory_fd < 0 ||
+            zsw_cgroup_read_memory_at(g->memory_fd, &usage) < 0)
+                return;
+        budget = zsw_limit_resolve(&p->memory_budget, g->budget_base);
+        if (usage <= budget)
+                return;
+        cap = p->max_reclaim_rate == UINT64_MAX ? UINT64_MAX :
+                                                  p->max_reclaim_rate / ZSW_USEC_PER_SEC * elapsed;
+        /* Down to a little below the budget: each reclaim stops the targets
+         * a moment, fewer and larger ones cost them less than one per check. */
+        want = usage - budget + MAX(budget / BUDGET_MARGIN_SHARE, (uint64_t) STEP_MIN_BYTES);
+        got = group_reclaim(m, g, MAX(MIN(want, cap), (uint64_t) getpagesize()));
+        g->check_reclaimed += got;
+        g->reclaimed_total += got;
+        if (got > 0)
+                g->decision = "reclaiming to budget";
+        log_debug("Policy %s, group %s: over budget (%" PRIu64 " KiB of %" PRIu64 " KiB): "
+                  "reclaimed %" PRIu64 " of %" PRIu64 " KiB.", g->policy_name, g->cgroup,
+                  usage / 1024, budget / 1024, got / 1024, want / 1024);
+}
+
+/* Runs the budget checks while some group has a budget, and only then. */
+static void manager_arm_budget_checks(struct policy_manager *m) {
+        struct itimerspec its = {};
+        bool want = false;
+
+        for (size_t i = 0; i < m->n_groups && !want; i++)
+                want = group_has_budget(m->groups[i]);
+        if (want == m->budget_armed || m->budget_timer_fd < 0)
+                return;
+        if (want)
+                its.it_value = its.it_interval = (struct timespec) { .tv_nsec = BUDGET_CHECK_USEC * 1000 };
+        if (timerfd_settime(m->budget_timer_fd, 0, &its, NULL) < 0) {
+                log_warning_errno(errno, "Cannot set the budget check timer, ignoring: %m");
+                return;
+        }
+        m->budget_armed = want;
+}
+
 static void manager_tick(struct policy_manager *m) {
         bool global_fired = m->global_fired;
 
@@ -606,6 +676,7 @@ static void manager_tick(struct policy_manager *m) {
                         group_remove(m, i);
                 else
                         i++;
+        manager_arm_budget_checks(m);
 }
 
 int policy_manager_process(struct policy_manager *m) {
@@ -623,6 +694,11 @@ int policy_manager_process(struct policy_manager *m) {
                         if (read(m->timer_fd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
                                 return -errno;
                         manager_tick(m);
+                } else if (g == (void *) &m->budget_timer_fd) {
+                        if (read(m->budget_timer_fd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
+                                return -errno;
+                        for (size_t k = 0; k < m->n_groups; k++)
+                                group_check_budget(m, m->groups[k]);
                 } else if (!g) {
                         m->global_fired = true;
                         m->global_events++;
@@ -680,7 +756,7 @@ int policy_manager_new(struct zsw_engine *engine, struct zsw_config *config,
         }
         m->engine = engine;
         m->config = config;
-        m->epoll_fd = m->timer_fd = m->global_trigger_fd = -EBADF;
+        m->epoll_fd = m->timer_fd = m->global_trigger_fd = m->budget_timer_fd = -EBADF;
 
         r = zsw_cgroup_layout_detect(&m->layout);
         if (r < 0)
@@ -700,6 +776,12 @@ int policy_manager_new(struct zsw_engine *engine, struct zsw_config *config,
         if (epoll_ctl(m->epoll_fd, EPOLL_CTL_ADD, m->timer_fd,
                       &(struct epoll_event) { .events = EPOLLIN, .data.ptr = m }) < 0)
                 return log_error_errno(errno, "Failed to watch the policy timer: %m");
+        m->budget_timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        if (m->budget_timer_fd < 0)
+                return log_error_errno(errno, "Failed to create the budget check timer: %m");
+        if (epoll_ctl(m->epoll_fd, EPOLL_CTL_ADD, m->budget_timer_fd,
+                      &(struct epoll_event) { .events = EPOLLIN, .data.ptr = &m->budget_timer_fd }) < 0)
+                return log_error_errno(errno, "Failed to watch the budget check timer: %m");
         arm_global_trigger(m);
 
         *ret = TAKE_PTR(m);
@@ -714,6 +796,7 @@ struct policy_manager *policy_manager_free(struct policy_manager *m) {
         free(m->groups);
         free(m->ignored);
         safe_close(m->global_trigger_fd);
+        safe_close(m->budget_timer_fd);
         safe_close(m->timer_fd);
         safe_close(m->epoll_fd);
         zsw_cgroup_layout_done(&m->layout);
@@ -749,4 +832,5 @@ void policy_manager_set_config(struct policy_manager *m, struct zsw_config *conf
         m->n_ignored = 0;
         arm_global_trigger(m);
         (void) policy_manager_scan(m);
+        manager_arm_budget_checks(m);
 }
