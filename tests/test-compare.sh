@@ -115,6 +115,13 @@ if command -v jq >/dev/null; then
                         fail "only $ev of the workload's $(( size * 256 )) pages were evicted"
                 [ -n "$(figure reread swapfile lat_p99_us)" ] || fail "no latency for the swapfile"
         fi
+        # The table (on stderr with --json) gives every contender's figures
+        # as multiples of zswap's when zswap ran, e.g. the swapfile's
+        # reclaim speed.
+        if [ "$(jq -r '.results[] | select(.workload == "reread" and .contender == "zswap") | .available' "$tmp/out.json")" = true ]; then
+                grep -q "^as a multiple of kernel zswap's median:" "$tmp/err" || fail "no ratios to zswap in the table"
+                awk '$1 == "swapfile" && NF == 5 { ok = 1 } END { exit !ok }' "$tmp/err" || fail "no swapfile row among the ratios"
+        fi
         # Compressing contenders that ran report a ratio above 1 and save memory.
         for c in zswap zram; do
                 [ "$(jq -r --arg c $c '.results[] | select(.workload == "reread" and .contender == $c) | .available' "$tmp/out.json")" = true ] || continue
