@@ -10,9 +10,10 @@
  *           order, timing the first touch of each evicted page, and once
  *           sequentially, checking every byte both times.
  *   usemem  the zswap authors' over-commit method: after "ready" and
- *           SIGUSR1, writes --size MiB of corpus pages, verifies them and
- *           frees them. The driver runs two of these under one memory
- *           budget smaller than their total.
+ *           SIGUSR1, writes --size MiB of corpus pages, notes how many
+ *           of them were reclaimed meanwhile (absent from pagemap), verifies
+ *           them and frees them. The driver runs two of these under one
+ *           memory budget smaller than their total.
  *   fill    fills --size MiB and exits: reads the corpus files into the page
  *           cache outside the measured cgroup, so that the cgroup's charge
  *           is the workload's anonymous memory only.
@@ -276,8 +277,8 @@ static int run_reread(void) {
 }
 
 static int run_usemem(void) {
-        _cleanup_(region_unmap) struct region tmpl = {}, tsums = {}, data = {};
-        size_t npages = arg_size_mib * 1024 * 1024 / PAGE;
+        _cleanup_(region_unmap) struct region tmpl = {}, tsums = {}, data = {}, absent = {};
+        size_t npages = arg_size_mib * 1024 * 1024 / PAGE, n_absent, n_swapped;
         size_t ntmpl = MIN(TEMPLATE_PAGES_MAX, MAX(npages / TEMPLATE_SHARE, (size_t) 1)), corrupted = 0, bad_pages = 0;
         uint64_t *tsum, t0, t_write, t_verify, t_free;
         struct rusage ru;
@@ -297,6 +298,10 @@ static int run_usemem(void) {
                 return r;
         for (size_t i = 0; i < ntmpl; i++)
                 tsum[i] = corpus_page_sum((uint8_t *) tmpl.mem + i * PAGE);
+        /* One byte a page, for the pagemap scan before the verification. */
+        r = region_map(npages, true, &absent);
+        if (r < 0)
+                return r;
 
         r = announce_and_wait("");
         if (r < 0)
@@ -315,6 +320,13 @@ static int run_usemem(void) {
                 ((uint8_t *) data.mem)[i * PAGE + i % PAGE] ^= 0x5a;
         t_write = zsw_now_ns() - t0;
 
+        /* Every page is written once: whatever is absent now was reclaimed
+         * after its write and is brought back by the verification, in the
+         * kernel's swap-in or zswapd's fault service alike (the kernel's
+         * readahead makes its major faults fewer than these pages). */
+        r = scan_evicted(&data, absent.mem, &n_absent, &n_swapped);
+        if (r < 0)
+                return r;
         t0 = zsw_now_ns();
         for (size_t p = 0; p < npages; p++) {
                 const uint8_t *page = (const uint8_t *) data.mem + p * PAGE;
@@ -337,6 +349,7 @@ static int run_usemem(void) {
                npages, t_write / 1e9, (double) arg_size_mib / ((double) t_write / 1e9),
                t_verify / 1e9, t_free / 1e9);
         printf("major_faults=%ld\nminor_faults=%ld\n", ru.ru_majflt, ru.ru_minflt);
+        printf("absent_pages=%zu\nswapped_pages=%zu\n", n_absent, n_swapped);
         printf("corrupted_pages=%zu\ncorrupted_bytes=%zu\n", bad_pages, corrupted);
         return 0;
 }

@@ -47,10 +47,14 @@ struct policy_group {
         uint64_t refaults_last, refault_limit_last;
         uint64_t reclaimed_last, reclaimed_total; /* bytes */
         uint64_t rate_credit;    /* bytes MaxReclaimRate lets it take now */
+        uint64_t credit_usec;    /* when rate_credit was last topped up */
         uint64_t rate_cap_last;  /* the credit when the last reclaim started */
         uint64_t reclaim_want;   /* what the last reclaim asked for */
         struct reclaim_request *reclaiming; /* on the reclaim worker, or NULL */
         uint64_t periods, backoffs, trigger_events, budget_base;
+
+        /* The budget checks between periods (policy.c). */
+        size_t reclaim_next;      /* the target group_reclaim() starts with */
 };
 
 struct policy_manager {
@@ -68,6 +72,8 @@ struct policy_manager {
         int epoll_fd;   /* the timer and every PSI trigger */
         int timer_fd;
         int global_trigger_fd;
+        int budget_timer_fd; /* armed while a group has a MemoryBudget */
+        bool budget_armed;
         bool global_fired;
         uint64_t global_events;
         unsigned ticks;

@@ -47,6 +47,10 @@ static struct policy_group *group_free(struct policy_group *g) {
         return NULL;
 }
 
+static bool group_has_budget(const struct policy_group *g) {
+        return g->policy->memory_budget.kind != ZSW_LIMIT_NONE;
+}
+
 static const struct zsw_policy *find_policy(const struct zsw_config *c, const char *name) {
         for (size_t i = 0; i < c->n_policies; i++)
                 if (strcmp(c->policies[i].name, name) == 0)
@@ -159,6 +163,10 @@ static int group_new(struct policy_manager *m, const struct zsw_policy *p, const
                         g->psi_total_prev = psi.some.total_usec;
         }
         g->time_prev = now_usec();
+        /* The budget's base now, so that the checks between periods hold
+         * it from the start, not from the first period on. */
+        if (g->memory_fd >= 0)
+                (void) zsw_cgroup_read_memory_at(g->memory_fd, &g->budget_base);
         group_arm_trigger(m, g);
         m->groups[m->n_groups++] = g;
         log_info("Policy %s manages group %s (pressure from %s/%s%s).", p->name, cgroup,
@@ -504,26 +512,31 @@ static void group_backoff(struct policy_group *g, const char *why) {
                   g->refault_limit_last);
 }
 
-/* The group's targets, in order; returns how many went to PIDS (room for
- * all of them). */
-static size_t group_reclaimable(const struct policy_group *g, pid_t *pids) {
-        size_t n = 0;
+/* The group's targets in the order a reclaim tries them; returns how many
+ * went to PIDS (room for all of them). Each reclaim starts with the next
+ * target, so that the stops reclaim costs (and the pages it takes) are
+ * spread over the group, not always paid by its first process. */
+static size_t group_reclaim_order(struct policy_group *g, pid_t *pids) {
+        size_t n = g->n_pids, first = n > 0 ? g->reclaim_next % n : 0;
 
-        for (size_t i = 0; i < g->n_pids; i++)
-                pids[n++] = g->pids[i].pid;
+        for (size_t k = 0; k < n; k++)
+                pids[k] = g->pids[(first + k) % n].pid;
+        g->reclaim_next = first + 1;
         return n;
 }
 
-/* MaxReclaimRate as a token bucket: the period's share of the rate is
- * added (at most a second's worth is kept, so a calm spell does not build
- * up a burst) and what was reclaimed is taken off; the next reclaim may
- * take what is left. UINT64_MAX without a cap. */
-static uint64_t group_rate_credit(struct policy_group *g, uint64_t elapsed_usec) {
+/* MaxReclaimRate as a token bucket: the rate's share of the time since the
+ * last call is added (at most a second's worth is kept, so a calm spell
+ * does not build up a burst) and what was reclaimed is taken off; the next
+ * reclaim, a period's step or a budget check, may take what is left.
+ * UINT64_MAX without a cap. */
+static uint64_t group_rate_credit(struct policy_group *g, uint64_t now) {
         uint64_t rate = g->policy->max_reclaim_rate, add;
 
         if (rate == UINT64_MAX)
                 return UINT64_MAX;
-        add = (uint64_t) ((unsigned __int128) rate * elapsed_usec / ZSW_USEC_PER_SEC);
+        add = (uint64_t) ((unsigned __int128) rate * (now - g->credit_usec) / ZSW_USEC_PER_SEC);
+        g->credit_usec = now;
         g->rate_credit = MIN(g->rate_credit + add, MAX(rate, (uint64_t) getpagesize()));
         return g->rate_credit;
 }
@@ -547,7 +560,7 @@ static void group_reclaim_done(void *userdata, const struct reclaim_request *req
 }
 
 /* Reclaims up to WANT bytes of pages unused for MinColdAge from the
- * group's targets, first target first: on the reclaim worker when the
+ * group's targets (group_reclaim_order()): on the reclaim worker when the
  * manager has one (the result comes back in group_reclaim_done), else
  * here. The engine's age scans tell a page's age: a process attached less
  * than MinColdAge ago has none old enough yet. */
@@ -564,7 +577,7 @@ static void group_reclaim(struct policy_manager *m, struct policy_group *g, uint
                 log_oom();
                 return;
         }
-        n = group_reclaimable(g, pids);
+        n = group_reclaim_order(g, pids);
         g->reclaim_want = want;
         g->reclaimed_last = 0;
         if (m->reclaimer && n > 0) {
@@ -651,7 +664,7 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
                 return;
         }
         g->backoff_pause = MAX(g->backoff_pause / 2, 1u);
-        cap = group_rate_credit(g, elapsed);
+        cap = group_rate_credit(g, now);
         if (g->reclaiming) {
                 /* The last step is still running on the worker: one at a
                  * time, so the rate cap holds. */
@@ -694,6 +707,59 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
         group_reclaim(m, g, want);
 }
 
+/* A group with a MemoryBudget is also checked every BUDGET_CHECK_USEC
+ * between periods: a process can allocate hundreds of MiB within one
+ * period, and a budget looked at once a period is exceeded by that much.
+ * A check is one read of the group's usage; it reclaims only while the
+ * group is over its budget and not backing off, within MaxReclaimRate.
+ * Groups whose usage cannot be read (no memory group) wait for the period. */
+#define BUDGET_CHECK_USEC (20 * 1000ull)
+#define BUDGET_MARGIN_SHARE 64
+
+static void group_check_budget(struct policy_manager *m, struct policy_group *g) {
+        const struct zsw_policy *p = g->policy;
+        uint64_t usage, budget, cap, want;
+        LOG_FIELDS(.policy = g->policy_name, .cgroup = g->cgroup);
+
+        if (!group_has_budget(g) || g->n_pids == 0 || g->budget_base == 0 ||
+            g->pause_periods > 0 || g->trigger_fired || g->reclaiming || g->memory_fd < 0 ||
+            zsw_cgroup_read_memory_at(g->memory_fd, &usage) < 0)
+                return;
+        budget = zsw_limit_resolve(&p->memory_budget, g->budget_base);
+        if (usage <= budget)
+                return;
+        cap = group_rate_credit(g, now_usec());
+        if (cap < (uint64_t) getpagesize())
+                return;
+        /* Down to a little below the budget: each reclaim stops the targets
+         * a moment, fewer and larger ones cost them less than one per check. */
+        want = usage - budget + MAX(budget / BUDGET_MARGIN_SHARE, (uint64_t) STEP_MIN_BYTES);
+        log_debug("Policy %s, group %s: over budget (%" PRIu64 " KiB of %" PRIu64 " KiB): "
+                  "reclaiming %" PRIu64 " KiB.", g->policy_name, g->cgroup,
+                  usage / 1024, budget / 1024, MIN(want, cap) / 1024);
+        group_reclaim(m, g, MIN(want, cap));
+        if (g->reclaiming)
+                g->decision = "reclaiming to budget";
+}
+
+/* Runs the budget checks while some group has a budget, and only then. */
+static void manager_arm_budget_checks(struct policy_manager *m) {
+        struct itimerspec its = {};
+        bool want = false;
+
+        for (size_t i = 0; i < m->n_groups && !want; i++)
+                want = group_has_budget(m->groups[i]);
+        if (want == m->budget_armed || m->budget_timer_fd < 0)
+                return;
+        if (want)
+                its.it_value = its.it_interval = (struct timespec) { .tv_nsec = BUDGET_CHECK_USEC * 1000 };
+        if (timerfd_settime(m->budget_timer_fd, 0, &its, NULL) < 0) {
+                log_warning_errno(errno, "Cannot set the budget check timer, ignoring: %m");
+                return;
+        }
+        m->budget_armed = want;
+}
+
 static void manager_tick(struct policy_manager *m) {
         bool global_fired = m->global_fired;
 
@@ -709,6 +775,7 @@ static void manager_tick(struct policy_manager *m) {
                         group_remove(m, i);
                 else
                         i++;
+        manager_arm_budget_checks(m);
 }
 
 int policy_manager_process(struct policy_manager *m) {
@@ -726,6 +793,11 @@ int policy_manager_process(struct policy_manager *m) {
                         if (read(m->timer_fd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
                                 return -errno;
                         manager_tick(m);
+                } else if (g == (void *) &m->budget_timer_fd) {
+                        if (read(m->budget_timer_fd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
+                                return -errno;
+                        for (size_t k = 0; k < m->n_groups; k++)
+                                group_check_budget(m, m->groups[k]);
                 } else if (!g) {
                         m->global_fired = true;
                         m->global_events++;
@@ -783,7 +855,7 @@ int policy_manager_new(struct zsw_engine *engine, struct zsw_config *config,
         }
         m->engine = engine;
         m->config = config;
-        m->epoll_fd = m->timer_fd = m->global_trigger_fd = -EBADF;
+        m->epoll_fd = m->timer_fd = m->global_trigger_fd = m->budget_timer_fd = -EBADF;
 
         r = zsw_cgroup_layout_detect(&m->layout);
         if (r < 0)
@@ -803,6 +875,12 @@ int policy_manager_new(struct zsw_engine *engine, struct zsw_config *config,
         if (epoll_ctl(m->epoll_fd, EPOLL_CTL_ADD, m->timer_fd,
                       &(struct epoll_event) { .events = EPOLLIN, .data.ptr = m }) < 0)
                 return log_error_errno(errno, "Failed to watch the policy timer: %m");
+        m->budget_timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        if (m->budget_timer_fd < 0)
+                return log_error_errno(errno, "Failed to create the budget check timer: %m");
+        if (epoll_ctl(m->epoll_fd, EPOLL_CTL_ADD, m->budget_timer_fd,
+                      &(struct epoll_event) { .events = EPOLLIN, .data.ptr = &m->budget_timer_fd }) < 0)
+                return log_error_errno(errno, "Failed to watch the budget check timer: %m");
         arm_global_trigger(m);
 
         *ret = TAKE_PTR(m);
@@ -817,6 +895,7 @@ struct policy_manager *policy_manager_free(struct policy_manager *m) {
         free(m->groups);
         free(m->ignored);
         safe_close(m->global_trigger_fd);
+        safe_close(m->budget_timer_fd);
         safe_close(m->timer_fd);
         safe_close(m->epoll_fd);
         zsw_cgroup_layout_done(&m->layout);
@@ -856,4 +935,5 @@ void policy_manager_set_config(struct policy_manager *m, struct zsw_config *conf
         m->n_ignored = 0;
         arm_global_trigger(m);
         (void) policy_manager_scan(m);
+        manager_arm_budget_checks(m);
 }

@@ -15,7 +15,8 @@
  * than MaxReclaimRate allows; when either rises, or a PSI trigger fires,
  * it halves the step and pauses, doubling the pause on each new backoff.
  * A policy with a MemoryBudget reclaims toward the budget at the rate cap
- * and holds there. Every decision is logged at debug level and kept for
+ * and holds there; its group's use is also checked every 20 ms between
+ * periods, so that a fast allocation is caught early. Every decision is logged at debug level and kept for
  * `zswapctl policies`.
  */
 #pragma once

@@ -5,6 +5,8 @@
 # real, its table and JSON parse, the workload finds no corrupted byte, it
 # puts every setting back (swap, zswap parameters, zram, debugfs, cgroups),
 # also when interrupted, and it refuses to run over swap that is in use.
+# The over-commit workload runs at 2 x 16 MiB, under the kernel's limit and
+# under a zswapd policy's budget.
 #
 #   tests/test-compare.sh SRCDIR BUILDDIR
 #
@@ -23,9 +25,12 @@ own_swap=
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# Returns 0 whatever it found: under set -e a failing EXIT trap would turn
+# a skip (77) into a failure.
 cleanup() {
         [ -n "$own_swap" ] && { swapoff "$own_swap" 2>/dev/null; rm -f "$own_swap"; }
         [ -n "$tmp" ] && rm -rf "$tmp"
+        return 0
 }
 trap cleanup EXIT
 
@@ -110,6 +115,13 @@ if command -v jq >/dev/null; then
                         fail "only $ev of the workload's $(( size * 256 )) pages were evicted"
                 [ -n "$(figure reread swapfile lat_p99_us)" ] || fail "no latency for the swapfile"
         fi
+        # The table (on stderr with --json) gives every contender's figures
+        # as multiples of zswap's when zswap ran, e.g. the swapfile's
+        # reclaim speed.
+        if [ "$(jq -r '.results[] | select(.workload == "reread" and .contender == "zswap") | .available' "$tmp/out.json")" = true ]; then
+                grep -q "^as a multiple of kernel zswap's median:" "$tmp/err" || fail "no ratios to zswap in the table"
+                awk '$1 == "swapfile" && NF == 5 { ok = 1 } END { exit !ok }' "$tmp/err" || fail "no swapfile row among the ratios"
+        fi
         # Compressing contenders that ran report a ratio above 1 and save memory.
         for c in zswap zram; do
                 [ "$(jq -r --arg c $c '.results[] | select(.workload == "reread" and .contender == $c) | .available' "$tmp/out.json")" = true ] || continue
@@ -123,6 +135,20 @@ if command -v jq >/dev/null; then
         fi
         th=$(figure overcommit swapfile throughput_mibs)
         [ -n "$th" ] || fail "no over-commit throughput for the swapfile"
+        # Under the kernel's limit the group never goes over its budget, and
+        # what did not fit was reclaimed and read back.
+        [ "$(figure overcommit swapfile over_budget_mib)" = 0 ] ||
+                fail "the swapfile's group went $(figure overcommit swapfile over_budget_mib) MiB over a hard limit"
+        fs=$(figure overcommit swapfile faults_served)
+        [ -n "$fs" ] && [ "$fs" -gt 0 ] || fail "no page served back under the swapfile (faults_served '$fs')"
+        [ -z "$(figure overcommit floor over_budget_mib)" ] || fail "the floor has no budget to go over"
+        # zswapd holds the same budget with a policy: it ran, and says how
+        # far the group went over it.
+        if [ -x "$builddir/daemon/zswapd" ]; then
+                [ -n "$(figure overcommit zswapd-lz4 throughput_mibs)" ] || fail "no over-commit under zswapd"
+                [ -n "$(figure overcommit zswapd-lz4 over_budget_mib)" ] || fail "no over_budget_mib under zswapd"
+                [ -n "$(figure reread zswapd-lz4 daemon_rss_mib)" ] || fail "no daemon_rss_mib under zswapd"
+        fi
 fi
 
 echo "== table run"

@@ -1180,9 +1180,10 @@ TEST(policy_takes_pages_unused_for_min_cold_age) {
 }
 
 /* MemoryBudget=50%: the policy reclaims until the group uses half of what
- * it used when first seen, and holds there. */
+ * it used when first seen, and holds there. The checks between periods
+ * take part (they alone log "over budget"). */
 TEST(budget_is_reached_and_held) {
-        _cleanup_free_ char *out = NULL;
+        _cleanup_free_ char *out = NULL, *log = NULL;
         struct test_cgroup *g;
         struct confdir c;
         struct daemon d;
@@ -1226,6 +1227,8 @@ TEST(budget_is_reached_and_held) {
         ASSERT_EQ_U(json_u64(targets_entry(out, t.pid), "evicted_pages"), evicted);
         ASSERT_GT(evicted, 0);
         ASSERT_TRUE(target_verify(&t));
+        log = read_log(&d);
+        ASSERT_TRUE(strstr(log, "over budget (") != NULL);
 
         target_stop(&t);
         daemon_cleanup(&d);
