@@ -233,6 +233,7 @@ struct evict_round {
         uint8_t *buf;                           /* 2 chunks of pages */
         void *bufs[2][ZSW_EVICT_CHUNK_PAGES];   /* its pages, by half */
         size_t chunk;                           /* first page of the chunk being stored */
+        size_t n_kept;                          /* cancelled for the store or a vanished page, not a write */
         void *const *chunk_bufs;                /* and where its pages are */
         struct iovec runs[ZSW_EVICT_MAX_PAGES];
         size_t n_runs;
@@ -391,8 +392,10 @@ static int round_collect(struct zsw_engine *e, struct zsw_target *t, struct evic
                         res->refused_pages++;
         pthread_mutex_lock(&t->batch_lock);
         for (size_t i = 0; i < b->n; i++)
-                if (!rd->stored[i])
+                if (!rd->stored[i] && !b->cancelled[i]) {
                         batch_cancel(b, i);
+                        rd->n_kept++;
+                }
         pthread_mutex_unlock(&t->batch_lock);
         return 0;
 }
@@ -515,6 +518,7 @@ static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct evict_
         b->n_cancelled = 0;
         b->wake_pending = false;
         rd->n_runs = 0;
+        rd->n_kept = 0;
         for (size_t i = 0; i < n_regions; i++) {
                 rd->runs[rd->n_runs++] = (struct iovec) {
                         (void *) regions[i].start, regions[i].end - regions[i].start };
@@ -553,7 +557,8 @@ static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct evict_
         pthread_mutex_unlock(&t->serve_lock);
         rd->ns_sync += zsw_now_ns() - t1;
         pthread_mutex_lock(&t->batch_lock);
-        res->aborted_pages += b->n_cancelled;
+        /* Only what writes cancelled: refused and vanished pages are not. */
+        res->aborted_pages += b->n_cancelled - rd->n_kept;
         wake = b->wake_pending;
         b->state = EVICT_IDLE;
         pthread_mutex_unlock(&t->batch_lock);

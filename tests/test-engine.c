@@ -59,6 +59,22 @@ static void child_loop(int cmd, int reply) {
                                 sums[i] = corpus_page_sum(buf + (size_t) i * PAGE);
                         }
                         break;
+                case 'n': {
+                        /* The first quarter turns to noise that no
+                         * compressor shrinks. */
+                        uint64_t x = 0x9e3779b97f4a7c15u;
+
+                        for (size_t i = 0; i < npages / 4; i++) {
+                                for (size_t k = 0; k < PAGE; k += sizeof(x)) {
+                                        x ^= x << 13;
+                                        x ^= x >> 7;
+                                        x ^= x << 17;
+                                        memcpy(buf + i * PAGE + k, &x, sizeof(x));
+                                }
+                                sums[i] = corpus_page_sum(buf + i * PAGE);
+                        }
+                        break;
+                }
                 case 'f': {
                         pid_t p = fork();
                         int status;
@@ -217,6 +233,35 @@ TEST(reclaim_fault_detach_round_trip) {
         ASSERT_OK(zsw_engine_detach(e, ch.pid, &err));
         ASSERT_EQ(child_ask(&ch, 'v'), 0);
         ASSERT_ERRNO(zsw_engine_detach(e, ch.pid, &err), ENOENT);
+        child_stop(&ch);
+        zsw_engine_free(e);
+}
+
+/* Pages the store refuses stay with the target and are counted as
+ * refused, not as cancelled by writes (the child writes nothing). */
+TEST(refused_pages_are_not_write_cancellations) {
+        struct child ch = child_start(8, 0);
+        struct zsw_engine_config cfg = { .reject_incompressible = true, .log = &test_log };
+        struct zsw_reclaim_result res;
+        struct zsw_engine_error err = {};
+        struct zsw_engine *e;
+
+        if (geteuid() != 0)
+                TEST_SKIP("needs root for ptrace and userfaultfd");
+        child_ask(&ch, 'n');
+        ASSERT_EQ(child_ask(&ch, 'v'), 0);
+        ASSERT_OK(zsw_engine_new(&cfg, &e));
+        ASSERT_OK(zsw_engine_attach(e, ch.pid, &err));
+        if (zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err) < 0)
+                TEST_FAIL("reclaim: %s", err.message);
+        fprintf(stderr, "evicted %" PRIu64 ", refused %" PRIu64 ", cancelled by writes %" PRIu64 "\n",
+                res.evicted_pages, res.refused_pages, res.aborted_pages);
+        ASSERT_GE(res.refused_pages, npages / 4);
+        /* At most the stack of the thread we inject into. */
+        ASSERT_LE(res.aborted_pages, 2);
+        ASSERT_EQ(child_ask(&ch, 'v'), 0);
+        ASSERT_OK(zsw_engine_detach(e, ch.pid, &err));
+        ASSERT_EQ(child_ask(&ch, 'v'), 0);
         child_stop(&ch);
         zsw_engine_free(e);
 }
