@@ -652,18 +652,29 @@ static void name_children(struct zsw_engine *e) {
         }
 }
 
+/* A fork child we could not name has no pidfd to tell us it exited: its
+ * address space tells us instead. (Short-lived children, fork then exec,
+ * are usually gone before the reaper looks for them.) */
+static bool target_unnamed_gone(struct zsw_target *t) {
+        return t->pid == 0 && t->parent_pid == 0 && zsw_uffd_mm_alive(t->uffd) == -ESRCH;
+}
+
 static void reap(struct zsw_engine *e) {
         for (;;) {
                 struct zsw_target *t;
 
                 pthread_mutex_lock(&e->table_lock);
                 for (t = e->targets; t; t = t->next)
-                        if (atomic_load(&t->dead) || target_exec_ed(t))
+                        if (atomic_load(&t->dead) || target_exec_ed(t) || target_unnamed_gone(t))
                                 break;
                 pthread_mutex_unlock(&e->table_lock);
                 if (!t)
                         return;
-                zsw_log(e->log, LOG_INFO, "Process %d exited or exec'ed; forgetting it", t->pid);
+                if (t->pid > 0)
+                        zsw_log(e->log, LOG_INFO, "Process %d exited or exec'ed; forgetting it", t->pid);
+                else
+                        zsw_log(e->log, LOG_INFO, "A fork child that exited before we could name it is "
+                                "forgotten");
                 atomic_store(&t->dead, true);
                 /* A reclaim of it may still run (zsw_engine_reclaim drops
                  * control_lock): it ends quickly on a dead target. */

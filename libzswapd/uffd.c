@@ -11,6 +11,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "pool.h"
 #include "uffd.h"
 #include "util.h"
 
@@ -105,6 +106,16 @@ int zsw_uffd_wake(int fd, uint64_t start, uint64_t len) {
         struct uffdio_range range = { .start = start, .len = len };
 
         return ioctl(fd, UFFDIO_WAKE, &range) < 0 ? -errno : 0;
+}
+
+int zsw_uffd_mm_alive(int fd) {
+        /* Any valid user range (above mmap_min_addr, below the top). */
+        struct uffdio_continue c = { .range = { .start = UINT64_C(1) << 32, .len = ZSW_PAGE_SIZE },
+                                     .mode = UFFDIO_CONTINUE_MODE_DONTWAKE };
+
+        if (ioctl(fd, UFFDIO_CONTINUE, &c) == 0)
+                return 0;
+        return errno == ESRCH || errno == EAGAIN ? -errno : 0;
 }
 
 int zsw_uffd_read_msgs(int fd, struct uffd_msg *msgs, size_t n) {

@@ -78,6 +78,13 @@ int zsw_uffd_poison(int fd, uint64_t start, uint64_t len);
 /* Wakes threads waiting on faults in the range, after DONTWAKE fills. */
 int zsw_uffd_wake(int fd, uint64_t start, uint64_t len);
 
+/* Whether the address space fd was created in still exists: -ESRCH once
+ * its process exited or exec'ed, 0 while it lives, -EAGAIN while one of its
+ * events is unread (ask again later). Changes nothing: a CONTINUE, which
+ * this anonymous-memory uffd can never perform, answers ESRCH before it
+ * looks at the range. */
+int zsw_uffd_mm_alive(int fd);
+
 /* Reads up to n messages from an O_NONBLOCK uffd (a blocking one would
  * block here): returns how many (>= 1), or -EAGAIN when none is pending. A UFFD_EVENT_FORK message installs the
  * child's new uffd in the calling process (msg.arg.fork.ufd), so only the
