@@ -3,11 +3,10 @@
  * What engine.c (targets, attach, detach), fault.c (fault-service threads)
  * and evict.c (the eviction protocol) share. Not a public interface.
  *
+ * A target is freed only after fault_threads_remove(): out of every epoll
+ * set, and every fault thread past the batch that may have held it.
+ *
  * Locking, outermost first:
- *   engine->targets_lock (rwlock): fault threads hold it for reading while
- *     they use target pointers they got from epoll; freeing a target takes
- *     it for writing after removing the target from every epoll set, so no
- *     thread can still hold a pointer to it.
  *   engine->table_lock (mutex): the target list.
  *   target->serve_lock (mutex): reading and handling a target's uffd
  *     messages. Held from read(2) until every message of the batch is
@@ -119,11 +118,19 @@ struct zsw_target {
         struct zsw_target *next;
 };
 
+struct fault_buf;
+
 struct fault_thread {
         struct zsw_engine *engine;
         pthread_t thread;
         int epfd;
-        int stop_fd;                    /* eventfd: wakes the thread to stop */
+        int stop_fd;                    /* eventfd: kicks the thread, or stops it */
+        struct fault_buf *buf;          /* its pages for UFFDIO_COPY */
+        /* Batches of epoll events it finished, and whether it still runs:
+         * see fault_threads_remove(), whose snapshot batches_seen is. */
+        atomic_uint_fast64_t batches;
+        atomic_bool running;
+        uint64_t batches_seen;
         int cpu;                        /* pinned to, -1 for none */
         struct zsw_worker *worker;
         bool started;
@@ -138,7 +145,6 @@ struct zsw_engine {
         struct zsw_writeback *writeback;
 
         pthread_mutex_t control_lock;
-        pthread_rwlock_t targets_lock;
         pthread_mutex_t table_lock;
         struct zsw_target *targets;
         unsigned n_targets;

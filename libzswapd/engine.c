@@ -908,7 +908,6 @@ int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **r
                                                  ZSW_ENGINE_AGE_INTERVAL_DEFAULT_MS) * 1000000;
         e->reaper_epfd = e->reaper_stop_fd = -EBADF;
         pthread_mutex_init(&e->control_lock, NULL);
-        pthread_rwlock_init(&e->targets_lock, NULL);
         pthread_mutex_init(&e->table_lock, NULL);
         pthread_mutex_init(&e->worker_lock, NULL);
 
@@ -986,7 +985,6 @@ struct zsw_engine *zsw_engine_free(struct zsw_engine *e) {
         safe_close(e->reaper_epfd);
         safe_close(e->reaper_stop_fd);
         pthread_mutex_destroy(&e->control_lock);
-        pthread_rwlock_destroy(&e->targets_lock);
         pthread_mutex_destroy(&e->table_lock);
         pthread_mutex_destroy(&e->worker_lock);
         free(e);

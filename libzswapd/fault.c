@@ -237,16 +237,16 @@ static void serve_target(struct fault_thread *ft, struct zsw_target *t) {
         }
 }
 
+/* A stop request on a fault thread's eventfd; smaller values are kicks
+ * (see fault_threads_remove()). */
+#define FAULT_THREAD_STOP (UINT64_C(1) << 32)
+
 static void *fault_thread_main(void *userdata) {
         struct fault_thread *ft = userdata;
         struct zsw_engine *e = ft->engine;
         struct epoll_event evs[16];
 
-        tls_buf = aligned_alloc(4096, sizeof(struct fault_buf));
-        if (!tls_buf) {
-                zsw_log(e->log, LOG_ERR, "Fault thread has no memory for its buffer");
-                return NULL;
-        }
+        tls_buf = ft->buf;
         for (;;) {
                 int n = epoll_wait(ft->epfd, evs, (int) ARRAY_SIZE(evs), -1);
                 bool stop = false;
@@ -257,18 +257,20 @@ static void *fault_thread_main(void *userdata) {
                         zsw_log_errno(e->log, LOG_ERR, errno, "epoll_wait failed in fault thread: %m");
                         break;
                 }
-                pthread_rwlock_rdlock(&e->targets_lock);
                 for (int i = 0; i < n; i++) {
-                        if (!evs[i].data.ptr)
-                                stop = true;
-                        else
+                        uint64_t v = 0;
+
+                        if (evs[i].data.ptr)
                                 serve_target(ft, evs[i].data.ptr);
+                        else if (read(ft->stop_fd, &v, sizeof(v)) == sizeof(v) && v >= FAULT_THREAD_STOP)
+                                stop = true;
                 }
-                pthread_rwlock_unlock(&e->targets_lock);
+                /* Done with every target pointer epoll gave us. */
+                atomic_fetch_add_explicit(&ft->batches, 1, memory_order_release);
                 if (stop)
                         break;
         }
-        free(tls_buf);
+        atomic_store_explicit(&ft->running, false, memory_order_release);
         tls_buf = NULL;
         return NULL;
 }
@@ -291,14 +293,34 @@ int fault_threads_add(struct zsw_engine *e, struct zsw_target *t) {
         return 0;
 }
 
-/* After this returns no fault thread uses t: it is gone from every epoll
- * set, and taking targets_lock for writing waits out any thread that got
- * t from epoll before. */
+/* After this returns no fault thread uses t. Once t's uffd is out of every
+ * epoll set no epoll_wait returns t any more, but a thread may have got it
+ * just before and not be done with it (or not even have started: it can be
+ * preempted right after epoll_wait returns, so no lock it would take can
+ * tell us). Each thread counts the batches it finished; kicked awake, a
+ * thread finishes its current batch and one more, so once its count moved
+ * it holds no pointer it got before the removal. Callers hold the
+ * engine's control_lock (one removal at a time) and no target lock. */
 void fault_threads_remove(struct zsw_engine *e, struct zsw_target *t) {
+        uint64_t kick = 1;
+
         for (unsigned i = 0; i < e->n_threads; i++)
                 epoll_ctl(e->threads[i].epfd, EPOLL_CTL_DEL, t->uffd, NULL);
-        pthread_rwlock_wrlock(&e->targets_lock);
-        pthread_rwlock_unlock(&e->targets_lock);
+        for (unsigned i = 0; i < e->n_threads; i++) {
+                struct fault_thread *ft = &e->threads[i];
+
+                ft->batches_seen = atomic_load_explicit(&ft->batches, memory_order_acquire);
+                if (atomic_load_explicit(&ft->running, memory_order_acquire) &&
+                    write(ft->stop_fd, &kick, sizeof(kick)) < 0)
+                        zsw_log_errno(e->log, LOG_ERR, errno, "Cannot wake a fault thread: %m");
+        }
+        for (unsigned i = 0; i < e->n_threads; i++) {
+                struct fault_thread *ft = &e->threads[i];
+
+                while (atomic_load_explicit(&ft->batches, memory_order_acquire) == ft->batches_seen &&
+                       atomic_load_explicit(&ft->running, memory_order_acquire))
+                        nanosleep(&(struct timespec) { .tv_nsec = 20 * 1000 }, NULL);
+        }
 }
 
 static int fault_thread_init(struct zsw_engine *e, struct fault_thread *ft, int cpu) {
@@ -307,6 +329,9 @@ static int fault_thread_init(struct zsw_engine *e, struct fault_thread *ft, int 
 
         ft->engine = e;
         ft->cpu = cpu;
+        ft->buf = aligned_alloc(4096, sizeof(struct fault_buf));
+        if (!ft->buf)
+                return -ENOMEM;
         ft->epfd = epoll_create1(EPOLL_CLOEXEC);
         ft->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (ft->epfd < 0 || ft->stop_fd < 0)
@@ -316,9 +341,12 @@ static int fault_thread_init(struct zsw_engine *e, struct fault_thread *ft, int 
         r = zsw_worker_new(e->store, &ft->worker);
         if (r < 0)
                 return r;
+        atomic_store(&ft->running, true);
         r = -pthread_create(&ft->thread, NULL, fault_thread_main, ft);
-        if (r < 0)
+        if (r < 0) {
+                atomic_store(&ft->running, false);
                 return r;
+        }
         ft->started = true;
         if (cpu >= 0) {
                 cpu_set_t set;
@@ -365,13 +393,14 @@ void fault_threads_stop(struct zsw_engine *e) {
                 struct fault_thread *ft = &e->threads[i];
 
                 if (ft->started) {
-                        uint64_t one = 1;
+                        uint64_t stop = FAULT_THREAD_STOP;
 
-                        if (write(ft->stop_fd, &one, sizeof(one)) < 0)
+                        if (write(ft->stop_fd, &stop, sizeof(stop)) < 0)
                                 zsw_log_errno(e->log, LOG_ERR, errno, "Failed to stop fault thread: %m");
                         pthread_join(ft->thread, NULL);
                 }
                 zsw_worker_free(ft->worker);
+                free(ft->buf);
                 safe_close(ft->epfd);
                 safe_close(ft->stop_fd);
         }
