@@ -150,6 +150,21 @@ enum evict_restore evict_may_restore(struct zsw_target *t, uint64_t pgno, bool d
         return v;
 }
 
+uint64_t evict_first_in_round(struct zsw_target *t, uint64_t from, uint64_t end) {
+        struct evict_batch *b = &t->batch;
+        uint64_t first = end;
+
+        pthread_mutex_lock(&t->batch_lock);
+        if (b->state != EVICT_IDLE) {
+                size_t i = batch_lower_bound(b, from * ZSW_PAGE_SIZE);
+
+                if (i < b->n && b->addrs[i] / ZSW_PAGE_SIZE < end)
+                        first = b->addrs[i] / ZSW_PAGE_SIZE;
+        }
+        pthread_mutex_unlock(&t->batch_lock);
+        return first;
+}
+
 void evict_forget_restored(struct zsw_target *t, uint64_t pgno, uint64_t n) {
         struct evict_batch *b = &t->batch;
 
