@@ -6,7 +6,10 @@
  * A round takes up to ZSW_EVICT_MAX_PAGES present pages:
  *   1. publish the round (COLLECTING) so that fault threads can see it;
  *   2. write-protect its runs: from now on a write by the target raises a
- *      WP fault instead of changing the page behind our back;
+ *      WP fault instead of changing the page behind our back; pages not
+ *      present and protected right after are cancelled (the target
+ *      removed them before the round was published; see
+ *      round_keep_protected());
  *   3. read the pages (process_vm_readv; they are present, so the read
  *      cannot fault on a missing page of the target, which would block us
  *      on our own fault service);
