@@ -607,19 +607,24 @@ static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct evict_
         res->scanned_pages += b->n;
 
         r = round_collect(e, t, rd, res);
-        if (r < 0) {
-                pthread_mutex_lock(&t->batch_lock);
-                for (size_t i = 0; i < b->n; i++) {
-                        batch_cancel(b, i);
-                        zsw_store_invalidate(t->owner, b->addrs[i] / ZSW_PAGE_SIZE, 1);
-                }
-                pthread_mutex_unlock(&t->batch_lock);
-        } else {
+        if (r >= 0) {
                 uint64_t t0 = zsw_now_ns();
 
                 r = round_drop(e, t, rd, res);
                 rd->ns_drop += zsw_now_ns() - t0;
         }
+        /* Failed before the commit (a drop that could not seize the
+         * target fails there too): nothing was dropped, and every entry
+         * goes, cancelled pages' first: one may hold what the target
+         * discarded during the round, and once the round is over no
+         * RESTORE_ZERO would keep a fault from reading it back. */
+        pthread_mutex_lock(&t->batch_lock);
+        if (r < 0 && b->state == EVICT_COLLECTING)
+                for (size_t i = 0; i < b->n; i++) {
+                        batch_cancel(b, i);
+                        zsw_store_invalidate(t->owner, b->addrs[i] / ZSW_PAGE_SIZE, 1);
+                }
+        pthread_mutex_unlock(&t->batch_lock);
 
         uint64_t t1 = zsw_now_ns();
         round_unprotect_kept(t);
