@@ -17,6 +17,7 @@
 
 #include "conf-values.h"
 #include "config.h"
+#include "engine.h"
 
 #define DEFAULT_SOCKET "/run/zswapd/zswapd.sock"
 /* A directory: the backing file is an unnamed O_TMPFILE in it, which
@@ -51,6 +52,8 @@ static const struct zsw_policy policy_defaults = {
         .pool_limit = { ZSW_LIMIT_NONE, 0 },
         /* As the kernel's swap readahead with vm.page-cluster=3. */
         .prefetch_window = 8,
+        /* Measured in docs/bench-fault.md (first touch). */
+        .zero_window = 64,
         .refault_limit = { ZSW_LIMIT_RELATIVE, 5 * 100 },
 };
 
@@ -369,6 +372,7 @@ static const struct key_def policy_keys[] = {
         P("Policy", "Writeback", assign_bool, writeback, FIELD_PLAIN, 0),
         P("Policy", "PoolLimit", assign_limit, pool_limit, FIELD_PLAIN, BUDGET_FLAGS),
         P("Policy", "PrefetchWindow", assign_uint, prefetch_window, FIELD_PLAIN, ZSW_PREFETCH_MAX),
+        P("Policy", "ZeroFillWindow", assign_uint, zero_window, FIELD_PLAIN, ZSW_ZERO_WINDOW_MAX),
         P("Policy", "RefaultLimit", assign_limit, refault_limit, FIELD_PLAIN, REFAULT_FLAGS),
 };
 
@@ -874,6 +878,7 @@ int zsw_policy_dump(const struct zsw_policy *p, FILE *f) {
         fprintf(f, "Writeback=%s\n", p->writeback ? "yes" : "no");
         fprintf(f, "PoolLimit=%s\n", conf_format_limit(b, &p->pool_limit, 0));
         fprintf(f, "PrefetchWindow=%u\n", p->prefetch_window);
+        fprintf(f, "ZeroFillWindow=%u\n", p->zero_window);
         fprintf(f, "RefaultLimit=%s\n",
                 conf_format_limit(b, &p->refault_limit, LIMIT_COUNT | LIMIT_PER_SEC));
         return stream_result(f);

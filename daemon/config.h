@@ -92,6 +92,7 @@ struct zsw_policy {
         bool writeback;               /* allowed, if [Writeback] Enabled= too */
         struct zsw_limit pool_limit;  /* bytes or of the global pool limit */
         unsigned prefetch_window;     /* pages, 0 ... ZSW_PREFETCH_MAX */
+        unsigned zero_window;         /* pages, 0 ... ZSW_ZERO_WINDOW_MAX */
         struct zsw_limit refault_limit; /* refaults/s or of pages reclaimed */
 };
 

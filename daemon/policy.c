@@ -330,6 +330,7 @@ static void policy_target_config(struct policy_manager *m, const struct zsw_poli
                 .compressor = zsw_compressor_to_string(p->compressor),
                 .compression_level = p->compression_level,
                 .prefetch_window = p->prefetch_window,
+                .zero_window = p->zero_window,
                 /* At least one page: 0 would mean no limit at all. */
                 .max_pool_pages = limit == UINT64_MAX ? 0 : MAX(limit / getpagesize(), 1u),
                 .no_writeback = !p->writeback,

@@ -74,6 +74,7 @@ struct zsw_target {
         struct zsw_owner *owner;
         struct zsw_owner_config owner_config;   /* as the owner was made */
         unsigned prefetch_window;       /* pages, <= FAULT_PREFETCH_MAX */
+        unsigned zero_window;           /* pages, <= ZSW_ZERO_WINDOW_MAX */
         _Atomic bool dead;              /* exited or exec'ed: to be reaped */
 
         pthread_mutex_t serve_lock;
@@ -110,6 +111,9 @@ struct zsw_target {
 
         struct zsw_histogram fault_hist;
         _Atomic uint64_t faults, zero_faults, prefetched, prefetch_hits;
+        /* Pages zero-filled after the faulting one by a first touch's
+         * window (they take no fault of ours, ever). */
+        _Atomic uint64_t zero_ahead;
         /* Faults that brought back a page we had taken; WP faults that a
          * write raised on a page an age scan or a round had protected. */
         _Atomic uint64_t refaults, wp_faults;
@@ -216,6 +220,9 @@ enum evict_restore {
 /* How a missing fault on pgno may be served. With defer, RESTORE_WAIT
  * also asks the round to wake the faulting threads at its end. */
 enum evict_restore evict_may_restore(struct zsw_target *t, uint64_t pgno, bool defer);
+/* The first page of [from, end) that the eviction round in flight holds
+ * (whatever its state), end if none. */
+uint64_t evict_first_in_round(struct zsw_target *t, uint64_t from, uint64_t end);
 /* Pages [pgno, pgno + n) are back in place in the target: drops their
  * stored copies, now stale, except those of pages in the eviction round in
  * flight. Such a round may have read and stored the page we just placed,

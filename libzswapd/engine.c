@@ -205,6 +205,7 @@ static int target_configure(struct zsw_engine *e, struct zsw_target *t,
         int c = (int) e->compressor, level = e->config.compression_level;
 
         t->prefetch_window = MIN(e->config.prefetch_window, FAULT_PREFETCH_MAX);
+        t->zero_window = MIN(e->config.zero_window, ZSW_ZERO_WINDOW_MAX);
         if (tc) {
                 if (tc->compressor) {
                         c = zsw_compressor_from_string(tc->compressor);
@@ -217,6 +218,7 @@ static int target_configure(struct zsw_engine *e, struct zsw_target *t,
                 if (tc->compression_level != 0)
                         level = tc->compression_level;
                 t->prefetch_window = MIN(tc->prefetch_window, FAULT_PREFETCH_MAX);
+                t->zero_window = MIN(tc->zero_window, ZSW_ZERO_WINDOW_MAX);
                 t->owner_config.max_pages = tc->max_pool_pages;
                 t->owner_config.no_writeback = tc->no_writeback;
         }
@@ -562,6 +564,7 @@ int engine_add_fork_child(struct zsw_engine *e, struct zsw_target *parent, int c
         t->uffd = child_uffd;
         t->owner_config = parent->owner_config;
         t->prefetch_window = parent->prefetch_window;
+        t->zero_window = parent->zero_window;
         /* The child's pages that the parent had evicted are missing in the
          * child too: it gets its own view of the same entries. */
         r = zsw_store_owner_clone(parent->owner, &t->owner);
@@ -736,6 +739,7 @@ static void fill_target_stats(struct zsw_engine *e, struct zsw_target *t, struct
                 .evict_aborted = atomic_load(&t->evict_aborted),
                 .faults = atomic_load(&t->faults),
                 .zero_faults = atomic_load(&t->zero_faults),
+                .zero_ahead_pages = atomic_load(&t->zero_ahead),
                 .refaults = atomic_load(&t->refaults),
                 .wp_faults = atomic_load(&t->wp_faults),
                 .prefetched_pages = atomic_load(&t->prefetched),
@@ -754,6 +758,7 @@ static void fill_target_stats(struct zsw_engine *e, struct zsw_target *t, struct
                 .compressor = zsw_compressor_to_string(t->owner_config.compressor),
                 .compression_level = t->owner_config.level,
                 .prefetch_window = t->prefetch_window,
+                .zero_window = t->zero_window,
                 .max_pool_pages = t->owner_config.max_pages,
                 .no_writeback = t->owner_config.no_writeback,
         };

@@ -21,11 +21,14 @@
 
 struct zsw_engine;
 
+#define ZSW_ZERO_WINDOW_MAX 511u
+
 struct zsw_engine_config {
         const char *compressor;         /* "lz4" (default when NULL) or "zstd" */
         int compression_level;          /* zstd level; 0 = library default */
         bool reject_incompressible;     /* refuse pages that do not shrink */
         unsigned prefetch_window;       /* pages brought back around a fault, 0 = off */
+        unsigned zero_window;           /* see struct zsw_target_config */
         unsigned fault_threads;         /* 0 = one per online CPU, each pinned */
         /* The pool limit (object bytes in the pool), 0 for none; stores
          * are refused from the limit until the pool is back under
@@ -76,6 +79,14 @@ struct zsw_target_config {
         int compression_level;          /* zstd level; 0: the engine's for its own
                                          * compressor, else the library default */
         unsigned prefetch_window;       /* pages brought back around a fault, 0 = off */
+        /* A first touch of a page we never took is zero-filled together
+         * with up to this many pages after it (0: that page alone; at
+         * most ZSW_ZERO_WINDOW_MAX, and never past the end of its 2 MiB
+         * region or a page we hold): the shared zero page costs no memory,
+         * and the target's later write to one of them is the kernel's own
+         * copy-on-write fault (1-10 us) instead of a round trip through a
+         * fault thread (50-100 us). */
+        unsigned zero_window;
         /* Pages the target may keep in the pool (neither same-filled nor
          * written back), 0 for no limit of its own. At it, its coldest
          * pages are written back, or with no_writeback its stores are
@@ -151,6 +162,7 @@ struct zsw_target_stats {
         uint64_t evict_aborted;
         uint64_t faults;
         uint64_t zero_faults;           /* faults on pages never taken */
+        uint64_t zero_ahead_pages;      /* zero-filled after such a fault (zero_window) */
         uint64_t refaults;              /* faults that brought back a page we had taken */
         uint64_t wp_faults;             /* writes to pages protected by age scans or rounds */
         uint64_t prefetched_pages;
@@ -169,6 +181,7 @@ struct zsw_target_stats {
         const char *compressor;         /* static string */
         int compression_level;          /* 0 with lz4 */
         unsigned prefetch_window;
+        unsigned zero_window;
         uint64_t max_pool_pages;
         bool no_writeback;
         /* Page ages, as the last age scan found them. */

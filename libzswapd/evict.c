@@ -6,7 +6,10 @@
  * A round takes up to ZSW_EVICT_MAX_PAGES present pages:
  *   1. publish the round (COLLECTING) so that fault threads can see it;
  *   2. write-protect its runs: from now on a write by the target raises a
- *      WP fault instead of changing the page behind our back;
+ *      WP fault instead of changing the page behind our back; pages not
+ *      present and protected right after are cancelled (the target
+ *      removed them before the round was published; see
+ *      round_keep_protected());
  *   3. read the pages (process_vm_readv; they are present, so the read
  *      cannot fault on a missing page of the target, which would block us
  *      on our own fault service);
@@ -37,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
 
@@ -150,6 +154,21 @@ enum evict_restore evict_may_restore(struct zsw_target *t, uint64_t pgno, bool d
         return v;
 }
 
+uint64_t evict_first_in_round(struct zsw_target *t, uint64_t from, uint64_t end) {
+        struct evict_batch *b = &t->batch;
+        uint64_t first = end;
+
+        pthread_mutex_lock(&t->batch_lock);
+        if (b->state != EVICT_IDLE) {
+                size_t i = batch_lower_bound(b, from * ZSW_PAGE_SIZE);
+
+                if (i < b->n && b->addrs[i] / ZSW_PAGE_SIZE < end)
+                        first = b->addrs[i] / ZSW_PAGE_SIZE;
+        }
+        pthread_mutex_unlock(&t->batch_lock);
+        return first;
+}
+
 void evict_forget_restored(struct zsw_target *t, uint64_t pgno, uint64_t n) {
         struct evict_batch *b = &t->batch;
 
@@ -239,6 +258,8 @@ struct evict_round {
         size_t n_runs;
         bool read_ok[ZSW_EVICT_MAX_PAGES];
         bool stored[ZSW_EVICT_MAX_PAGES];
+        bool protected_[ZSW_EVICT_MAX_PAGES];
+        int pagemap;                            /* the target's, for the round's scans */
         /* Where the time goes, for the debug log. */
         uint64_t ns_scan, ns_protect, ns_read, ns_store, ns_drop, ns_seize, ns_inject, ns_sync;
 };
@@ -365,6 +386,60 @@ static int round_read_store(struct zsw_engine *e, struct zsw_target *t, struct e
         return r;
 }
 
+/* After step 2: only pages present and write-protected now stay in the
+ * round. The scan that chose them ran before the round was published, so
+ * a page the target removed in between was not cancelled (its REMOVE
+ * found no round), and once filled again (a zero fill of ours, a copy) it
+ * carries no uffd-wp bit: the target's writes to it would go unseen and
+ * the drop would lose them. From the protection on, a page that stays
+ * protected cannot change unseen: a write raises a WP fault and a removal
+ * an event, and both cancel it. tests/test-zero-window.c's race lost
+ * pages this way before this check. */
+static int round_keep_protected(struct zsw_target *t, struct evict_round *rd) {
+        struct evict_batch *b = &t->batch;
+        size_t j = 0;
+
+        memset(rd->protected_, 0, b->n * sizeof(bool));
+        for (size_t i = 0; i < rd->n_runs; i++) {
+                uint64_t pos = (uint64_t) rd->runs[i].iov_base;
+                uint64_t end = pos + rd->runs[i].iov_len;
+
+                while (pos < end) {
+                        struct zsw_page_run found[64];
+                        struct pm_scan_arg arg = {
+                                .size = sizeof(arg),
+                                .start = pos,
+                                .end = end,
+                                .vec = (uint64_t) (uintptr_t) found,
+                                .vec_len = ARRAY_SIZE(found),
+                                .category_mask = PAGE_IS_PRESENT | PAGE_IS_WRITTEN,
+                                .category_inverted = PAGE_IS_WRITTEN,
+                                .return_mask = PAGE_IS_PRESENT,
+                        };
+                        int k = ioctl(rd->pagemap, PAGEMAP_SCAN, &arg);
+
+                        if (k < 0)
+                                return -errno;
+                        if (arg.walk_end <= pos)
+                                return -EIO;
+                        for (int f = 0; f < k; f++)
+                                for (uint64_t a = found[f].start; a < found[f].end; a += ZSW_PAGE_SIZE) {
+                                        while (j < b->n && b->addrs[j] < a)
+                                                j++;
+                                        if (j < b->n && b->addrs[j] == a)
+                                                rd->protected_[j] = true;
+                                }
+                        pos = arg.walk_end;
+                }
+        }
+        pthread_mutex_lock(&t->batch_lock);
+        for (size_t i = 0; i < b->n; i++)
+                if (!rd->protected_[i])
+                        batch_cancel(b, i);
+        pthread_mutex_unlock(&t->batch_lock);
+        return 0;
+}
+
 /* Steps 2-4: protect, read, store. Pages that cannot go are cancelled. */
 static int round_collect(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd,
                          struct zsw_reclaim_result *res) {
@@ -381,6 +456,10 @@ static int round_collect(struct zsw_engine *e, struct zsw_target *t, struct evic
                                              (uint64_t) rd->runs[i].iov_base, rd->runs[i].iov_len,
                                              t->pid);
         }
+        r = round_keep_protected(t, rd);
+        if (r < 0)
+                return zsw_log_errno(e->log, LOG_DEBUG, r, "Cannot scan the round's pages of %d: %m",
+                                     t->pid);
         rd->ns_protect += zsw_now_ns() - t0;
 
         memset(rd->stored, 0, b->n * sizeof(bool));
@@ -532,19 +611,24 @@ static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct evict_
         res->scanned_pages += b->n;
 
         r = round_collect(e, t, rd, res);
-        if (r < 0) {
-                pthread_mutex_lock(&t->batch_lock);
-                for (size_t i = 0; i < b->n; i++) {
-                        batch_cancel(b, i);
-                        zsw_store_invalidate(t->owner, b->addrs[i] / ZSW_PAGE_SIZE, 1);
-                }
-                pthread_mutex_unlock(&t->batch_lock);
-        } else {
+        if (r >= 0) {
                 uint64_t t0 = zsw_now_ns();
 
                 r = round_drop(e, t, rd, res);
                 rd->ns_drop += zsw_now_ns() - t0;
         }
+        /* Failed before the commit (a drop that could not seize the
+         * target fails there too): nothing was dropped, and every entry
+         * goes, cancelled pages' first: one may hold what the target
+         * discarded during the round, and once the round is over no
+         * RESTORE_ZERO would keep a fault from reading it back. */
+        pthread_mutex_lock(&t->batch_lock);
+        if (r < 0 && b->state == EVICT_COLLECTING)
+                for (size_t i = 0; i < b->n; i++) {
+                        batch_cancel(b, i);
+                        zsw_store_invalidate(t->owner, b->addrs[i] / ZSW_PAGE_SIZE, 1);
+                }
+        pthread_mutex_unlock(&t->batch_lock);
 
         uint64_t t1 = zsw_now_ns();
         round_unprotect_kept(t);
@@ -649,6 +733,7 @@ int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
         r = evict_round_get(e, &rd);
         if (r < 0)
                 return r;
+        rd->pagemap = pagemap;
 
         /* Each pass walks every range. */
         n_passes = cold_passes(t, min_age_ms, budget, passes, res);

@@ -101,6 +101,63 @@ static unsigned prefetch(struct fault_thread *ft, struct zsw_target *t, uint64_t
         return n;
 }
 
+/* A first touch of page pgno, a page we never took: zero-fills it and, in
+ * the same UFFDIO_ZEROPAGE, up to zero_window pages after it, and returns
+ * the pages filled (from pgno on) or a negative errno. The zero page costs
+ * no memory; a read of those pages sees the zeros it must, and a write is
+ * the kernel's own copy-on-write fault (the zero page's PTE has no uffd-wp
+ * bit), so a target filling fresh memory takes one fault of ours per
+ * window instead of one per page.
+ *
+ * Why a page of the window is never one whose content we hold: zero-filling
+ * page p is what serving a missing fault on p right now would do, and we
+ * take the same view: p is not in the store and not in the round in flight
+ * (we stop short of every page of a round, cancelled ones included).
+ * ZEROPAGE only fills missing PTEs and stops at the first present page
+ * (EEXIST, a short fill). A page can only become "missing, content in the
+ * store" through our drop, and the drop zaps a page only after a fault
+ * thread has read the UFFD_EVENT_REMOVE it raised (madvise waits for that
+ * read). We hold serve_lock from our checks to the ioctl, and messages are
+ * read only under it, so no drop can zap a page in between:
+ *   - a drop whose REMOVE was read before we took serve_lock committed its
+ *     pages to the store before that (stored, then DROPPING): its round is
+ *     either still DROPPING (evict_first_in_round() stops there) or IDLE
+ *     with its entries in the store (zsw_store_next() stops there);
+ *   - a drop whose REMOVE is unread keeps the uffd's mmap_changing raised:
+ *     ZEROPAGE fails with EAGAIN and fills nothing (so do the target's own
+ *     DONTNEED, munmap, mremap and fork while their events are unread);
+ *   - a round that starts meanwhile takes present pages only, where
+ *     ZEROPAGE stops with EEXIST.
+ * The target's DONTNEED of a page we filled raises REMOVE as for any page;
+ * its munmap leaves no VMA, where ZEROPAGE fails with ENOENT. */
+static ssize_t zero_fill(struct zsw_target *t, uint64_t pgno, bool window) {
+        /* Not past the faulting page's 2 MiB region: no page table is
+         * allocated for pages nobody touched. */
+        uint64_t end = MIN(pgno + 1 + (window ? t->zero_window : 0), (pgno | 511) + 1), held;
+        ssize_t r;
+
+        if (end > pgno + 1) {
+                end = evict_first_in_round(t, pgno + 1, end);
+                if (zsw_store_next(t->owner, pgno + 1, &held) && held < end)
+                        end = held;
+        }
+        for (;;) {
+                r = zsw_uffd_zeropage(t->uffd, pgno * ZSW_PAGE_SIZE, (end - pgno) * ZSW_PAGE_SIZE,
+                                      false);
+                /* ENOENT: the range is gone, or the window crosses the end
+                 * of the mapping (one ZEROPAGE fills one VMA); try less. */
+                if (r != -ENOENT || end == pgno + 1)
+                        break;
+                end = pgno + MAX((end - pgno) / 2, 1u);
+        }
+        if (r <= 0)
+                return r;
+        r /= ZSW_PAGE_SIZE;
+        if (r > 1)
+                atomic_fetch_add_explicit(&t->zero_ahead, (uint64_t) r - 1, memory_order_relaxed);
+        return r;
+}
+
 /* Every message we read ends with its thread woken: by the ioctl that
  * resolves the fault (COPY, ZEROPAGE, POISON wake on success), by
  * wake_unresolved(), or by the eviction round it waits for. The load is shared: the entry goes only once its page
@@ -112,6 +169,8 @@ static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_
         /* A fault right after the pages we brought back last time: a
          * sequential stream, which used every one of them. */
         bool sequential = pgno == t->next_fault_pgno;
+        /* Pages placed from pgno on: a zero fill may place more than one. */
+        uint64_t placed = 1;
         ssize_t r;
 
         if (sequential)
@@ -124,28 +183,32 @@ static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_
                 /* The round wakes it once the drop is done. */
                 return;
         case RESTORE_ZERO:
-                r = -ENOENT;
+                /* Cancelled by the round: this page alone. */
+                r = zero_fill(t, pgno, false);
+                atomic_fetch_add_explicit(&t->zero_faults, 1, memory_order_relaxed);
                 break;
         default:
                 r = zsw_store_load(ft->worker, t->owner, pgno, tls_buf->pages, 0);
-        }
-        if (r == -ENOENT) {
-                /* Never taken by us: a first touch, zero-filled as the
-                 * kernel would. */
-                r = zsw_uffd_zeropage(t->uffd, page, ZSW_PAGE_SIZE, false);
-                atomic_fetch_add_explicit(&t->zero_faults, 1, memory_order_relaxed);
-        } else if (r < 0) {
-                fail_fault(t, page, (int) r);
-                return;
-        } else {
-                r = zsw_uffd_copy(t->uffd, page, tls_buf->pages, ZSW_PAGE_SIZE, 0);
-                /* In place, ours or whoever was first: the copy is stale. */
-                if (r > 0 || r == -EEXIST)
-                        evict_forget_restored(t, pgno, 1);
-                /* Back unprotected: the next age scan finds it used. */
-                if (r > 0) {
-                        atomic_fetch_add_explicit(&t->refaults, 1, memory_order_relaxed);
-                        target_note_refault(t, pgno);
+                if (r == -ENOENT) {
+                        /* Never taken by us: a first touch, zero-filled as
+                         * the kernel would, with the window after it. */
+                        r = zero_fill(t, pgno, true);
+                        if (r > 0)
+                                placed = (uint64_t) r;
+                        atomic_fetch_add_explicit(&t->zero_faults, 1, memory_order_relaxed);
+                } else if (r < 0) {
+                        fail_fault(t, page, (int) r);
+                        return;
+                } else {
+                        r = zsw_uffd_copy(t->uffd, page, tls_buf->pages, ZSW_PAGE_SIZE, 0);
+                        /* In place, ours or whoever was first: the copy is stale. */
+                        if (r > 0 || r == -EEXIST)
+                                evict_forget_restored(t, pgno, 1);
+                        /* Back unprotected: the next age scan finds it used. */
+                        if (r > 0) {
+                                atomic_fetch_add_explicit(&t->refaults, 1, memory_order_relaxed);
+                                target_note_refault(t, pgno);
+                        }
                 }
         }
         if (r < 0)
@@ -156,10 +219,10 @@ static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_
 
         /* After the faulting thread is on its way: prefetch only costs
          * the target if it waits for one of these pages meanwhile. */
-        if (sequential || pgno == t->last_fault_pgno + 1)
+        if (placed == 1 && (sequential || pgno == t->last_fault_pgno + 1))
                 t->prefetched_last = r > 0 ? prefetch(ft, t, pgno) : 0;
-        t->last_fault_pgno = pgno;
-        t->next_fault_pgno = pgno + 1 + t->prefetched_last;
+        t->last_fault_pgno = pgno + placed - 1;
+        t->next_fault_pgno = pgno + placed + t->prefetched_last;
 }
 
 /* A write to a write-protected page: the eviction round decides whether

@@ -149,6 +149,7 @@ TEST(every_policy_key) {
                        "Writeback=false\n"
                        "PoolLimit=25%\n"
                        "PrefetchWindow=64\n"
+                       "ZeroFillWindow=511\n"
                        "RefaultLimit=200/s\n",
                        &c));
         ASSERT_EQ(c->n_policies, 1);
@@ -176,6 +177,7 @@ TEST(every_policy_key) {
         ASSERT_EQ(p->pool_limit.kind, ZSW_LIMIT_RELATIVE);
         ASSERT_EQ(p->pool_limit.value, 2500);
         ASSERT_EQ(p->prefetch_window, 64);
+        ASSERT_EQ(p->zero_window, 511);
         ASSERT_EQ(p->refault_limit.kind, ZSW_LIMIT_ABSOLUTE);
         ASSERT_EQ(p->refault_limit.value, 200);
 }
@@ -199,6 +201,7 @@ TEST(policy_defaults_and_inheritance) {
         ASSERT_TRUE(p->writeback);
         ASSERT_EQ(p->pool_limit.kind, ZSW_LIMIT_NONE);
         ASSERT_EQ(p->prefetch_window, 8);
+        ASSERT_EQ(p->zero_window, 64);
         ASSERT_EQ(p->refault_limit.kind, ZSW_LIMIT_RELATIVE);
         ASSERT_EQ(p->refault_limit.value, 500);
         c = zsw_config_free(c);
@@ -397,6 +400,7 @@ TEST(value_errors) {
                 { "PrefetchWindow=65", "PrefetchWindow=65: out of range (0 ... 64)" },
                 { "PrefetchWindow=99999999999999999999", "PrefetchWindow=99999999999999999999: out of range (0 ... 64)" },
                 { "PrefetchWindow=1.5", "PrefetchWindow=1.5: not a whole number" },
+                { "ZeroFillWindow=512", "ZeroFillWindow=512: out of range (0 ... 511)" },
                 { "MinColdAge=5 minutes ago", "MinColdAge=5 minutes ago: not a time span (e.g. 500ms, 30s, 5min, 1h)" },
                 { "MinColdAge=5y", "MinColdAge=5y: unknown time unit 'y' (use us, ms, s, min, h or d)" },
                 { "MinColdAge=-5s", "MinColdAge=-5s: time span must not be negative" },
