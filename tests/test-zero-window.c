@@ -463,8 +463,9 @@ TEST(windows_race_reclaim_dontneed_remap_window_max) {
  * development VM (2026-12-03): a data page read right after its own
  * DONTNEED shows its content from before (an entry survived the
  * target's discard), more rarely a data page shows an older generation.
- * A bug of the eviction protocol's REMOVE accounting, not of the zero
- * fill, still to be found; run with ZSWAPD_TEST_KNOWN_RACES=1. */
+ * A bug of the eviction protocol, not of the zero fill: a REMOVE read
+ * before a round while its zap is still to come (docs/design.md, Known
+ * limits); run with ZSWAPD_TEST_KNOWN_RACES=1. */
 TEST(known_race_target_dontneed_during_rounds) {
         if (!getenv("ZSWAPD_TEST_KNOWN_RACES")) {
                 fprintf(stderr, "not run: set ZSWAPD_TEST_KNOWN_RACES=1 (loses pages, see the comment)\n");
