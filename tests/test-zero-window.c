@@ -222,8 +222,29 @@ static void *fresh_thread(void *arg) {
         return NULL;
 }
 
+/* The fresh pages not present now (/proc/self/pagemap): a fresh page
+ * mapped to the zero page is present; one a reclaim took is not. */
+static size_t fresh_missing(void) {
+        int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+        size_t missing = 0;
+
+        if (fd < 0)
+                _exit(6);
+        for (size_t b = 0; b < NBLOCKS; b++)
+                for (size_t i = fresh_first(b); i < fresh_first(b) + fresh_len(b); i++) {
+                        uint64_t pm;
+                        off_t off = (off_t) (((uintptr_t) region / PAGE + i) * sizeof(pm));
+
+                        if (pread(fd, &pm, sizeof(pm), off) != sizeof(pm))
+                                _exit(6);
+                        missing += !(pm & (UINT64_C(1) << 63));
+                }
+        close(fd);
+        return missing;
+}
+
 /* Commands: 'v' verify all, 't' first-touch and write the fresh runs, 'r'
- * only read them, 'R' start the racing threads ('D': with data_dontneed),
+ * only read them, 'm' count fresh pages not present, 'R' start the racing threads ('D': with data_dontneed),
  * 'S' stop them (answers their bad pages), 'q' quit. Answers a size_t. */
 static void child_loop(int cmd, int reply) {
         pthread_t th[2];
@@ -239,6 +260,9 @@ static void child_loop(int cmd, int reply) {
                 case 't':
                 case 'r':
                         answer = touch_fresh(c == 't');
+                        break;
+                case 'm':
+                        answer = fresh_missing();
                         break;
                 case 'D':
                 case 'R':
@@ -371,25 +395,35 @@ static void first_touch_next_to_evicted(unsigned w) {
                 ASSERT_EQ(s1.zero_ahead_pages, 0);
                 ASSERT_GE(s1.zero_faults - s0.zero_faults, fresh_pages());
         } else {
-                /* One fault per run (two where a 2 MiB boundary cuts it). */
+                /* One fault per run (two where a 2 MiB boundary cuts it);
+                 * under ThreadSanitizer its runtime's first touches in the
+                 * child come on top. */
+#ifndef __SANITIZE_THREAD__
                 ASSERT_LE(s1.zero_faults - s0.zero_faults, 2 * NBLOCKS + 16);
+#endif
                 ASSERT_GE(s1.zero_faults - s0.zero_faults + s1.zero_ahead_pages - s0.zero_ahead_pages,
                           fresh_pages());
         }
 
-        /* The zero page costs nothing and is never taken: hardly anything
-         * present to reclaim but the data pages a single-page zero fault
-         * prefetched (next to a fresh run) and the child's stack. */
+        /* The zero page costs nothing and is never taken: after a reclaim
+         * every fresh page is still mapped (to it). */
+        ASSERT_EQ(child_ask(&ch, 'm'), 0);
         ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
-        ASSERT_LT(res.scanned_pages, fresh_pages() / 20 + s1.prefetched_pages - s0.prefetched_pages);
+        ASSERT_EQ(child_ask(&ch, 'm'), 0);
 
         /* Writes to zero-filled pages are the kernel's own COW faults,
          * neither missing nor write-protect faults of ours (a few for the
-         * child's own stack and globals). */
+         * child's own stack and globals). Not counted under ThreadSanitizer:
+         * its runtime's own memory in the child (shadow, allocator), which
+         * the reclaim took too, faults back with every access. */
         ASSERT_EQ(child_ask(&ch, 't'), 0);
         ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &s2));
+#ifndef __SANITIZE_THREAD__
         ASSERT_LE(s2.wp_faults - s1.wp_faults, 16);
         ASSERT_LE(s2.faults - s1.faults, 64);
+#else
+        (void) s2;
+#endif
         ASSERT_EQ(child_ask(&ch, 'v'), 0);
 
         /* Again with the fresh pages written, evicted and read back. */
