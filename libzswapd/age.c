@@ -359,30 +359,18 @@ int zsw_age_next_round(const struct zsw_age *a, int pagemap_fd, uint32_t min_age
                        uint64_t *cursor, uint64_t end, uint64_t max,
                        struct zsw_page_run *runs, size_t n_max) {
         struct zsw_page_run found[64];
-        struct pm_scan_arg arg = {
-                .size = sizeof(arg),
-                .start = *cursor,
-                .end = end,
-                .vec = (uint64_t) (uintptr_t) found,
-                .vec_len = ARRAY_SIZE(found),
-                /* Present and still write-protected: untouched since the
-                 * last scan, and since any fault brought it back. */
-                .category_mask = PAGE_IS_PRESENT | PAGE_IS_WRITTEN,
-                .category_inverted = PAGE_IS_WRITTEN,
-                .return_mask = PAGE_IS_PRESENT | PAGE_IS_PFNZERO,
-        };
         uint64_t pages = 0, stop;
         size_t n = 0, hint = 0;
         int k;
 
         if (*cursor >= end || max == 0 || n_max == 0)
                 return 0;
-        k = ioctl(pagemap_fd, PAGEMAP_SCAN, &arg);
+        /* Present and still write-protected: untouched since the last
+         * scan, and since any fault brought it back. */
+        k = zsw_vma_scan(pagemap_fd, *cursor, end, PAGE_IS_PRESENT, PAGE_IS_WRITTEN, found,
+                         ARRAY_SIZE(found), &stop);
         if (k < 0)
-                return -errno;
-        if (arg.walk_end <= *cursor)
-                return -EIO;
-        stop = arg.walk_end;
+                return k;
         for (int j = 0; j < k; j++) {
                 if (found[j].categories & PAGE_IS_PFNZERO)
                         continue;

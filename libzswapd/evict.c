@@ -233,6 +233,16 @@ int evict_register_ranges(struct zsw_engine *e, struct zsw_target *t, struct zsw
 }
 
 /* Merges the round's pages that are still to go into ranges. */
+/* The target's /proc/PID/pagemap, for PAGEMAP_SCAN; -errno if gone. */
+static int target_open_pagemap(const struct zsw_target *t) {
+        char path[64];
+        int fd;
+
+        snprintf(path, sizeof(path), "/proc/%d/pagemap", t->pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        return fd < 0 ? -errno : fd;
+}
+
 static size_t collect_runs(const struct evict_batch *b, struct iovec *runs) {
         size_t n = 0;
 
@@ -406,22 +416,11 @@ static int round_keep_protected(struct zsw_target *t, struct evict_round *rd) {
 
                 while (pos < end) {
                         struct zsw_page_run found[64];
-                        struct pm_scan_arg arg = {
-                                .size = sizeof(arg),
-                                .start = pos,
-                                .end = end,
-                                .vec = (uint64_t) (uintptr_t) found,
-                                .vec_len = ARRAY_SIZE(found),
-                                .category_mask = PAGE_IS_PRESENT | PAGE_IS_WRITTEN,
-                                .category_inverted = PAGE_IS_WRITTEN,
-                                .return_mask = PAGE_IS_PRESENT,
-                        };
-                        int k = ioctl(rd->pagemap, PAGEMAP_SCAN, &arg);
+                        int k = zsw_vma_scan(rd->pagemap, pos, end, PAGE_IS_PRESENT, PAGE_IS_WRITTEN,
+                                             found, ARRAY_SIZE(found), &pos);
 
                         if (k < 0)
-                                return -errno;
-                        if (arg.walk_end <= pos)
-                                return -EIO;
+                                return k;
                         for (int f = 0; f < k; f++)
                                 for (uint64_t a = found[f].start; a < found[f].end; a += ZSW_PAGE_SIZE) {
                                         while (j < b->n && b->addrs[j] < a)
@@ -429,7 +428,6 @@ static int round_keep_protected(struct zsw_target *t, struct evict_round *rd) {
                                         if (j < b->n && b->addrs[j] == a)
                                                 rd->protected_[j] = true;
                                 }
-                        pos = arg.walk_end;
                 }
         }
         pthread_mutex_lock(&t->batch_lock);
@@ -500,11 +498,8 @@ static void round_unprotect_kept(struct zsw_target *t) {
  * the target is gone. */
 static void round_keep_undropped(struct zsw_target *t) {
         struct evict_batch *b = &t->batch;
-        _cleanup_close_ int pagemap = -EBADF;
-        char path[64];
+        _cleanup_close_ int pagemap = target_open_pagemap(t);
 
-        snprintf(path, sizeof(path), "/proc/%d/pagemap", t->pid);
-        pagemap = open(path, O_RDONLY | O_CLOEXEC);
         if (pagemap < 0)
                 return;
         pthread_mutex_lock(&t->batch_lock);
@@ -514,7 +509,7 @@ static void round_keep_undropped(struct zsw_target *t) {
 
                 if (b->cancelled[i])
                         continue;
-                if (zsw_vma_scan(pagemap, b->addrs[i], b->addrs[i] + ZSW_PAGE_SIZE, PAGE_IS_PRESENT,
+                if (zsw_vma_scan(pagemap, b->addrs[i], b->addrs[i] + ZSW_PAGE_SIZE, PAGE_IS_PRESENT, 0,
                                  &run, 1, &next) > 0) {
                         zsw_store_invalidate(t->owner, b->addrs[i] / ZSW_PAGE_SIZE, 1);
                         batch_cancel(b, i);
@@ -665,7 +660,7 @@ static int next_round(int pagemap, uint64_t *cursor, uint64_t end, uint64_t max,
         size_t n = 0;
         int k, i;
 
-        k = zsw_vma_scan(pagemap, *cursor, end, PAGE_IS_PRESENT, runs,
+        k = zsw_vma_scan(pagemap, *cursor, end, PAGE_IS_PRESENT, 0, runs,
                          MIN(ARRAY_SIZE(runs), n_max), &next);
         if (k <= 0) {
                 *cursor = end;
@@ -719,17 +714,15 @@ int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
         uint64_t budget = max_bytes / ZSW_PAGE_SIZE;
         uint32_t passes[2];
         unsigned n_passes;
-        char path[64];
         size_t n_ranges = 0;
         int r;
 
         r = evict_register_ranges(e, t, &ranges, &n_ranges);
         if (r < 0)
                 return r;
-        snprintf(path, sizeof(path), "/proc/%d/pagemap", t->pid);
-        pagemap = open(path, O_RDONLY | O_CLOEXEC);
+        pagemap = target_open_pagemap(t);
         if (pagemap < 0)
-                return -errno;
+                return pagemap;
         r = evict_round_get(e, &rd);
         if (r < 0)
                 return r;
@@ -805,17 +798,15 @@ int evict_age_scan(struct zsw_engine *e, struct zsw_target *t) {
         struct zsw_age_scan_stats st;
         uint64_t start = zsw_now_ns();
         size_t n_ranges = 0;
-        char path[64];
         int r;
 
         /* New mappings are registered first, so that their pages age too. */
         r = evict_register_ranges(e, t, &ranges, &n_ranges);
         if (r < 0)
                 return r;
-        snprintf(path, sizeof(path), "/proc/%d/pagemap", t->pid);
-        pagemap = open(path, O_RDONLY | O_CLOEXEC);
+        pagemap = target_open_pagemap(t);
         if (pagemap < 0)
-                return -errno;
+                return pagemap;
         if (!t->age) {
                 r = zsw_age_new(&t->age);
                 if (r < 0)

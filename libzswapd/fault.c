@@ -81,12 +81,13 @@ static void fail_fault(struct zsw_target *t, uint64_t addr, int error) {
  * and returns how many. Shared loads: an entry is dropped only once its
  * page is in place, so a copy that stops early loses nothing. */
 static unsigned prefetch(struct fault_thread *ft, struct zsw_target *t, uint64_t pgno) {
-        unsigned window = t->prefetch_window, n = 0;
+        /* Not into the round in flight: its pages are the round's to serve. */
+        unsigned window = (unsigned) (evict_first_in_round(t, pgno + 1, pgno + 1 + t->prefetch_window) -
+                                      (pgno + 1)), n = 0;
         ssize_t copied;
 
         for (; n < window; n++)
-                if (evict_may_restore(t, pgno + 1 + n, false) != RESTORE_STORE ||
-                    zsw_store_load(ft->worker, t->owner, pgno + 1 + n,
+                if (zsw_store_load(ft->worker, t->owner, pgno + 1 + n,
                                    tls_buf->pages + (size_t) n * ZSW_PAGE_SIZE, 0) < 0)
                         break;
         if (n == 0)

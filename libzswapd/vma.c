@@ -213,7 +213,7 @@ int zsw_vma_eligible_ranges(const struct zsw_vma_list *l, struct zsw_range exclu
         return (int) n;
 }
 
-int zsw_vma_scan(int pagemap_fd, uint64_t start, uint64_t end, uint64_t want,
+int zsw_vma_scan(int pagemap_fd, uint64_t start, uint64_t end, uint64_t want, uint64_t without,
                  struct zsw_page_run *runs, size_t max, uint64_t *ret_next) {
         uint64_t pos = start;
         size_t n = 0;
@@ -225,7 +225,8 @@ int zsw_vma_scan(int pagemap_fd, uint64_t start, uint64_t end, uint64_t want,
                         .end = end,
                         .vec = (uint64_t) (uintptr_t) (runs + n),
                         .vec_len = max - n,
-                        .category_mask = want,
+                        .category_mask = want | without,
+                        .category_inverted = without,
                         .return_mask = want | PAGE_IS_PFNZERO | PAGE_IS_HUGE,
                 };
                 int r = ioctl(pagemap_fd, PAGEMAP_SCAN, &arg);

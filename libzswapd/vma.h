@@ -84,12 +84,13 @@ struct zsw_page_run {
 };
 
 /* Finds runs of pages within [start, end) having every category in `want`
- * (PAGE_IS_PRESENT: resident, safe to read) using PAGEMAP_SCAN on an open
- * /proc/PID/pagemap. Fills up to max runs; runs are also split where
+ * (PAGE_IS_PRESENT: resident, safe to read) and none in `without`
+ * (PAGE_IS_WRITTEN on a write-protected range: untouched since protected)
+ * using PAGEMAP_SCAN on an open /proc/PID/pagemap. Fills up to max runs; runs are also split where
  * PAGE_IS_PFNZERO or PAGE_IS_HUGE changes, reported in categories. When
  * runs is full the walk stops early: *ret_next says where to resume
  * (== end when the range is done). Returns the number of runs. */
-int zsw_vma_scan(int pagemap_fd, uint64_t start, uint64_t end, uint64_t want,
+int zsw_vma_scan(int pagemap_fd, uint64_t start, uint64_t end, uint64_t want, uint64_t without,
                  struct zsw_page_run *runs, size_t max, uint64_t *ret_next);
 
 /* Reads n pages of process pid at addrs[i] into bufs[i] with vectored

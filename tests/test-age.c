@@ -169,14 +169,7 @@ static uint64_t present(pid_t pid, uint64_t start, size_t n) {
         return count;
 }
 
-static void log_stderr(void *userdata, int priority, const char *file, int line,
-                       const char *func, const char *format, va_list ap) {
-        fprintf(stderr, "<%d> %s:%d: ", priority, file, line);
-        vfprintf(stderr, format, ap);
-        fputc('\n', stderr);
-}
-
-static const struct zsw_log test_log = { .fn = log_stderr, .max_priority = LOG_INFO };
+static const struct zsw_log test_log = { .fn = test_log_stderr, .max_priority = LOG_INFO };
 
 static struct zsw_engine *engine_start(uint32_t age_interval_ms) {
         /* No prefetch: every page that comes back is a fault of its own. */

@@ -446,14 +446,7 @@ static void *watchdog_main(void *arg) {
 
 /* ---- The test -------------------------------------------------------- */
 
-static void log_stderr(void *userdata, int priority, const char *file, int line,
-                       const char *func, const char *format, va_list ap) {
-        fprintf(stderr, "<%d> %s:%d: ", priority, file, line);
-        vfprintf(stderr, format, ap);
-        fputc('\n', stderr);
-}
-
-static const struct zsw_log test_log = { .fn = log_stderr, .max_priority = LOG_INFO };
+static const struct zsw_log test_log = { .fn = test_log_stderr, .max_priority = LOG_INFO };
 
 /* Waits until every worker got through at least one more iteration:
  * while attached, that means each one's faults were served. */

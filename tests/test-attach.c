@@ -15,16 +15,7 @@
 #include "test.h"
 #include "target-client.h"
 
-static void log_stderr(void *userdata, int priority, const char *file, int line,
-                       const char *func, const char *format, va_list ap) {
-        if (priority > LOG_INFO)
-                return;
-        fprintf(stderr, "<%d> %s:%d: ", priority, file, line);
-        vfprintf(stderr, format, ap);
-        fputc('\n', stderr);
-}
-
-static const struct zsw_log test_log = { .fn = log_stderr, .max_priority = LOG_DEBUG };
+static const struct zsw_log test_log = { .fn = test_log_stderr, .max_priority = LOG_INFO };
 
 static struct zsw_engine *engine_start(unsigned prefetch) {
         struct zsw_engine_config cfg = { .prefetch_window = prefetch, .log = &test_log };

@@ -301,7 +301,7 @@ TEST(pagemap_scan_finds_present_runs) {
         size_t got = 0;
 
         ASSERT_GE(pm, 0);
-        ASSERT_EQ(zsw_vma_scan(pm, base, end, PAGE_IS_PRESENT, runs, 8, &next), 3);
+        ASSERT_EQ(zsw_vma_scan(pm, base, end, PAGE_IS_PRESENT, 0, runs, 8, &next), 3);
         ASSERT_EQ_U(next, end);
         for (size_t i = 0; i < 3; i++) {
                 ASSERT_EQ_U(runs[i].start, base + expect[i][0] * PAGE);
@@ -311,7 +311,7 @@ TEST(pagemap_scan_finds_present_runs) {
 
         /* One run at a time: the walk stops early and resumes at next. */
         for (uint64_t pos = base; pos < end; pos = next) {
-                int r = zsw_vma_scan(pm, pos, end, PAGE_IS_PRESENT, &one, 1, &next);
+                int r = zsw_vma_scan(pm, pos, end, PAGE_IS_PRESENT, 0, &one, 1, &next);
 
                 ASSERT_GE(r, 0);
                 ASSERT_GT(next, pos);

@@ -337,14 +337,7 @@ static void child_stop(struct child *ch) {
         close(ch->reply);
 }
 
-static void log_stderr(void *userdata, int priority, const char *file, int line,
-                       const char *func, const char *format, va_list ap) {
-        fprintf(stderr, "<%d> %s:%d: ", priority, file, line);
-        vfprintf(stderr, format, ap);
-        fputc('\n', stderr);
-}
-
-static const struct zsw_log test_log = { .fn = log_stderr, .max_priority = LOG_INFO };
+static const struct zsw_log test_log = { .fn = test_log_stderr, .max_priority = LOG_INFO };
 
 static struct zsw_engine *engine_start(unsigned zero_window) {
         struct zsw_engine_config cfg = {

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,3 +134,14 @@ int main(int argc, char **argv) {
         return test_run_cases(argc, argv);
 }
 #endif
+
+/* A struct zsw_log function for tests: "<priority> file:line: message" on
+ * stderr (the engine's own filter is its max_priority). */
+static inline void test_log_stderr(void *userdata, int priority, const char *file, int line,
+                                   const char *func, const char *format, va_list ap) {
+        (void) userdata;
+        (void) func;
+        fprintf(stderr, "<%d> %s:%d: ", priority, file, line);
+        vfprintf(stderr, format, ap);
+        fputc('\n', stderr);
+}
