@@ -14,9 +14,11 @@
  *      cannot fault on a missing page of the target, which would block us
  *      on our own fault service);
  *   4. store them through the store's batch pipeline;
- *   5. commit (DROPPING): pages that were written, removed, unmapped or
- *      moved meanwhile are cancelled and their entries dropped; the rest
- *      are dropped from the target by one injected process_madvise.
+ *   5. stop every thread of the target (round_drop() says why), cancel
+ *      pages it removed meanwhile (missing or unprotected now), commit
+ *      (DROPPING): pages that were written, removed, unmapped or moved
+ *      are cancelled and their entries dropped; the rest are dropped from
+ *      the target by one injected process_madvise, and the threads let go.
  *
  * Fault threads, holding the target's serve_lock, apply the rules:
  *   - a WP fault on a page of a COLLECTING round cancels that page and
@@ -29,8 +31,11 @@
  *     REMOVE of a committed page is taken for ours and changes nothing in
  *     the store, a second one is the target's (see evict_on_remove());
  *   - a missing fault on a cancelled page is never served from the store:
- *     its entry may hold what the target discarded; one on a page being
- *     dropped waits for the drop, like a write (evict_may_restore());
+ *     its entry may hold what the target discarded; nor one on a page of
+ *     a COLLECTING round, which the target must have discarded (it was
+ *     present when the round took it): that page is cancelled and
+ *     zero-filled; one on a page being dropped waits for the drop, like a
+ *     write (evict_may_restore());
  *   - a page brought back during a round keeps its entry, which the round
  *     settles (evict_forget_restored()).
  */
@@ -144,7 +149,15 @@ enum evict_restore evict_may_restore(struct zsw_target *t, uint64_t pgno, bool d
 
                 if (i >= 0 && b->cancelled[i])
                         v = RESTORE_ZERO;
-                else if (i >= 0 && b->state == EVICT_DROPPING) {
+                else if (i >= 0 && b->state == EVICT_COLLECTING) {
+                        /* Present when the round took it, and not dropped
+                         * by us: the target discarded it (a MADV_DONTNEED
+                         * whose REMOVE came before the round, see
+                         * round_drop()). Its entry may hold what it
+                         * discarded. */
+                        batch_cancel(b, (size_t) i);
+                        v = RESTORE_ZERO;
+                } else if (i >= 0 && b->state == EVICT_DROPPING) {
                         v = RESTORE_WAIT;
                         if (defer)
                                 b->wake_pending = true;
@@ -396,8 +409,8 @@ static int round_read_store(struct zsw_engine *e, struct zsw_target *t, struct e
         return r;
 }
 
-/* After step 2: only pages present and write-protected now stay in the
- * round. The scan that chose them ran before the round was published, so
+/* After step 2, and again at the commit with the target stopped: only
+ * pages present and write-protected now stay in the round. The scan that chose them ran before the round was published, so
  * a page the target removed in between was not cancelled (its REMOVE
  * found no round), and once filled again (a zero fill of ours, a copy) it
  * carries no uffd-wp bit: the target's writes to it would go unseen and
@@ -520,13 +533,26 @@ static void round_keep_undropped(struct zsw_target *t) {
 
 /* Step 5: commit and drop.
  *
- * The thread we inject into is seized before the round is committed: a
- * thread blocked on a WP fault of a committed round waits for the drop,
- * and if it were the one we need to stop, it would wait for us while we
- * wait for it (a fault taken in kernel mode, e.g. rseq's store to a
- * thread's TLS on its way back to user space, sleeps killably, so
- * PTRACE_INTERRUPT cannot break it). While COLLECTING, every WP fault is
- * answered at once, so the seize always completes. */
+ * Every thread of the target is stopped first, and held until the drop
+ * is done: the thread we inject into and all the others. The runs are
+ * fixed at the commit and dropped by one injected call; while it runs no
+ * thread may unmap a run and map something new in its place (the drop
+ * would zap the new mapping's data), and a MADV_DONTNEED of the target's
+ * must not be half done: madvise raises UFFD_EVENT_REMOVE, waits only
+ * until we read it, and zaps afterwards, so a round that started in
+ * between would read the doomed content and, with the zap after our
+ * check, leave it stored for a page that reads zeros. A thread stops only
+ * on its way back to user space, after its madvise or munmap returned;
+ * once the fault threads have handled what the stopped threads raised,
+ * a page of the round that is missing now or no longer protected was
+ * removed by the target, and is cancelled.
+ *
+ * Threads are stopped before the commit: a thread blocked on a WP fault
+ * of a committed round waits for the drop, and if it were one we need
+ * to stop, it would wait for us while we wait for it (a fault taken in
+ * kernel mode, e.g. rseq's store to a thread's TLS on its way back to
+ * user space, sleeps killably, so PTRACE_INTERRUPT cannot break it).
+ * While COLLECTING, every fault is answered at once, so the stops come. */
 static int round_drop(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd,
                       struct zsw_reclaim_result *res) {
         struct evict_batch *b = &t->batch;
@@ -539,11 +565,23 @@ static int round_drop(struct zsw_engine *e, struct zsw_target *t, struct evict_r
 
         uint64_t t0 = zsw_now_ns();
         r = zsw_remote_seize(t->pid, e->log, &remote);
+        if (r >= 0)
+                r = zsw_remote_stop_others(remote);
         rd->ns_seize += zsw_now_ns() - t0;
         if (r < 0)
                 return r;
         if (zsw_remote_rseq_area(remote, &rseq, &rseq_len) < 0)
                 rseq = 0;
+        /* The stopped threads' last events were read (each waited for
+         * that); handled too once no fault thread holds serve_lock. */
+        pthread_mutex_lock(&t->serve_lock);
+        pthread_mutex_unlock(&t->serve_lock);
+        if (zsw_uffd_mm_alive(t->uffd) == -ESRCH)
+                return -ESRCH; /* exec'd or exited: nothing to drop */
+        r = round_keep_protected(t, rd);
+        if (r < 0)
+                return zsw_log_errno(e->log, LOG_DEBUG, r, "Cannot scan the round's pages of %d: %m",
+                                     t->pid);
 
         pthread_mutex_lock(&t->batch_lock);
         /* The injected call's return writes the thread's rseq area: keep

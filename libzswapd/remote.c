@@ -73,6 +73,17 @@ struct zsw_remote {
         int madvise_self;        /* process_madvise on itself: -1 unknown, 0 no, 1 yes */
         unsigned n_signals;
         siginfo_t signals[DEFERRED_SIGNALS_MAX];
+        struct held_thread *held; /* the other threads, stopped by zsw_remote_stop_others() */
+        size_t n_held, held_size;
+};
+
+/* Another thread of the target, held in a ptrace stop until release. */
+struct held_thread {
+        pid_t tid;
+        int sig;                 /* its signal-delivery stop's signal, delivered at release */
+        bool our_child;          /* the leader of a child of ours (see wait_task()) */
+        bool stopped;
+        bool gone;
 };
 
 pid_t zsw_remote_pid(const struct zsw_remote *r) {
@@ -222,35 +233,34 @@ static int set_regs(struct zsw_remote *r, const zsw_arch_regs *regs) {
         return zsw_arch_set_regs(r->tid, regs);
 }
 
-/* Waits for the next stop of our thread. -ESRCH once it has exited.
+/* Waits for the next stop of thread tid, a tracee of ours. -ESRCH once it
+ * has exited.
  *
  * A tracer's wait reaps a tracee that exits. When our process is also the
  * target's parent (a program that runs the engine on its own children, as
  * the tests do), that would take the exit status from the caller's own
  * waitpid(): so the leader's exit is only looked at (WNOWAIT) and left to
- * the parent. (Killed between that look and the waitpid below, it is
- * reaped after all; the kernel offers no way to consume a stop alone.) */
-static int wait_stop(struct zsw_remote *r, int *ret_status) {
+ * the parent (our_child). (Killed between that look and the waitpid below,
+ * it is reaped after all; the kernel offers no way to consume a stop
+ * alone.) */
+static int wait_task(pid_t tid, bool our_child, int *ret_status) {
         int status;
 
         for (;;) {
                 siginfo_t si = {};
                 pid_t p;
 
-                if (r->our_child) {
-                        if (waitid(P_PID, (id_t) r->tid, &si,
-                                   WEXITED | WSTOPPED | WNOWAIT | __WALL) < 0) {
+                if (our_child) {
+                        if (waitid(P_PID, (id_t) tid, &si, WEXITED | WSTOPPED | WNOWAIT | __WALL) < 0) {
                                 if (errno == EINTR)
                                         continue;
                                 return -errno;
                         }
                         if (si.si_code == CLD_EXITED || si.si_code == CLD_KILLED ||
-                            si.si_code == CLD_DUMPED) {
-                                r->gone = true;
+                            si.si_code == CLD_DUMPED)
                                 return -ESRCH;
-                        }
                 }
-                p = waitpid(r->tid, &status, __WALL);
+                p = waitpid(tid, &status, __WALL);
 
                 if (p < 0 && errno == EINTR)
                         continue;
@@ -258,12 +268,18 @@ static int wait_stop(struct zsw_remote *r, int *ret_status) {
                         return -errno;
                 break;
         }
-        if (WIFEXITED(status) || WIFSIGNALED(status)) {
-                r->gone = true;
+        if (WIFEXITED(status) || WIFSIGNALED(status))
                 return -ESRCH;
-        }
         *ret_status = status;
         return 0;
+}
+
+static int wait_stop(struct zsw_remote *r, int *ret_status) {
+        int k = wait_task(r->tid, r->our_child, ret_status);
+
+        if (k == -ESRCH)
+                r->gone = true;
+        return k;
 }
 
 static int event_of(int status) {
@@ -429,6 +445,135 @@ int zsw_remote_seize(pid_t pid, const struct zsw_log *log, struct zsw_remote **r
                 (unsigned long long) r->insn);
         *ret = TAKE_PTR(r);
         return 0;
+}
+
+/* ---- holding the other threads --------------------------------------------- */
+
+static bool is_held(const struct zsw_remote *r, pid_t tid) {
+        for (size_t i = 0; i < r->n_held; i++)
+                if (r->held[i].tid == tid)
+                        return true;
+        return false;
+}
+
+/* Seizes and interrupts every live thread of the target not held yet
+ * (and not ours). Returns how many it added. */
+static int hold_new_threads(struct zsw_remote *r) {
+        _cleanup_(closedirp) DIR *d = NULL;
+        struct dirent *de;
+        char path[64];
+        int added = 0;
+
+        snprintf(path, sizeof(path), "/proc/%d/task", r->pid);
+        d = opendir(path);
+        if (!d)
+                return errno == ENOENT ? -ESRCH : -errno;
+        while ((de = readdir(d))) {
+                pid_t tid = (pid_t) strtol(de->d_name, NULL, 10);
+                unsigned long flags;
+                char state;
+
+                if (tid <= 0 || tid == r->tid || is_held(r, tid))
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", r->pid, tid);
+                if (read_proc_stat(path, &state, &flags) < 0 || !state_alive(state))
+                        continue; /* gone, or a zombie leader: it runs nothing */
+                if (r->n_held == r->held_size) {
+                        size_t size = MAX(r->held_size * 2, (size_t) 16);
+                        struct held_thread *h = reallocarray(r->held, size, sizeof(*h));
+
+                        if (!h)
+                                return -ENOMEM;
+                        r->held = h;
+                        r->held_size = size;
+                }
+                /* TRACEEXEC: a thread that execs reports it, and the hold
+                 * fails, instead of stopping in a new program. */
+                if (ptrace(PTRACE_SEIZE, tid, NULL, (void *) (long) PTRACE_O_TRACEEXEC) < 0) {
+                        int k = -errno;
+
+                        if (k == -ESRCH || (read_proc_stat(path, &state, &flags) < 0 ||
+                                            !state_alive(state)))
+                                continue; /* exited meanwhile */
+                        if (k == -EPERM && read_tracer(r->pid, tid) > 0)
+                                return zsw_log_errno(r->log, LOG_DEBUG, EBUSY,
+                                                     "Thread %d of %d is traced by process %d already",
+                                                     tid, r->pid, read_tracer(r->pid, tid));
+                        return zsw_log_errno(r->log, LOG_DEBUG, k, "Failed to seize thread %d of %d: %m",
+                                             tid, r->pid);
+                }
+                r->held[r->n_held++] = (struct held_thread) {
+                        .tid = tid,
+                        .our_child = tid == r->pid &&
+                                     read_status_pid(r->pid, tid, "\nPPid:") == getpid(),
+                };
+                if (ptrace(PTRACE_INTERRUPT, tid, NULL, NULL) < 0 && errno != ESRCH)
+                        return zsw_log_errno(r->log, LOG_DEBUG, errno, "Failed to interrupt %d: %m", tid);
+                added++;
+        }
+        return added;
+}
+
+int zsw_remote_stop_others(struct zsw_remote *r) {
+        size_t from = r->n_held;
+
+        if (r->gone)
+                return -ESRCH;
+        /* Threads are seized and interrupted all at once, then waited for:
+         * their stops overlap. A thread may clone another before it stops,
+         * so the list is read again until it has nothing new. */
+        for (;;) {
+                int added = hold_new_threads(r);
+
+                if (added < 0)
+                        return added;
+                if (added == 0)
+                        return 0;
+                for (size_t i = from; i < r->n_held; i++) {
+                        struct held_thread *h = &r->held[i];
+                        int status, k;
+
+                        k = wait_task(h->tid, h->our_child, &status);
+                        if (k == -ESRCH || k == -ECHILD) {
+                                h->gone = true;
+                                continue;
+                        }
+                        if (k < 0)
+                                return zsw_log_errno(r->log, LOG_ERR, k, "Failed to wait for thread %d: %m",
+                                                     h->tid);
+                        if (event_of(status) == PTRACE_EVENT_EXEC)
+                                return zsw_log_errno(r->log, LOG_DEBUG, ESRCH,
+                                                     "Process %d exec'd while its threads were stopped",
+                                                     r->pid);
+                        h->stopped = true;
+                        /* A signal-delivery stop: the signal is delivered
+                         * at release, with its siginfo (the detach does it).
+                         * An interrupt or group-stop carries none. */
+                        h->sig = event_of(status) == 0 ? WSTOPSIG(status) : 0;
+                }
+                from = r->n_held;
+        }
+}
+
+static void release_held(struct zsw_remote *r) {
+        for (size_t i = 0; i < r->n_held; i++) {
+                struct held_thread *h = &r->held[i];
+                int status;
+
+                if (h->gone)
+                        continue;
+                /* Seized but never seen stopped (the hold failed first):
+                 * wait for its stop, which the interrupt makes come. */
+                if (!h->stopped && wait_task(h->tid, h->our_child, &status) < 0)
+                        continue;
+                if (!h->stopped)
+                        h->sig = event_of(status) == 0 ? WSTOPSIG(status) : 0;
+                if (ptrace(PTRACE_DETACH, h->tid, NULL, (void *) (long) h->sig) < 0 &&
+                    errno == ESRCH)
+                        /* Killed while stopped: its exit is ours to reap. */
+                        (void) waitpid(h->tid, &status, WNOHANG | __WALL);
+        }
+        r->n_held = 0;
 }
 
 /* ---- running a call -------------------------------------------------------- */
@@ -610,7 +755,9 @@ struct zsw_remote *zsw_remote_release(struct zsw_remote *r) {
                 if (ptrace(PTRACE_DETACH, r->tid, NULL, (void *) (long) sig) < 0)
                         zsw_log(r->log, LOG_ERR, "Failed to detach from %d: %m", r->tid);
         }
+        release_held(r);
         safe_close(r->pidfd);
+        free(r->held);
         free(r);
         return NULL;
 }

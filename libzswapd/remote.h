@@ -47,6 +47,17 @@ struct zsw_remote *zsw_remote_release(struct zsw_remote *r);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_remote *, zsw_remote_release);
 #define _cleanup_remote_ _cleanup_(zsw_remote_releasep)
 
+/* Stops every other thread of the target too, and holds them (in a ptrace
+ * stop, outside any system call) until release; threads created meanwhile
+ * are stopped as well. A thread in uninterruptible sleep is waited for
+ * (a vfork() parent until its child execs or exits); a thread that waits
+ * on a userfaultfd must have its fault served meanwhile. While held, no
+ * thread of the target can change its mappings or page tables, and every
+ * system call they were in has finished or will restart at release, as
+ * after an ignored signal. Errors: -ESRCH (the process exited or exec'd),
+ * -EBUSY (a thread is traced by someone else), -EPERM. */
+int zsw_remote_stop_others(struct zsw_remote *r);
+
 pid_t zsw_remote_pid(const struct zsw_remote *r);
 /* The thread that runs the injected calls. */
 pid_t zsw_remote_tid(const struct zsw_remote *r);

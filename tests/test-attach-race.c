@@ -19,16 +19,13 @@
  * (default 40) for longer hunts; ZSWAPD_TEST_RACE_NO_RECLAIM=1 makes every
  * cycle attach and detach only.
  *
- * Two data races of the eviction protocol are known and not fixed yet
- * (docs/design.md, Known limits): the target's DONTNEED whose zap comes
- * after a round read the page, and a range the target unmaps and maps
- * again (a new mapping, not registered yet) while our drop's madvise is
- * still on its way through the old one. Wrong reads in fresh memory (the
- * workers that map, unmap and DONTNEED it) can come from them, in about
- * one run in six here: they are counted and printed, and fail the test
- * only with ZSWAPD_TEST_KNOWN_RACES=1. Wrong reads of the buffer reclaim
- * takes away (never unmapped), of fresh pages read before any write, in
- * fork children, and every hang, always fail it.
+ * Two data races of the eviction protocol gave wrong reads in fresh
+ * memory (the workers that map, unmap and DONTNEED it) in about one run
+ * in six before every thread of the target was stopped for a round's
+ * commit and drop (evict.c, round_drop()): the target's DONTNEED whose
+ * zap came after a round read the page, and a range the target unmapped
+ * and mapped again while our drop's madvise was on its way through it.
+ * Every wrong read fails the test, and every hang.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -67,8 +64,6 @@ static const char *const worker_names[N_WORKERS] = {
 struct shared {
         _Atomic uint64_t progress[N_WORKERS];
         _Atomic uint64_t errors;
-        _Atomic uint64_t known_race_errors;     /* see the top of the file */
-        char first_known_race[256];
         _Atomic bool stop;
         _Atomic unsigned ready;
         char first_error[256];
@@ -104,17 +99,6 @@ static void bad(const char *what, uint64_t n) {
         if (atomic_fetch_add(&sh->errors, 1) == 0)
                 snprintf(sh->first_error, sizeof(sh->first_error), "%s (iteration %" PRIu64 ")",
                          what, n);
-}
-
-/* A wrong read the known races can explain (see the top of the file). */
-static void bad_fresh(const char *what, uint64_t n) {
-        if (getenv("ZSWAPD_TEST_KNOWN_RACES")) {
-                bad(what, n);
-                return;
-        }
-        if (atomic_fetch_add(&sh->known_race_errors, 1) == 0)
-                snprintf(sh->first_known_race, sizeof(sh->first_known_race),
-                         "%s (iteration %" PRIu64 ")", what, n);
 }
 
 static void *fresh(size_t pages) {
@@ -153,7 +137,7 @@ static void work_once(unsigned w, uint64_t n) {
                         fill_page(p + i * PAGE, n * 64 + i);
                 for (size_t i = 0; i < 64; i++)
                         if (!page_ok(p + i * PAGE, n * 64 + i))
-                                bad_fresh("touch-write: page changed", n);
+                                bad("touch-write: page changed", n);
                 munmap(p, 64 * PAGE);
                 break;
         }
@@ -183,7 +167,7 @@ static void work_once(unsigned w, uint64_t n) {
                             read(fds[0], p + i * PAGE, PAGE) != (ssize_t) PAGE)
                                 bad("pipe: short transfer", n);
                         else if (!page_ok(p + i * PAGE, n * 16 + i))
-                                bad_fresh("pipe: page read wrong", n);
+                                bad("pipe: page read wrong", n);
                 }
                 close(fds[0]);
                 close(fds[1]);
@@ -231,12 +215,12 @@ static void work_once(unsigned w, uint64_t n) {
                         fill_page(d + i * PAGE, n + i);
                 for (size_t i = 0; i < 32; i++)
                         if (!page_ok(d + i * PAGE, n + i))
-                                bad_fresh("dontneed: page changed", n);
+                                bad("dontneed: page changed", n);
                 if (madvise(d, 32 * PAGE, MADV_DONTNEED) < 0)
                         bad("dontneed: madvise failed", n);
                 for (size_t i = 0; i < 32; i++)
                         if (*(uint64_t *) (d + i * PAGE) != 0)
-                                bad_fresh("dontneed: page not zero after MADV_DONTNEED", n);
+                                bad("dontneed: page not zero after MADV_DONTNEED", n);
                 break;
         }
         case W_MALLOC: {
@@ -251,7 +235,7 @@ static void work_once(unsigned w, uint64_t n) {
                         m[off] = (uint8_t) (off / PAGE + n);
                 for (size_t off = 0; off < sz; off += PAGE)
                         if (m[off] != (uint8_t) (off / PAGE + n))
-                                bad_fresh("malloc: block changed", n);
+                                bad("malloc: block changed", n);
                 free(m);
                 break;
         }
@@ -523,10 +507,6 @@ TEST(attach_reclaim_detach_while_busy) {
         zsw_engine_free(e);
         fprintf(stderr, "%u cycles, %" PRIu64 " pages evicted, %" PRIu64 " faults served\n",
                 cycles, evicted, faults);
-        if (atomic_load(&sh->known_race_errors))
-                fprintf(stderr, "KNOWN RACE (not failing; ZSWAPD_TEST_KNOWN_RACES=1 makes it fail): "
-                        "%" PRIu64 " wrong reads in fresh memory, first: %s\n",
-                        (uint64_t) atomic_load(&sh->known_race_errors), sh->first_known_race);
         if (atomic_load(&sh->errors))
                 TEST_FAIL("the target saw %" PRIu64 " wrong reads, first: %s",
                           (uint64_t) atomic_load(&sh->errors), sh->first_error);

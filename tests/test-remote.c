@@ -323,6 +323,110 @@ TEST(busy_threads_keep_running) {
         munmap(b, PAGE);
 }
 
+/* ---- every thread held ------------------------------------------------------- */
+
+static _Atomic uint64_t *spawned; /* threads the spawner made, in shared memory */
+
+static void *short_lived(void *arg) {
+        (void) arg;
+        return NULL;
+}
+
+/* Makes threads that exit at once, all the time: the hold must also stop
+ * threads born while it stops the others. */
+static void *spawner(void *arg) {
+        struct busy *b = arg;
+
+        while (!atomic_load(&b->stop)) {
+                pthread_t t;
+
+                if (pthread_create(&t, NULL, short_lived, NULL) == 0) {
+                        pthread_join(t, NULL);
+                        atomic_fetch_add(spawned, 1);
+                }
+        }
+        return NULL;
+}
+
+static _Atomic unsigned usr1_seen;
+
+/* Blocked in read(2) through every hold: it must restart unseen. */
+static void *reader_thread_checked(void *arg) {
+        char c;
+
+        if (read((int) (intptr_t) arg, &c, 1) != 1 || c != 'y')
+                _exit(24);
+        return NULL;
+}
+
+static void count_usr1(int sig) {
+        (void) sig;
+        atomic_fetch_add(&usr1_seen, 1);
+}
+
+TEST(stop_others_holds_every_thread) {
+        struct busy *b = map_shared(PAGE);
+        uint64_t before[BUSY_THREADS], made;
+        int p[2];
+        pid_t pid;
+
+        spawned = (_Atomic uint64_t *) &b[1];
+        ASSERT_OK(pipe2(p, O_CLOEXEC));
+        pid = fork_child();
+        if (pid == 0) {
+                pthread_t t[BUSY_THREADS + 2];
+
+                signal(SIGUSR1, count_usr1);
+                for (unsigned i = 1; i < BUSY_THREADS; i++)
+                        if (pthread_create(&t[i], NULL, busy_thread, (void *) ((uintptr_t) b | i)) != 0)
+                                _exit(20);
+                if (pthread_create(&t[0], NULL, spawner, b) != 0 ||
+                    pthread_create(&t[BUSY_THREADS], NULL, reader_thread_checked, (void *) (intptr_t) p[0]) != 0)
+                        _exit(22);
+                busy_loop(b, 0);
+                for (unsigned i = 1; i < BUSY_THREADS; i++)
+                        pthread_join(t[i], NULL);
+                pthread_join(t[0], NULL);
+                /* The reader got its byte after all the holds, and every
+                 * SIGUSR1 sent while the threads were held arrived. */
+                pthread_join(t[BUSY_THREADS], NULL);
+                if (atomic_load(&usr1_seen) == 0)
+                        _exit(23);
+                _exit(atomic_load(&b->errors) == 0 ? 0 : 21);
+        }
+        for (unsigned i = 0; i < BUSY_THREADS; i++)
+                wait_counter_beyond(b, i, 0);
+
+        for (int round = 0; round < 20; round++) {
+                _cleanup_remote_ struct zsw_remote *r = NULL;
+
+                ASSERT_OK(zsw_remote_seize(pid, &test_log, &r));
+                ASSERT_OK(zsw_remote_stop_others(r));
+                for (unsigned i = 0; i < BUSY_THREADS; i++)
+                        before[i] = atomic_load(&b->counters[i]);
+                made = atomic_load(spawned);
+                if (round == 10)
+                        ASSERT_OK(kill(pid, SIGUSR1));
+                for (int i = 0; i < 20; i++)
+                        ASSERT_EQ(remote(r, SYS_getpid, no_args), pid);
+                usleep(2000);
+                /* Nothing of the target ran meanwhile. */
+                for (unsigned i = 0; i < BUSY_THREADS; i++)
+                        ASSERT_EQ_U(atomic_load(&b->counters[i]), before[i]);
+                ASSERT_EQ_U(atomic_load(spawned), made);
+                r = zsw_remote_release(r);
+                for (unsigned i = 0; i < BUSY_THREADS; i++)
+                        wait_counter_beyond(b, i, before[i]);
+        }
+        ASSERT_EQ(write(p[1], "y", 1), 1);
+        atomic_store(&b->stop, 1);
+        ASSERT_EQ(wait_exit_code(pid), 0);
+        ASSERT_EQ_U(atomic_load(&b->errors), 0);
+        close(p[0]);
+        close(p[1]);
+        munmap(b, PAGE);
+}
+
 static void *reader_thread(void *arg) {
         int fd = (int) (intptr_t) arg;
         char c;
