@@ -39,6 +39,7 @@
 #define ZSW_EVICT_MAX_PAGES 4096u
 #define ZSW_EVICT_CHUNK_PAGES 256u
 #define FAULT_PREFETCH_MAX 64u
+#define FAULT_ZEROS_PAGES 64u
 #define REFAULT_RING 1024u              /* refaults noted between two age scans */
 
 enum evict_state {
@@ -86,6 +87,10 @@ struct zsw_target {
          * sequential stream. Under serve_lock. */
         uint64_t last_fault_pgno, next_fault_pgno;
         unsigned prefetched_last;
+        /* The page after the last zero fill with a window: a write fault
+         * there is a stream filling fresh memory (fault.c). Under
+         * serve_lock. */
+        uint64_t zero_next_pgno;
 
         /* Page ages (age.c), under evict_lock; NULL before the first
          * age scan. */
@@ -155,6 +160,8 @@ struct zsw_engine {
 
         struct fault_thread *threads;
         unsigned n_threads;
+        const uint8_t *zeros;           /* FAULT_ZEROS_PAGES of zeros, read-only: what
+                                         * fault.c fills written fresh pages from */
 
         /* Reclaim and detach run on the caller's thread with this worker,
          * reclaim's compression shared with the evict pool's threads. */

@@ -24,6 +24,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -102,21 +103,63 @@ static unsigned prefetch(struct fault_thread *ft, struct zsw_target *t, uint64_t
         return n;
 }
 
-/* A first touch of page pgno, a page we never took: zero-fills it and, in
- * the same UFFDIO_ZEROPAGE, up to zero_window pages after it, and returns
- * the pages filled (from pgno on) or a negative errno. The zero page costs
- * no memory; a read of those pages sees the zeros it must, and a write is
- * the kernel's own copy-on-write fault (the zero page's PTE has no uffd-wp
- * bit), so a target filling fresh memory takes one fault of ours per
- * window instead of one per page.
+/* Fills [pgno, end) with zeros, real pages when real (UFFDIO_COPY from
+ * the engine's zeros), else the shared zero page (UFFDIO_ZEROPAGE), and
+ * returns how many pages from pgno are filled, or a negative errno when
+ * none is. A window that crosses the end of its mapping (one ioctl fills
+ * one VMA) fails with ENOENT: it is tried shorter, down to pgno alone. */
+static ssize_t fill_zeros(struct zsw_target *t, uint64_t pgno, uint64_t end, bool real) {
+        ssize_t r;
+
+        for (;;) {
+                uint64_t done = 0;
+
+                if (!real)
+                        r = zsw_uffd_zeropage(t->uffd, pgno * ZSW_PAGE_SIZE,
+                                              (end - pgno) * ZSW_PAGE_SIZE, false);
+                else
+                        for (r = 0; pgno + done < end; done += (uint64_t) r / ZSW_PAGE_SIZE) {
+                                uint64_t n = MIN(end - pgno - done, (uint64_t) FAULT_ZEROS_PAGES);
+
+                                r = zsw_uffd_copy(t->uffd, (pgno + done) * ZSW_PAGE_SIZE,
+                                                  t->engine->zeros, n * ZSW_PAGE_SIZE, 0);
+                                if (r <= 0 || (uint64_t) r < n * ZSW_PAGE_SIZE) {
+                                        if (r > 0)
+                                                done += (uint64_t) r / ZSW_PAGE_SIZE;
+                                        break;
+                                }
+                        }
+                if (done > 0)
+                        return (ssize_t) done;
+                if (r != -ENOENT || end == pgno + 1)
+                        break;
+                end = pgno + MAX((end - pgno) / 2, 1u);
+        }
+        return r <= 0 ? r : r / ZSW_PAGE_SIZE;
+}
+
+/* A first touch of page pgno, a page we never took: zero-fills it and up
+ * to zero_window pages after it, and returns the pages filled (from pgno
+ * on) or a negative errno. A target filling fresh memory then takes one
+ * fault of ours per window instead of one per page.
+ *
+ * Which zeros: the shared zero page costs no memory, and a read of those
+ * pages sees the zeros it must; but a write to it is a copy-on-write
+ * fault of the kernel's (the zero page's PTE has no uffd-wp bit), which
+ * costs 180-250 us on these VMs, far more than a first touch without us.
+ * So the page of a write fault is filled with a real zeroed page, and so
+ * is the whole window when the write comes right after our last window
+ * (a stream filling fresh memory: malloc + memset, a growing heap), which
+ * will write every page of it. A stream that stops leaves at most one
+ * window of real zeros unused, as readahead leaves pages unread.
  *
  * Why a page of the window is never one whose content we hold: zero-filling
  * page p is what serving a missing fault on p right now would do, and we
  * take the same view: p is not in the store and not in the round in flight
  * (we stop short of every page of a round, cancelled ones included).
- * ZEROPAGE only fills missing PTEs and stops at the first present page
- * (EEXIST, a short fill). A page can only become "missing, content in the
- * store" through our drop, and the drop zaps a page only after a fault
+ * ZEROPAGE and COPY only fill missing PTEs and stop at the first present
+ * page (EEXIST, a short fill). A page can only become "missing, content in
+ * the store" through our drop, and the drop zaps a page only after a fault
  * thread has read the UFFD_EVENT_REMOVE it raised (madvise waits for that
  * read). We hold serve_lock from our checks to the ioctl, and messages are
  * read only under it, so no drop can zap a page in between:
@@ -125,35 +168,37 @@ static unsigned prefetch(struct fault_thread *ft, struct zsw_target *t, uint64_t
  *     either still DROPPING (evict_first_in_round() stops there) or IDLE
  *     with its entries in the store (zsw_store_next() stops there);
  *   - a drop whose REMOVE is unread keeps the uffd's mmap_changing raised:
- *     ZEROPAGE fails with EAGAIN and fills nothing (so do the target's own
+ *     the fill fails with EAGAIN and fills nothing (so do the target's own
  *     DONTNEED, munmap, mremap and fork while their events are unread);
  *   - a round that starts meanwhile takes present pages only, where
- *     ZEROPAGE stops with EEXIST.
+ *     the fill stops with EEXIST.
  * The target's DONTNEED of a page we filled raises REMOVE as for any page;
- * its munmap leaves no VMA, where ZEROPAGE fails with ENOENT. */
-static ssize_t zero_fill(struct zsw_target *t, uint64_t pgno, bool window) {
+ * its munmap leaves no VMA, where the fill fails with ENOENT. */
+static ssize_t zero_fill(struct zsw_target *t, uint64_t pgno, bool window, bool write) {
         /* Not past the faulting page's 2 MiB region: no page table is
          * allocated for pages nobody touched. */
         uint64_t end = MIN(pgno + 1 + (window ? t->zero_window : 0), (pgno | 511) + 1), held;
-        ssize_t r;
+        bool stream = write && pgno == t->zero_next_pgno;
+        ssize_t r, ahead;
 
         if (end > pgno + 1) {
                 end = evict_first_in_round(t, pgno + 1, end);
                 if (zsw_store_next(t->owner, pgno + 1, &held) && held < end)
                         end = held;
         }
-        for (;;) {
-                r = zsw_uffd_zeropage(t->uffd, pgno * ZSW_PAGE_SIZE, (end - pgno) * ZSW_PAGE_SIZE,
-                                      false);
-                /* ENOENT: the range is gone, or the window crosses the end
-                 * of the mapping (one ZEROPAGE fills one VMA); try less. */
-                if (r != -ENOENT || end == pgno + 1)
-                        break;
-                end = pgno + MAX((end - pgno) / 2, 1u);
+        if (stream || !write || end == pgno + 1)
+                r = fill_zeros(t, pgno, end, write);
+        else {
+                /* The written page real, the rest of the window zero. */
+                r = fill_zeros(t, pgno, pgno + 1, true);
+                ahead = r > 0 ? fill_zeros(t, pgno + 1, end, false) : 0;
+                if (ahead > 0)
+                        r += ahead;
         }
         if (r <= 0)
                 return r;
-        r /= ZSW_PAGE_SIZE;
+        if (window && end > pgno + 1)
+                t->zero_next_pgno = pgno + (uint64_t) r;
         if (r > 1)
                 atomic_fetch_add_explicit(&t->zero_ahead, (uint64_t) r - 1, memory_order_relaxed);
         return r;
@@ -164,7 +209,8 @@ static ssize_t zero_fill(struct zsw_target *t, uint64_t pgno, bool window) {
  * wake_unresolved(), or by the eviction round it waits for. The load is shared: the entry goes only once its page
  * is in place, so a failed copy loses nothing and needs no store call to
  * put the page back (which a full pool could refuse). */
-static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_t addr) {
+static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_t addr,
+                          bool write) {
         uint64_t pgno = addr / ZSW_PAGE_SIZE, page = pgno * ZSW_PAGE_SIZE;
         uint64_t start = zsw_now_ns();
         /* A fault right after the pages we brought back last time: a
@@ -185,7 +231,7 @@ static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_
                 return;
         case RESTORE_ZERO:
                 /* Cancelled by the round: this page alone. */
-                r = zero_fill(t, pgno, false);
+                r = zero_fill(t, pgno, false, write);
                 atomic_fetch_add_explicit(&t->zero_faults, 1, memory_order_relaxed);
                 break;
         default:
@@ -193,7 +239,7 @@ static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_
                 if (r == -ENOENT) {
                         /* Never taken by us: a first touch, zero-filled as
                          * the kernel would, with the window after it. */
-                        r = zero_fill(t, pgno, true);
+                        r = zero_fill(t, pgno, true, write);
                         if (r > 0)
                                 placed = (uint64_t) r;
                         atomic_fetch_add_explicit(&t->zero_faults, 1, memory_order_relaxed);
@@ -247,7 +293,8 @@ static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const stru
                 if (m->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP)
                         serve_wp(t, m->arg.pagefault.address);
                 else
-                        serve_missing(ft, t, m->arg.pagefault.address);
+                        serve_missing(ft, t, m->arg.pagefault.address,
+                                      m->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE);
                 break;
         case UFFD_EVENT_FORK:
                 engine_add_fork_child(t->engine, t, (int) m->arg.fork.ufd);
@@ -424,6 +471,7 @@ static int fault_thread_init(struct zsw_engine *e, struct fault_thread *ft, int 
 }
 
 int fault_threads_start(struct zsw_engine *e) {
+        void *zeros;
         cpu_set_t allowed;
         int cpus[CPU_SETSIZE];
         unsigned n = 0;
@@ -437,6 +485,12 @@ int fault_threads_start(struct zsw_engine *e) {
         if (n == 0)
                 n = 1;
 
+        /* Never written: reads of it are all the kernel ever does. */
+        zeros = mmap(NULL, FAULT_ZEROS_PAGES * ZSW_PAGE_SIZE, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS,
+                     -1, 0);
+        if (zeros == MAP_FAILED)
+                return -ENOMEM;
+        e->zeros = zeros;
         e->threads = calloc(n, sizeof(struct fault_thread));
         if (!e->threads)
                 return -ENOMEM;
@@ -471,4 +525,7 @@ void fault_threads_stop(struct zsw_engine *e) {
         free(e->threads);
         e->threads = NULL;
         e->n_threads = 0;
+        if (e->zeros)
+                munmap((void *) e->zeros, FAULT_ZEROS_PAGES * ZSW_PAGE_SIZE);
+        e->zeros = NULL;
 }
