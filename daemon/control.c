@@ -284,6 +284,8 @@ static void stats_json_target(struct json *j, const struct zsw_target_stats *t) 
         json_u64(j, "faults", t->faults);
         json_u64(j, "zero_faults", t->zero_faults);
         json_u64(j, "zero_ahead_pages", t->zero_ahead_pages);
+        json_u64(j, "throttled_faults", t->throttled_faults);
+        json_bool(j, "throttled", t->throttled);
         json_u64(j, "refaults", t->refaults);
         json_u64(j, "wp_faults", t->wp_faults);
         json_u64(j, "prefetched_pages", t->prefetched_pages);
@@ -356,9 +358,11 @@ static void stats_text(FILE *f, const struct zsw_engine_stats *g, const struct z
         if (detail) {
                 fprintf(f, "\npid %d: payload %.1f MiB, %" PRIu64 " same-filled pages, %" PRIu64
                            " evicted in all, %" PRIu64 " refaults, %" PRIu64 " zero-fill faults (%" PRIu64
-                           " pages filled ahead), %" PRIu64 " prefetched (%" PRIu64 " used), fault p95 %.1f us\n",
+                           " pages filled ahead, %" PRIu64 " throttled over budget%s), %" PRIu64
+                           " prefetched (%" PRIu64 " used), fault p95 %.1f us\n",
                         t->pid, t->payload_bytes / MIB, t->same_filled_pages, t->evicted_pages,
-                        t->refaults, t->zero_faults, t->zero_ahead_pages, t->prefetched_pages, t->prefetch_hits,
+                        t->refaults, t->zero_faults, t->zero_ahead_pages, t->throttled_faults,
+                        t->throttled ? ", throttled now" : "", t->prefetched_pages, t->prefetch_hits,
                         t->fault_ns_p95 / 1e3);
                 fprintf(f, "ages: %" PRIu64 " scans; at the last, %" PRIu64 " pages present, %" PRIu64
                            " idle since the scan before, %" PRIu64 " protected again, %.2f ms; "

@@ -82,6 +82,11 @@ void json_double(struct json *j, const char *key, double v) {
                 fputs("null", j->f);
 }
 
+void json_bool(struct json *j, const char *key, bool v) {
+        begin_value(j, key);
+        fputs(v ? "true" : "false", j->f);
+}
+
 void json_string(struct json *j, const char *key, const char *s) {
         begin_value(j, key);
         write_string(j->f, s);

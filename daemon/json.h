@@ -32,3 +32,4 @@ void json_i64(struct json *j, const char *key, int64_t v);
 /* Non-finite values are written as null. */
 void json_double(struct json *j, const char *key, double v);
 void json_string(struct json *j, const char *key, const char *s);
+void json_bool(struct json *j, const char *key, bool v);

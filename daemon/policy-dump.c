@@ -34,8 +34,11 @@ static void group_json(struct json *j, const struct policy_group *g) {
         json_double(j, "stall_percent", pct(g->pressure_pm));
         json_double(j, "avg10_percent", pct(g->avg10));
         json_u64(j, "usage_bytes", g->usage_bytes);
-        if (g->policy->memory_budget.kind != ZSW_LIMIT_NONE)
+        if (g->policy->memory_budget.kind != ZSW_LIMIT_NONE) {
                 json_u64(j, "budget_bytes", g->budget_bytes);
+                json_bool(j, "throttled", g->throttled);
+                json_u64(j, "throttle_checks", g->throttle_periods);
+        }
         json_u64(j, "step_bytes", g->step_bytes);
         json_u64(j, "pause_periods", g->pause_periods);
         json_u64(j, "refaults_last", g->refaults_last);

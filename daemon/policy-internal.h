@@ -18,6 +18,7 @@ struct policy_target {
 
 /* The processes of one policy in one cgroup: the unit of control. */
 struct policy_group {
+        struct policy_manager *manager;
         const struct zsw_policy *policy; /* into the manager's config */
         char *policy_name;
         char *cgroup;           /* as policies match it: v2, or name=systemd */
@@ -55,6 +56,8 @@ struct policy_group {
 
         /* The budget checks between periods (policy.c). */
         size_t reclaim_next;      /* the target group_reclaim() starts with */
+        bool throttled;           /* over budget: first touches throttled (zsw_engine_set_throttle()) */
+        uint64_t throttle_periods; /* budget checks that found it over and throttled it */
 };
 
 struct policy_manager {

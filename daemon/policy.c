@@ -146,6 +146,7 @@ static int group_new(struct policy_manager *m, const struct zsw_policy *p, const
         if (!g)
                 return -ENOMEM;
         g->trigger_fd = g->psi_dir_fd = g->memory_fd = -EBADF;
+        g->manager = m;
         g->policy = p;
         g->policy_name = strdup(p->name);
         g->cgroup = strdup(cgroup);
@@ -552,12 +553,17 @@ static void group_reclaimed(struct policy_group *g, uint64_t got) {
                   g->policy_name, g->cgroup, got / 1024, g->reclaim_want / 1024);
 }
 
+static void group_check_budget(struct policy_manager *m, struct policy_group *g);
+
 static void group_reclaim_done(void *userdata, const struct reclaim_request *req) {
         struct policy_group *g = userdata;
         LOG_FIELDS(.policy = g->policy_name, .cgroup = g->cgroup);
 
         g->reclaiming = NULL;
         group_reclaimed(g, req->result.evicted_pages * (uint64_t) getpagesize());
+        /* Over budget, the next reclaim need not wait for the next check. */
+        if (group_has_budget(g))
+                group_check_budget(g->manager, g);
 }
 
 /* Reclaims up to WANT bytes of pages unused for MinColdAge from the
@@ -622,6 +628,25 @@ static void group_read_pressure(struct policy_group *g, uint64_t elapsed) {
         g->avg10 = g->policy->pressure.full && psi.has_full ? psi.full.avg10 : psi.some.avg10;
 }
 
+/* Over its budget, a group's first touches are throttled (one page per
+ * fault, no zero-fill window) until a check finds it back under: a
+ * process filling fresh memory faster than reclaim can take it away
+ * would otherwise run far past the budget (77 MiB over a 163 MiB budget
+ * in bench/compare's over-commit run before this). */
+static void group_throttle(struct policy_manager *m, struct policy_group *g, bool on) {
+        /* Every time, not only on a change: targets that joined since get
+         * it too, and a group made anew by a reload (throttled false)
+         * lets go of targets an older one throttled. */
+        for (size_t i = 0; i < g->n_pids; i++)
+                (void) zsw_engine_set_throttle(m->engine, g->pids[i].pid, on);
+        if (on != g->throttled)
+                log_debug("Policy %s, group %s: first touches %s.", g->policy_name, g->cgroup,
+                          on ? "throttled (over budget)" : "no longer throttled");
+        g->throttled = on;
+        if (on)
+                g->throttle_periods++;
+}
+
 /* One period of one group: measure, then decide. */
 static void group_tick(struct policy_manager *m, struct policy_group *g, bool global_fired) {
         const struct zsw_policy *p = g->policy;
@@ -642,6 +667,7 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
         if (g->budget_base == 0)
                 g->budget_base = g->usage_bytes;
         g->budget_bytes = zsw_limit_resolve(&p->memory_budget, g->budget_base);
+        group_throttle(m, g, group_has_budget(g) && g->usage_bytes > g->budget_bytes);
 
         if (g->n_pids == 0) {
                 g->decision = "no processes";
@@ -722,12 +748,12 @@ static void group_check_budget(struct policy_manager *m, struct policy_group *g)
         uint64_t usage, budget, cap, want;
         LOG_FIELDS(.policy = g->policy_name, .cgroup = g->cgroup);
 
-        if (!group_has_budget(g) || g->n_pids == 0 || g->budget_base == 0 ||
-            g->pause_periods > 0 || g->trigger_fired || g->reclaiming || g->memory_fd < 0 ||
+        if (!group_has_budget(g) || g->n_pids == 0 || g->budget_base == 0 || g->memory_fd < 0 ||
             zsw_cgroup_read_memory_at(g->memory_fd, &usage) < 0)
                 return;
         budget = zsw_limit_resolve(&p->memory_budget, g->budget_base);
-        if (usage <= budget)
+        group_throttle(m, g, usage > budget);
+        if (usage <= budget || g->pause_periods > 0 || g->trigger_fired || g->reclaiming)
                 return;
         cap = group_rate_credit(g, now_usec());
         if (cap < (uint64_t) getpagesize())

@@ -91,6 +91,8 @@ struct zsw_target {
          * there is a stream filling fresh memory (fault.c). Under
          * serve_lock. */
         uint64_t zero_next_pgno;
+        _Atomic bool throttle;          /* zsw_engine_set_throttle() */
+        _Atomic uint64_t throttled_faults;
 
         /* Page ages (age.c), under evict_lock; NULL before the first
          * age scan. */
@@ -227,6 +229,7 @@ enum evict_restore {
 /* How a missing fault on pgno may be served. With defer, RESTORE_WAIT
  * also asks the round to wake the faulting threads at its end. */
 enum evict_restore evict_may_restore(struct zsw_target *t, uint64_t pgno, bool defer);
+
 /* The first page of [from, end) that the eviction round in flight holds
  * (whatever its state), end if none. */
 uint64_t evict_first_in_round(struct zsw_target *t, uint64_t from, uint64_t end);

@@ -740,6 +740,8 @@ static void fill_target_stats(struct zsw_engine *e, struct zsw_target *t, struct
                 .faults = atomic_load(&t->faults),
                 .zero_faults = atomic_load(&t->zero_faults),
                 .zero_ahead_pages = atomic_load(&t->zero_ahead),
+                .throttled_faults = atomic_load(&t->throttled_faults),
+                .throttled = atomic_load(&t->throttle),
                 .refaults = atomic_load(&t->refaults),
                 .wp_faults = atomic_load(&t->wp_faults),
                 .prefetched_pages = atomic_load(&t->prefetched),
@@ -787,6 +789,17 @@ int zsw_engine_get_target_stats(struct zsw_engine *e, pid_t pid, struct zsw_targ
         t = find_target(e, pid);
         if (t)
                 fill_target_stats(e, t, ret);
+        pthread_mutex_unlock(&e->control_lock);
+        return t ? 0 : -ENOENT;
+}
+
+int zsw_engine_set_throttle(struct zsw_engine *e, pid_t pid, bool on) {
+        struct zsw_target *t;
+
+        pthread_mutex_lock(&e->control_lock);
+        t = find_target(e, pid);
+        if (t)
+                atomic_store_explicit(&t->throttle, on, memory_order_relaxed);
         pthread_mutex_unlock(&e->control_lock);
         return t ? 0 : -ENOENT;
 }

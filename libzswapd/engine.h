@@ -163,6 +163,8 @@ struct zsw_target_stats {
         uint64_t faults;
         uint64_t zero_faults;           /* faults on pages never taken */
         uint64_t zero_ahead_pages;      /* zero-filled after such a fault (zero_window) */
+        uint64_t throttled_faults;      /* zero faults while throttled (zsw_engine_set_throttle()) */
+        bool throttled;
         uint64_t refaults;              /* faults that brought back a page we had taken */
         uint64_t wp_faults;             /* writes to pages protected by age scans or rounds */
         uint64_t prefetched_pages;
@@ -225,6 +227,14 @@ struct zsw_engine_stats {
         uint64_t disk_pages;
         uint64_t disk_bytes_in_use;     /* swapfile space allocated */
 };
+
+/* While on, first touches of the target (pages zswapd never took) are
+ * filled one page per fault of ours, without the zero-fill window: a
+ * process filling fresh memory slows down (to ~50 MiB/s on the
+ * development VMs, a round trip per page) so that reclaim can keep up,
+ * as the kernel's allocations wait for reclaim over a memory limit. For
+ * a group over its memory budget. -ENOENT if pid is not attached. */
+int zsw_engine_set_throttle(struct zsw_engine *engine, pid_t pid, bool on);
 
 int zsw_engine_get_stats(struct zsw_engine *engine, struct zsw_engine_stats *ret);
 int zsw_engine_get_target_stats(struct zsw_engine *engine, pid_t pid, struct zsw_target_stats *ret);

@@ -177,9 +177,16 @@ static ssize_t fill_zeros(struct zsw_target *t, uint64_t pgno, uint64_t end, boo
 static ssize_t zero_fill(struct zsw_target *t, uint64_t pgno, bool window, bool write) {
         /* Not past the faulting page's 2 MiB region: no page table is
          * allocated for pages nobody touched. */
-        uint64_t end = MIN(pgno + 1 + (window ? t->zero_window : 0), (pgno | 511) + 1), held;
+        uint64_t end, held;
         bool stream = write && pgno == t->zero_next_pgno;
         ssize_t r, ahead;
+
+        /* Throttled (zsw_engine_set_throttle()): one page per round trip. */
+        if (atomic_load_explicit(&t->throttle, memory_order_relaxed)) {
+                atomic_fetch_add_explicit(&t->throttled_faults, 1, memory_order_relaxed);
+                window = stream = false;
+        }
+        end = MIN(pgno + 1 + (window ? t->zero_window : 0), (pgno | 511) + 1);
 
         if (end > pgno + 1) {
                 end = evict_first_in_round(t, pgno + 1, end);

@@ -517,6 +517,46 @@ TEST(write_stream_fills_real_pages) {
         zsw_engine_free(e);
 }
 
+/* Throttled (a group over its memory budget), first touches are served
+ * one page per fault of ours, and the throttle's end brings the windows
+ * back. */
+TEST(throttle_serves_one_page_per_fault) {
+        struct child ch = child_start();
+        struct zsw_engine *e = engine_start(64);
+        struct zsw_engine_error err = {};
+        struct zsw_reclaim_result res;
+        struct zsw_target_stats s0, s1, s2;
+
+        ASSERT_OK(zsw_engine_attach(e, ch.pid, &err));
+        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
+        ASSERT_EQ(zsw_engine_set_throttle(e, ch.pid + 100000, true), -ENOENT);
+        ASSERT_OK(zsw_engine_set_throttle(e, ch.pid, true));
+        ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &s0));
+        ASSERT_TRUE(s0.throttled);
+        (void) child_ask(&ch, 'w');
+        ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &s1));
+        fprintf(stderr, "throttled: %u pages written with %" PRIu64 " zero faults, %" PRIu64
+                " throttled, %" PRIu64 " filled ahead\n", STREAM_PAGES, s1.zero_faults - s0.zero_faults,
+                s1.throttled_faults - s0.throttled_faults, s1.zero_ahead_pages - s0.zero_ahead_pages);
+        ASSERT_EQ(s1.zero_ahead_pages, s0.zero_ahead_pages);
+        ASSERT_GE(s1.throttled_faults - s0.throttled_faults, STREAM_PAGES);
+        ASSERT_GE(s1.zero_faults - s0.zero_faults, STREAM_PAGES);
+        ASSERT_EQ(child_ask(&ch, 'x'), 0);
+
+        /* Lifted: the fresh runs are read with windows again. */
+        ASSERT_OK(zsw_engine_set_throttle(e, ch.pid, false));
+        ASSERT_EQ(child_ask(&ch, 'r'), 0);
+        ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &s2));
+        ASSERT_FALSE(s2.throttled);
+        ASSERT_EQ(s2.throttled_faults, s1.throttled_faults);
+        ASSERT_GT(s2.zero_ahead_pages, s1.zero_ahead_pages);
+        ASSERT_OK(zsw_engine_detach(e, ch.pid, &err));
+        ASSERT_EQ(child_ask(&ch, 'x'), 0);
+        ASSERT_EQ(child_ask(&ch, 'v'), 0);
+        child_stop(&ch);
+        zsw_engine_free(e);
+}
+
 /* Reclaims in a loop while the child's threads first-touch, DONTNEED,
  * remap and rewrite; every byte checked all along and at the end. */
 static void race(unsigned w, bool with_data_dontneed) {
