@@ -87,6 +87,7 @@ struct zsw_target {
          * sequential stream. Under serve_lock. */
         uint64_t last_fault_pgno, next_fault_pgno;
         unsigned prefetched_last;
+        uint32_t last_fault_tid;        /* of the last missing fault (fault.c's yield) */
         /* The page after the last zero fill with a window: a write fault
          * there is a stream filling fresh memory (fault.c). Under
          * serve_lock. */
