@@ -143,7 +143,6 @@ struct fault_thread {
         atomic_uint_fast64_t batches;
         atomic_bool running;
         uint64_t batches_seen;
-        int cpu;                        /* pinned to, -1 for none */
         struct zsw_worker *worker;
         bool started;
 };
@@ -163,6 +162,7 @@ struct zsw_engine {
 
         struct fault_thread *threads;
         unsigned n_threads;
+        atomic_uint next_fault_thread;  /* the next target's (fault_threads_add()) */
         const uint8_t *zeros;           /* FAULT_ZEROS_PAGES of zeros, read-only: what
                                          * fault.c fills written fresh pages from */
 

@@ -29,7 +29,7 @@ struct zsw_engine_config {
         bool reject_incompressible;     /* refuse pages that do not shrink */
         unsigned prefetch_window;       /* pages brought back around a fault, 0 = off */
         unsigned zero_window;           /* see struct zsw_target_config */
-        unsigned fault_threads;         /* 0 = one per online CPU, each pinned */
+        unsigned fault_threads;         /* 0 = one per CPU we may run on; each target is served by one */
         /* The pool limit (object bytes in the pool), 0 for none; stores
          * are refused from the limit until the pool is back under
          * accept_threshold_percent of it (0 = 90). */
