@@ -1263,9 +1263,11 @@ TEST(pressure_makes_the_policy_back_off) {
         target_cgroup = g;
         target_start(&t);
         target_cgroup = NULL;
-        /* Room for 16 MiB of page cache beside the target: the file is 8
-         * times that. */
-        test_cgroup_limit_to_usage(g, 16u << 20);
+        /* Room for 8 MiB of page cache beside the target: the file is 16
+         * times that. (16 MiB of room left too little pressure in 3 of
+         * about 15 runs in session 10: the group's usage also shrinks as
+         * the policy takes the target's pages, which widens the room.) */
+        test_cgroup_limit_to_usage(g, 8u << 20);
         daemon_start_config(&d, c.dir);
         (void) wait_evicted(d.sock, t.pid, 1);
         out = ctl_ok(d.sock, CTL_ARGS(d.sock, "policies", "--json"));
@@ -1289,8 +1291,15 @@ TEST(pressure_makes_the_policy_back_off) {
                         fprintf(stderr, "policies: %s", out);
                 free(TAKE_PTR(out));
         }
-        ASSERT_GT(backoffs, backoffs_before);
         log = read_log(&d);
+        if (backoffs <= backoffs_before) {
+                snprintf(path, sizeof(path), "%s/memory.pressure", g->v2);
+                fd = open(path, O_RDONLY | O_CLOEXEC);
+                n = fd >= 0 ? read(fd, psi, sizeof(psi) - 1) : -1;
+                psi[MAX(n, (ssize_t) 0)] = 0;
+                TEST_FAIL("no backoff in 60 s; the group's memory.pressure: %s; daemon log: %s", psi,
+                          log);
+        }
         if (!strstr(log, "backing off (PSI trigger)") && !strstr(log, "backing off (pressure)"))
                 TEST_FAIL("no backoff for the group's pressure in the log %s", d.log);
 
