@@ -59,6 +59,9 @@ struct evict_batch {
          * UFFD_EVENT_REMOVE has been seen: our drop raises exactly one per
          * page, so a second one is the target's own. */
         bool drop_seen[ZSW_EVICT_MAX_PAGES];
+        /* The target moved other pages (and their entries) over these:
+         * they are no longer the round's (evict_on_move_in()). */
+        bool moved_in[ZSW_EVICT_MAX_PAGES];
         /* Threads that wrote during the drop wait for it to finish. */
         bool wake_pending;
 };
@@ -82,6 +85,9 @@ struct zsw_target {
         pthread_mutex_t evict_lock;
         pthread_mutex_t batch_lock;
         struct evict_batch batch;
+        /* Read-held by each store of the round's pages, write-held by a
+         * move of entries into the round (evict_on_move_in()). */
+        pthread_rwlock_t round_store_lock;
 
         /* Prefetch heuristic: a fault next to the previous one means a
          * sequential stream. Under serve_lock. */
@@ -230,6 +236,10 @@ enum evict_restore {
 /* How a missing fault on pgno may be served. With defer, RESTORE_WAIT
  * also asks the round to wake the faulting threads at its end. */
 enum evict_restore evict_may_restore(struct zsw_target *t, uint64_t pgno, bool defer);
+/* The target moved pages over [start, end) (mremap, REMAP event): pages
+ * of the round in flight there leave it. Returns true if there were any:
+ * then the caller moves the entries with round_store_lock write-held. */
+bool evict_on_move_in(struct zsw_target *t, uint64_t start, uint64_t end);
 
 /* The first page of [from, end) that the eviction round in flight holds
  * (whatever its state), end if none. */

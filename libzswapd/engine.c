@@ -121,6 +121,16 @@ static struct zsw_target *target_new(struct zsw_engine *e, pid_t pid) {
         pthread_mutex_init(&t->serve_lock, NULL);
         pthread_mutex_init(&t->evict_lock, NULL);
         pthread_mutex_init(&t->batch_lock, NULL);
+        {
+                pthread_rwlockattr_t a;
+
+                /* A move waits for the stores in flight, not for every
+                 * store still to come. */
+                pthread_rwlockattr_init(&a);
+                pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+                pthread_rwlock_init(&t->round_store_lock, &a);
+                pthread_rwlockattr_destroy(&a);
+        }
         pthread_mutex_init(&t->age_stats_lock, NULL);
         return t;
 }
@@ -135,6 +145,7 @@ static struct zsw_target *target_free(struct zsw_target *t) {
         pthread_mutex_destroy(&t->serve_lock);
         pthread_mutex_destroy(&t->evict_lock);
         pthread_mutex_destroy(&t->batch_lock);
+        pthread_rwlock_destroy(&t->round_store_lock);
         pthread_mutex_destroy(&t->age_stats_lock);
         free(t);
         return NULL;

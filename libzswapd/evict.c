@@ -26,7 +26,8 @@
  *   - a WP fault during DROPPING waits: the page is being dropped, and the
  *     thread is woken afterwards to fault it back in from the store;
  *   - the target's own MADV_DONTNEED, munmap or mremap of pages of the
- *     round cancels them;
+ *     round cancels them; pages it moves over pages of the round leave
+ *     the round, entries and all (evict_on_move_in());
  *   - our drop raises one UFFD_EVENT_REMOVE per dropped page; the first
  *     REMOVE of a committed page is taken for ours and changes nothing in
  *     the store, a second one is the target's (see evict_on_remove());
@@ -70,10 +71,11 @@ static size_t batch_lower_bound(const struct evict_batch *b, uint64_t addr) {
         return lo;
 }
 
+/* A page of the round; pages moved in over it are not (evict_on_move_in()). */
 static ssize_t batch_find(const struct evict_batch *b, uint64_t addr) {
         size_t i = batch_lower_bound(b, addr);
 
-        return i < b->n && b->addrs[i] == addr ? (ssize_t) i : -1;
+        return i < b->n && b->addrs[i] == addr && !b->moved_in[i] ? (ssize_t) i : -1;
 }
 
 static void batch_cancel(struct evict_batch *b, size_t i) {
@@ -137,6 +139,28 @@ void evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, enum ev
         if (kind != REMOVAL_MOVE && end > from)
                 zsw_store_invalidate(t->owner, from / ZSW_PAGE_SIZE, (end - from) / ZSW_PAGE_SIZE);
         pthread_mutex_unlock(&t->batch_lock);
+}
+
+/* The target moved pages over [start, end). The round's pages there were
+ * unmapped first (the UNMAP cancelled them and dropped their entries);
+ * what is there now are the moved pages, whose entries the caller moves
+ * in next: they are served from the store like any page outside the
+ * round, and the commit must not drop their entries as it drops those of
+ * cancelled pages. tests/test-engine.c mremap_over_a_round_keeps_the_moved_pages
+ * lost them before. */
+bool evict_on_move_in(struct zsw_target *t, uint64_t start, uint64_t end) {
+        struct evict_batch *b = &t->batch;
+        bool any = false;
+
+        pthread_mutex_lock(&t->batch_lock);
+        if (b->state != EVICT_IDLE)
+                for (size_t i = batch_lower_bound(b, start); i < b->n && b->addrs[i] < end; i++) {
+                        batch_cancel(b, i);
+                        b->moved_in[i] = true;
+                        any = true;
+                }
+        pthread_mutex_unlock(&t->batch_lock);
+        return any;
 }
 
 enum evict_restore evict_may_restore(struct zsw_target *t, uint64_t pgno, bool defer) {
@@ -348,18 +372,22 @@ static void store_batch(void *arg, struct zsw_worker *w, size_t item) {
         uint64_t pgnos[ZSW_STORE_BATCH_MAX];
         size_t idx[ZSW_STORE_BATCH_MAX];
         uint32_t mask = 0;
-        int r;
+        int r = 0;
 
-        /* Pages that vanished before the read are not stored. */
+        /* Pages that vanished before the read are not stored, nor pages
+         * others were moved over (their entries must stay). */
+        pthread_rwlock_rdlock(&rd->target->round_store_lock);
+        pthread_mutex_lock(&rd->target->batch_lock);
         for (size_t i = off; i < off + n; i++)
-                if (rd->read_ok[i]) {
+                if (rd->read_ok[i] && !b->moved_in[i]) {
                         idx[k] = i;
                         pages[k] = rd->chunk_bufs[i - rd->chunk];
                         pgnos[k++] = b->addrs[i] / ZSW_PAGE_SIZE;
                 }
-        if (k == 0)
-                return;
-        r = zsw_store_pages(w, rd->target->owner, pgnos, pages, k, &mask);
+        pthread_mutex_unlock(&rd->target->batch_lock);
+        if (k > 0)
+                r = zsw_store_pages(w, rd->target->owner, pgnos, pages, k, &mask);
+        pthread_rwlock_unlock(&rd->target->round_store_lock);
         for (size_t i = 0; i < k; i++)
                 rd->stored[idx[i]] = r >= 0 && (mask & (1u << i));
 }
@@ -477,10 +505,10 @@ static int round_collect(struct zsw_engine *e, struct zsw_target *t, struct evic
         r = round_read_store(e, t, rd);
         if (r < 0)
                 return r;
-        for (size_t i = 0; i < b->n; i++)
-                if (rd->read_ok[i] && !rd->stored[i])
-                        res->refused_pages++;
         pthread_mutex_lock(&t->batch_lock);
+        for (size_t i = 0; i < b->n; i++)
+                if (rd->read_ok[i] && !rd->stored[i] && !b->moved_in[i])
+                        res->refused_pages++;
         for (size_t i = 0; i < b->n; i++)
                 if (!rd->stored[i] && !b->cancelled[i]) {
                         batch_cancel(b, i);
@@ -591,7 +619,7 @@ static int round_drop(struct zsw_engine *e, struct zsw_target *t, struct evict_r
                 if (b->addrs[i] < rseq + MAX(rseq_len, 1u) && rseq < b->addrs[i] + ZSW_PAGE_SIZE)
                         batch_cancel(b, i);
         for (size_t i = 0; i < b->n; i++)
-                if (b->cancelled[i])
+                if (b->cancelled[i] && !b->moved_in[i])
                         zsw_store_invalidate(t->owner, b->addrs[i] / ZSW_PAGE_SIZE, 1);
         rd->n_runs = collect_runs(b, rd->runs);
         memset(b->drop_seen, 0, b->n * sizeof(b->drop_seen[0]));
@@ -636,6 +664,7 @@ static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct evict_
                         (void *) regions[i].start, regions[i].end - regions[i].start };
                 for (uint64_t a = regions[i].start; a < regions[i].end; a += ZSW_PAGE_SIZE) {
                         b->cancelled[b->n] = false;
+                        b->moved_in[b->n] = false;
                         b->addrs[b->n++] = a;
                 }
         }
@@ -659,7 +688,8 @@ static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct evict_
         if (r < 0 && b->state == EVICT_COLLECTING)
                 for (size_t i = 0; i < b->n; i++) {
                         batch_cancel(b, i);
-                        zsw_store_invalidate(t->owner, b->addrs[i] / ZSW_PAGE_SIZE, 1);
+                        if (!b->moved_in[i])
+                                zsw_store_invalidate(t->owner, b->addrs[i] / ZSW_PAGE_SIZE, 1);
                 }
         pthread_mutex_unlock(&t->batch_lock);
 

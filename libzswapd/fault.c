@@ -337,12 +337,23 @@ static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const stru
         case UFFD_EVENT_FORK:
                 engine_add_fork_child(t->engine, t, (int) m->arg.fork.ufd);
                 break;
-        case UFFD_EVENT_REMAP:
+        case UFFD_EVENT_REMAP: {
+                bool into_round;
+
                 evict_on_remove(t, m->arg.remap.from, m->arg.remap.from + m->arg.remap.len,
                                 REMOVAL_MOVE);
+                into_round = evict_on_move_in(t, m->arg.remap.to, m->arg.remap.to + m->arg.remap.len);
+                /* Over pages of the round in flight: no store of the round
+                 * may write its copy of what was there over a moved entry
+                 * (the move drops what was stored before it). */
+                if (into_round)
+                        pthread_rwlock_wrlock(&t->round_store_lock);
                 zsw_store_move(t->owner, m->arg.remap.from / ZSW_PAGE_SIZE,
                                m->arg.remap.to / ZSW_PAGE_SIZE, m->arg.remap.len / ZSW_PAGE_SIZE);
+                if (into_round)
+                        pthread_rwlock_unlock(&t->round_store_lock);
                 break;
+        }
         case UFFD_EVENT_REMOVE:
         case UFFD_EVENT_UNMAP:
                 /* Our own drop raises REMOVE too; the target's own

@@ -6,6 +6,7 @@
  */
 #include <fcntl.h>
 #include <dirent.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -26,18 +27,57 @@ struct child {
 static uint64_t *sums;
 static uint8_t *buf;
 static size_t npages;
+/* Pages [hole_from, hole_to) of buf are unmapped (mremap_into_round). */
+static size_t hole_from, hole_to;
 
 /* Verifies every page, from the child. Returns the number of bad pages. */
 static size_t verify_all(void) {
         size_t bad = 0;
 
         for (size_t i = 0; i < npages; i++)
-                if (corpus_page_sum(buf + (size_t) i * PAGE) != sums[i]) {
+                if ((i < hole_from || i >= hole_to) &&
+                    corpus_page_sum(buf + (size_t) i * PAGE) != sums[i]) {
                         if (bad++ < 8)
                                 fprintf(stderr, "page %zu at %p is wrong%s\n", i,
                                         (void *) (buf + i * PAGE),
                                         corpus_page_sum(buf + i * PAGE) == corpus_page_sum((char[PAGE]){0}) ? " (zeros)" : "");
                 }
+        return bad;
+}
+
+/* mremap_into_round: pages [0, MOVE_AT) are present, [MOVE_AT, MOVE_AT +
+ * MOVE_PAGES) evicted. Once a reclaim's round has write-protected page 0
+ * (it is collecting [0, MOVE_AT)), the evicted pages are moved over the
+ * first MOVE_PAGES pages of the round, which unmaps those. Returns the
+ * moved pages that do not read as they were (or 1000000 when no round
+ * came within 20 s). */
+#define MOVE_AT 4096u
+#define MOVE_PAGES 256u
+#define PM_UFFD_WP (UINT64_C(1) << 57)
+
+static size_t move_into_round(void) {
+        int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+        size_t bad = 0;
+        uint64_t pm = 0;
+
+        if (fd < 0)
+                _exit(6);
+        for (unsigned i = 0; !(pm & PM_UFFD_WP); i++) {
+                if (i == 20000000u)
+                        return 1000000;
+                if (pread(fd, &pm, sizeof(pm), (off_t) ((uintptr_t) buf / PAGE * sizeof(pm))) !=
+                    sizeof(pm))
+                        _exit(6);
+        }
+        close(fd);
+        if (mremap(buf + (size_t) MOVE_AT * PAGE, (size_t) MOVE_PAGES * PAGE,
+                   (size_t) MOVE_PAGES * PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, buf) != buf)
+                _exit(7);
+        memcpy(sums, sums + MOVE_AT, MOVE_PAGES * sizeof(*sums));
+        hole_from = MOVE_AT;
+        hole_to = MOVE_AT + MOVE_PAGES;
+        for (size_t i = 0; i < MOVE_PAGES; i++)
+                bad += corpus_page_sum(buf + i * PAGE) != sums[i];
         return bad;
 }
 
@@ -111,6 +151,15 @@ static void child_loop(int cmd, int reply) {
                         answer = (size_t) p;
                         break;
                 }
+                case 'r':
+                        /* Reads the first MOVE_AT pages back, the rest
+                         * stays where a reclaim put it. */
+                        for (size_t i = 0; i < MOVE_AT; i++)
+                                answer += corpus_page_sum(buf + i * PAGE) != sums[i];
+                        break;
+                case 'M':
+                        answer = move_into_round();
+                        break;
                 case 'q':
                         _exit(0);
                 }
@@ -322,6 +371,59 @@ TEST(fork_child_holds_its_own_uffd) {
                 usleep(100 * 1000);
         ASSERT_EQ(count_uffds(gc), 2);
         ASSERT_EQ(zsw_engine_list_targets(e, NULL, 0), 2);
+        child_stop(&ch);
+        zsw_engine_free(e);
+}
+
+struct reclaim_job {
+        struct zsw_engine *e;
+        pid_t pid;
+        int r;
+        struct zsw_engine_error err;
+};
+
+static void *reclaim_thread(void *arg) {
+        struct reclaim_job *j = arg;
+        struct zsw_reclaim_result res;
+
+        j->r = zsw_engine_reclaim(j->e, j->pid, UINT64_MAX, &res, &j->err);
+        return NULL;
+}
+
+/* The target moves pages we evicted (mremap) over pages a round is
+ * collecting: the moved pages' entries move with them and must survive
+ * the round, which cancels the pages it had there. */
+TEST(mremap_over_a_round_keeps_the_moved_pages) {
+        struct child ch = child_start(17, 10);
+        struct zsw_engine *e = engine_start();
+        struct zsw_engine_error err = {};
+        struct zsw_reclaim_result res;
+        struct reclaim_job job = { .e = e, .pid = ch.pid };
+        pthread_t th;
+
+        ASSERT_EQ(child_ask(&ch, 'v'), 0); /* filled */
+        ASSERT_OK(zsw_engine_attach(e, ch.pid, &err));
+        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
+        ASSERT_GE(res.evicted_pages, MOVE_AT + MOVE_PAGES);
+        ASSERT_EQ(child_ask(&ch, 'r'), 0);
+        ASSERT_EQ(write(ch.cmd, "M", 1), 1);
+        ASSERT_EQ(pthread_create(&th, NULL, reclaim_thread, &job), 0);
+        {
+                size_t bad;
+
+                ASSERT_EQ(read(ch.reply, &bad, sizeof(bad)), (ssize_t) sizeof(bad));
+                pthread_join(th, NULL);
+                if (job.r < 0)
+                        TEST_FAIL("reclaim: %s", job.err.message);
+                if (bad)
+                        TEST_FAIL("%zu of the %u moved pages read wrong right after the move", bad,
+                                  MOVE_PAGES);
+        }
+        ASSERT_EQ(child_ask(&ch, 'v'), 0);
+        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
+        ASSERT_EQ(child_ask(&ch, 'v'), 0);
+        ASSERT_OK(zsw_engine_detach(e, ch.pid, &err));
+        ASSERT_EQ(child_ask(&ch, 'v'), 0);
         child_stop(&ch);
         zsw_engine_free(e);
 }
