@@ -12,8 +12,8 @@
  * one after the other on the same child), and the child verifies every page
  * again after each engine detached.
  *
- * The engine runs its fault threads one per CPU, each pinned: the one on the
- * workload's CPU serves it. Its checksums, latencies and access order live
+ * The engine starts its fault threads (one per CPU, not pinned; the child,
+ * one target, is served by one of them). Its checksums, latencies and access order live
  * in a shared mapping, which the engine never registers, so only the data
  * pages fault. The kernel figures printed beside ours were measured on the
  * same machines with the same data (docs/bench-fault.md says how).
@@ -502,9 +502,9 @@ static int run_window(struct child *ch, struct workload *w, unsigned window,
         uint64_t bad = 0;
         int r;
 
-        /* The engine starts one fault thread per CPU we may run on; then
-         * our own thread, which only reclaims, moves off the workload's
-         * CPU. */
+        /* The engine's threads may run on every CPU we may (or only on
+         * the workload's, with --one-fault-thread); then our own thread,
+         * which only reclaims, moves off the workload's CPU. */
         if (arg_local_only && ch->cpu >= 0)
                 r = pin_to(0, ch->cpu);
         else
