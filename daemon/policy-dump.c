@@ -37,7 +37,7 @@ static void group_json(struct json *j, const struct policy_group *g) {
         if (g->policy->memory_budget.kind != ZSW_LIMIT_NONE) {
                 json_u64(j, "budget_bytes", g->budget_bytes);
                 json_bool(j, "throttled", g->throttled);
-                json_u64(j, "throttle_checks", g->throttle_periods);
+                json_u64(j, "throttle_checks", g->throttle_checks);
         }
         json_u64(j, "step_bytes", g->step_bytes);
         json_u64(j, "pause_periods", g->pause_periods);

@@ -57,7 +57,7 @@ struct policy_group {
         /* The budget checks between periods (policy.c). */
         size_t reclaim_next;      /* the target group_reclaim() starts with */
         bool throttled;           /* over budget: first touches throttled (zsw_engine_set_throttle()) */
-        uint64_t throttle_periods; /* budget checks that found it over and throttled it */
+        uint64_t throttle_checks; /* budget checks that found it over and throttled it */
 };
 
 struct policy_manager {

@@ -644,7 +644,7 @@ static void group_throttle(struct policy_manager *m, struct policy_group *g, boo
                           on ? "throttled (over budget)" : "no longer throttled");
         g->throttled = on;
         if (on)
-                g->throttle_periods++;
+                g->throttle_checks++;
 }
 
 /* One period of one group: measure, then decide. */

@@ -73,6 +73,7 @@ struct zsw_target {
         int pidfd;
         int uffd;                       /* the daemon's reference */
         int target_uffd;                /* the target's own reference, -1 for fork children */
+        struct fault_thread *fault_thread; /* the one that serves it (fault_threads_add()) */
         uint64_t scratch;               /* scratch mapping inside the target, 0 if none */
         size_t scratch_size;
         struct zsw_owner *owner;
@@ -145,10 +146,9 @@ struct fault_thread {
         int stop_fd;                    /* eventfd: kicks the thread, or stops it */
         struct fault_buf *buf;          /* its pages for UFFDIO_COPY */
         /* Batches of epoll events it finished, and whether it still runs:
-         * see fault_threads_remove(), whose snapshot batches_seen is. */
+         * see fault_threads_remove(). */
         atomic_uint_fast64_t batches;
         atomic_bool running;
-        uint64_t batches_seen;
         struct zsw_worker *worker;
         bool started;
 };

@@ -269,7 +269,6 @@ int evict_register_ranges(struct zsw_engine *e, struct zsw_target *t, struct zsw
         return 0;
 }
 
-/* Merges the round's pages that are still to go into ranges. */
 /* The target's /proc/PID/pagemap, for PAGEMAP_SCAN; -errno if gone. */
 static int target_open_pagemap(const struct zsw_target *t) {
         char path[64];
@@ -280,6 +279,7 @@ static int target_open_pagemap(const struct zsw_target *t) {
         return fd < 0 ? -errno : fd;
 }
 
+/* Merges the round's pages that are still to go into ranges. */
 static size_t collect_runs(const struct evict_batch *b, struct iovec *runs) {
         size_t n = 0;
 
@@ -438,14 +438,18 @@ static int round_read_store(struct zsw_engine *e, struct zsw_target *t, struct e
 }
 
 /* After step 2, and again at the commit with the target stopped: only
- * pages present and write-protected now stay in the round. The scan that chose them ran before the round was published, so
- * a page the target removed in between was not cancelled (its REMOVE
- * found no round), and once filled again (a zero fill of ours, a copy) it
- * carries no uffd-wp bit: the target's writes to it would go unseen and
- * the drop would lose them. From the protection on, a page that stays
- * protected cannot change unseen: a write raises a WP fault and a removal
- * an event, and both cancel it. tests/test-zero-window.c's race lost
- * pages this way before this check. */
+ * pages present and write-protected now stay in the round. The scan that
+ * chose them ran before the round was published, so a page the target
+ * removed in between was not cancelled (its REMOVE found no round), and
+ * once filled again (a zero fill of ours, a copy) it carries no uffd-wp
+ * bit: the target's writes to it would go unseen and the drop would lose
+ * them. From the protection on, a page that stays protected cannot change
+ * unseen: a write raises a WP fault and a removal an event, and both
+ * cancel it. tests/test-zero-window.c's race lost pages this way before
+ * this check. The first check also keeps pages already gone out of the
+ * read (a missing page would fault on our own service); the one at the
+ * commit catches the target's DONTNEEDs whose zap came after the first
+ * (round_drop()). */
 static int round_keep_protected(struct zsw_target *t, struct evict_round *rd) {
         struct evict_batch *b = &t->batch;
         size_t j = 0;

@@ -109,33 +109,29 @@ static unsigned prefetch(struct fault_thread *ft, struct zsw_target *t, uint64_t
  * none is. A window that crosses the end of its mapping (one ioctl fills
  * one VMA) fails with ENOENT: it is tried shorter, down to pgno alone. */
 static ssize_t fill_zeros(struct zsw_target *t, uint64_t pgno, uint64_t end, bool real) {
-        ssize_t r;
-
         for (;;) {
                 uint64_t done = 0;
+                ssize_t r = 0;
 
-                if (!real)
-                        r = zsw_uffd_zeropage(t->uffd, pgno * ZSW_PAGE_SIZE,
-                                              (end - pgno) * ZSW_PAGE_SIZE, false);
-                else
-                        for (r = 0; pgno + done < end; done += (uint64_t) r / ZSW_PAGE_SIZE) {
-                                uint64_t n = MIN(end - pgno - done, (uint64_t) FAULT_ZEROS_PAGES);
+                /* A copy takes at most the zeros we have; ZEROPAGE all. */
+                while (pgno + done < end) {
+                        uint64_t n = real ? MIN(end - pgno - done, (uint64_t) FAULT_ZEROS_PAGES) :
+                                            end - pgno - done;
+                        uint64_t at = (pgno + done) * ZSW_PAGE_SIZE;
 
-                                r = zsw_uffd_copy(t->uffd, (pgno + done) * ZSW_PAGE_SIZE,
-                                                  t->engine->zeros, n * ZSW_PAGE_SIZE, 0);
-                                if (r <= 0 || (uint64_t) r < n * ZSW_PAGE_SIZE) {
-                                        if (r > 0)
-                                                done += (uint64_t) r / ZSW_PAGE_SIZE;
-                                        break;
-                                }
-                        }
+                        r = real ? zsw_uffd_copy(t->uffd, at, t->engine->zeros, n * ZSW_PAGE_SIZE, 0) :
+                                   zsw_uffd_zeropage(t->uffd, at, n * ZSW_PAGE_SIZE, false);
+                        if (r > 0)
+                                done += (uint64_t) r / ZSW_PAGE_SIZE;
+                        if (r < (ssize_t) (n * ZSW_PAGE_SIZE))
+                                break;
+                }
                 if (done > 0)
                         return (ssize_t) done;
                 if (r != -ENOENT || end == pgno + 1)
-                        break;
+                        return r;
                 end = pgno + MAX((end - pgno) / 2, 1u);
         }
-        return r <= 0 ? r : r / ZSW_PAGE_SIZE;
 }
 
 /* A first touch of page pgno, a page we never took: zero-fills it and up
@@ -181,8 +177,9 @@ static ssize_t zero_fill(struct zsw_target *t, uint64_t pgno, bool window, bool 
         bool stream = write && pgno == t->zero_next_pgno;
         ssize_t r, ahead;
 
-        /* Throttled (zsw_engine_set_throttle()): one page per round trip. */
-        if (atomic_load_explicit(&t->throttle, memory_order_relaxed)) {
+        /* A first touch while throttled (zsw_engine_set_throttle()): one
+         * page per round trip. */
+        if (window && atomic_load_explicit(&t->throttle, memory_order_relaxed)) {
                 atomic_fetch_add_explicit(&t->throttled_faults, 1, memory_order_relaxed);
                 window = stream = false;
         }
@@ -454,6 +451,7 @@ int fault_threads_add(struct zsw_engine *e, struct zsw_target *t) {
 
         if (epoll_ctl(e->threads[i].epfd, EPOLL_CTL_ADD, t->uffd, &ev) < 0)
                 return -errno;
+        t->fault_thread = &e->threads[i];
         return 0;
 }
 
@@ -466,25 +464,20 @@ int fault_threads_add(struct zsw_engine *e, struct zsw_target *t) {
  * it holds no pointer it got before the removal. Callers hold the
  * engine's control_lock (one removal at a time) and no target lock. */
 void fault_threads_remove(struct zsw_engine *e, struct zsw_target *t) {
-        uint64_t kick = 1;
+        struct fault_thread *ft = t->fault_thread;
+        uint64_t kick = 1, seen;
 
-        for (unsigned i = 0; i < e->n_threads; i++)
-                epoll_ctl(e->threads[i].epfd, EPOLL_CTL_DEL, t->uffd, NULL);
-        for (unsigned i = 0; i < e->n_threads; i++) {
-                struct fault_thread *ft = &e->threads[i];
-
-                ft->batches_seen = atomic_load_explicit(&ft->batches, memory_order_acquire);
-                if (atomic_load_explicit(&ft->running, memory_order_acquire) &&
-                    write(ft->stop_fd, &kick, sizeof(kick)) < 0)
-                        zsw_log_errno(e->log, LOG_ERR, errno, "Cannot wake a fault thread: %m");
-        }
-        for (unsigned i = 0; i < e->n_threads; i++) {
-                struct fault_thread *ft = &e->threads[i];
-
-                while (atomic_load_explicit(&ft->batches, memory_order_acquire) == ft->batches_seen &&
-                       atomic_load_explicit(&ft->running, memory_order_acquire))
-                        nanosleep(&(struct timespec) { .tv_nsec = 20 * 1000 }, NULL);
-        }
+        if (!ft)
+                return;
+        epoll_ctl(ft->epfd, EPOLL_CTL_DEL, t->uffd, NULL);
+        seen = atomic_load_explicit(&ft->batches, memory_order_acquire);
+        if (atomic_load_explicit(&ft->running, memory_order_acquire) &&
+            write(ft->stop_fd, &kick, sizeof(kick)) < 0)
+                zsw_log_errno(e->log, LOG_ERR, errno, "Cannot wake a fault thread: %m");
+        while (atomic_load_explicit(&ft->batches, memory_order_acquire) == seen &&
+               atomic_load_explicit(&ft->running, memory_order_acquire))
+                nanosleep(&(struct timespec) { .tv_nsec = 20 * 1000 }, NULL);
+        t->fault_thread = NULL;
 }
 
 static int fault_thread_init(struct zsw_engine *e, struct fault_thread *ft) {
