@@ -455,13 +455,13 @@ int fault_threads_add(struct zsw_engine *e, struct zsw_target *t) {
         return 0;
 }
 
-/* After this returns no fault thread uses t. Once t's uffd is out of every
- * epoll set no epoll_wait returns t any more, but a thread may have got it
- * just before and not be done with it (or not even have started: it can be
- * preempted right after epoll_wait returns, so no lock it would take can
- * tell us). Each thread counts the batches it finished; kicked awake, a
- * thread finishes its current batch and one more, so once its count moved
- * it holds no pointer it got before the removal. Callers hold the
+/* After this returns no fault thread uses t. Once t's uffd is out of its
+ * thread's epoll set no epoll_wait returns t any more, but the thread may
+ * have got it just before and not be done with it (or not even have
+ * started: it can be preempted right after epoll_wait returns, so no lock
+ * it would take can tell us). Each thread counts the batches it finished;
+ * kicked awake, it finishes its current batch and one more, so once its
+ * count moved it holds no pointer it got before the removal. Callers hold the
  * engine's control_lock (one removal at a time) and no target lock. */
 void fault_threads_remove(struct zsw_engine *e, struct zsw_target *t) {
         struct fault_thread *ft = t->fault_thread;
