@@ -553,6 +553,35 @@ static void group_reclaimed(struct policy_group *g, uint64_t got) {
                   g->policy_name, g->cgroup, got / 1024, g->reclaim_want / 1024);
 }
 
+/* A group with a MemoryBudget is also checked every BUDGET_CHECK_USEC
+ * between periods: a process can allocate hundreds of MiB within one
+ * period, and a budget looked at once a period is exceeded by that much.
+ * A check is one read of the group's usage; it reclaims only while the
+ * group is above its low mark and not backing off, within MaxReclaimRate.
+ * Groups whose usage cannot be read (no memory group) wait for the period.
+ *
+ * Marks, as kswapd's watermarks: reclaim starts once the group is above
+ * budget - budget/BUDGET_LOW_SHARE, while it is still under its budget,
+ * and goes down to budget - budget/BUDGET_TARGET_SHARE, so that a process
+ * filling memory meets the throttle (over the budget itself) only when it
+ * outruns reclaim, not at every reclaim's start. */
+#define BUDGET_CHECK_USEC (20 * 1000ull)
+#define BUDGET_LOW_SHARE 16
+#define BUDGET_TARGET_SHARE 8
+
+static uint64_t budget_low_mark(uint64_t budget) {
+        return budget - budget / BUDGET_LOW_SHARE;
+}
+
+/* What a reclaim that starts at usage should take: down to the target
+ * mark, and at least a step's worth (not past half a tiny budget). */
+static uint64_t budget_want(uint64_t usage, uint64_t budget) {
+        uint64_t margin = MAX(budget / BUDGET_TARGET_SHARE, MIN((uint64_t) STEP_MIN_BYTES, budget / 2));
+        uint64_t target = budget - margin;
+
+        return usage > target ? usage - target : 0;
+}
+
 static void group_check_budget(struct policy_manager *m, struct policy_group *g);
 
 static void group_reclaim_done(void *userdata, const struct reclaim_request *req) {
@@ -701,14 +730,14 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
         }
 
         if (p->memory_budget.kind != ZSW_LIMIT_NONE) {
-                if (g->usage_bytes <= g->budget_bytes) {
+                if (g->usage_bytes <= budget_low_mark(g->budget_bytes)) {
                         g->decision = "at budget";
                         log_debug("Policy %s, group %s: at budget (%" PRIu64 " KiB of %" PRIu64
                                   " KiB).", g->policy_name, g->cgroup, g->usage_bytes / 1024,
                                   g->budget_bytes / 1024);
                         return;
                 }
-                want = MIN(g->usage_bytes - g->budget_bytes, cap);
+                want = MIN(budget_want(g->usage_bytes, g->budget_bytes), cap);
         } else {
                 /* Probing: a small step that grows by a quarter each calm
                  * period, as Senpai does, so the cold set is found without
@@ -734,15 +763,6 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
         group_reclaim(m, g, want);
 }
 
-/* A group with a MemoryBudget is also checked every BUDGET_CHECK_USEC
- * between periods: a process can allocate hundreds of MiB within one
- * period, and a budget looked at once a period is exceeded by that much.
- * A check is one read of the group's usage; it reclaims only while the
- * group is over its budget and not backing off, within MaxReclaimRate.
- * Groups whose usage cannot be read (no memory group) wait for the period. */
-#define BUDGET_CHECK_USEC (20 * 1000ull)
-#define BUDGET_MARGIN_SHARE 64
-
 static void group_check_budget(struct policy_manager *m, struct policy_group *g) {
         const struct zsw_policy *p = g->policy;
         uint64_t usage, budget, cap, want;
@@ -753,15 +773,16 @@ static void group_check_budget(struct policy_manager *m, struct policy_group *g)
                 return;
         budget = zsw_limit_resolve(&p->memory_budget, g->budget_base);
         group_throttle(m, g, usage > budget);
-        if (usage <= budget || g->pause_periods > 0 || g->trigger_fired || g->reclaiming)
+        if (usage <= budget_low_mark(budget) || g->pause_periods > 0 || g->trigger_fired ||
+            g->reclaiming)
                 return;
         cap = group_rate_credit(g, now_usec());
         if (cap < (uint64_t) getpagesize())
                 return;
-        /* Down to a little below the budget: each reclaim stops the targets
-         * a moment, fewer and larger ones cost them less than one per check. */
-        want = usage - budget + MAX(budget / BUDGET_MARGIN_SHARE, (uint64_t) STEP_MIN_BYTES);
-        log_debug("Policy %s, group %s: over budget (%" PRIu64 " KiB of %" PRIu64 " KiB): "
+        /* Down to the target mark: each reclaim stops the targets a
+         * moment, fewer and larger ones cost them less than one per check. */
+        want = budget_want(usage, budget);
+        log_debug("Policy %s, group %s: near or over budget (%" PRIu64 " KiB of %" PRIu64 " KiB): "
                   "reclaiming %" PRIu64 " KiB.", g->policy_name, g->cgroup,
                   usage / 1024, budget / 1024, MIN(want, cap) / 1024);
         group_reclaim(m, g, MIN(want, cap));

@@ -1180,8 +1180,9 @@ TEST(policy_takes_pages_unused_for_min_cold_age) {
 }
 
 /* MemoryBudget=50%: the policy reclaims until the group uses half of what
- * it used when first seen, and holds there. The checks between periods
- * take part (they alone log "over budget"). */
+ * it used when first seen, less the margin under its low mark (1/16 of the
+ * budget, policy.c), and holds there. The checks between periods take
+ * part (they alone log "near or over budget"). */
 TEST(budget_is_reached_and_held) {
         _cleanup_free_ char *out = NULL, *log = NULL;
         struct test_cgroup *g;
@@ -1215,7 +1216,7 @@ TEST(budget_is_reached_and_held) {
         budget = json_u64(out, "budget_bytes");
         fprintf(stderr, "at budget: usage %" PRIu64 " KiB, budget %" PRIu64 " KiB\n",
                 usage / 1024, budget / 1024);
-        ASSERT_LE(usage, budget);
+        ASSERT_LE(usage, budget - budget / 16);
         free(TAKE_PTR(out));
 
         /* Held: an idle target under its budget loses nothing more. */
@@ -1228,7 +1229,7 @@ TEST(budget_is_reached_and_held) {
         ASSERT_GT(evicted, 0);
         ASSERT_TRUE(target_verify(&t));
         log = read_log(&d);
-        ASSERT_TRUE(strstr(log, "over budget (") != NULL);
+        ASSERT_TRUE(strstr(log, "near or over budget (") != NULL);
 
         target_stop(&t);
         daemon_cleanup(&d);
