@@ -45,6 +45,7 @@
 
 #include "corpus.h"
 #include "engine.h"
+#include "uffd-floor.h"
 
 #define PAGE 4096u
 #define ZERO_PERCENT 10u
@@ -59,6 +60,9 @@
 static unsigned arg_mib = 1024;
 static unsigned arg_prefetch = 8;
 static bool arg_json;
+/* The userfaultfd round trip alone, from the workload's CPU, handler on
+ * any CPU and on that one (measure_floor()). */
+static struct uffd_floor floor_any, floor_same;
 static bool arg_workload;
 static bool arg_local_only;
 static bool arg_fifo;
@@ -232,6 +236,37 @@ static struct lat_summary lat_summarize(const uint32_t *lat, size_t n) {
         return ls;
 }
 
+/* The floor under every fault latency below (bench/uffd-floor.c), timed in
+ * a child pinned to the workload's CPU before the workload starts. */
+static int measure_floor(int cpu) {
+        struct uffd_floor *res = map_shared(2 * sizeof(struct uffd_floor));
+        pid_t pid;
+        int status;
+
+        if (!res)
+                return -ENOMEM;
+        pid = fork();
+        if (pid < 0)
+                return -errno;
+        if (pid == 0) {
+                cpu_set_t set;
+
+                CPU_ZERO(&set);
+                CPU_SET(cpu, &set);
+                if (sched_setaffinity(0, sizeof(set), &set) < 0 ||
+                    uffd_floor_measure(16384, -1, &res[0]) < 0 ||
+                    uffd_floor_measure(16384, cpu, &res[1]) < 0)
+                        _exit(1);
+                _exit(0);
+        }
+        if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+                return -EIO;
+        floor_any = res[0];
+        floor_same = res[1];
+        munmap(res, 2 * sizeof(struct uffd_floor));
+        return 0;
+}
+
 /* ---- the workload child, driven over pipes -------------------------------- */
 
 struct child {
@@ -370,7 +405,9 @@ static void print_result(const struct result *r) {
                        ",\"prefetch_hits\":%" PRIu64 ","
                        "\"ref_kernel_zswap_ns_p50\":%d,\"ref_kernel_zswap_ns_p99\":%d,"
                        "\"ref_zram_lz4_ns_p50\":%d,\"ref_zram_lz4_ns_p99\":%d,"
-                       "\"ref_kernel_reclaim_mib_s\":%.0f}\n",
+                       "\"ref_kernel_reclaim_mib_s\":%.0f,\"uffd_floor_ns_p50\":%" PRIu64
+                       ",\"uffd_floor_ns_p99\":%" PRIu64 ",\"uffd_floor_same_cpu_ns_p50\":%" PRIu64
+                       ",\"uffd_floor_same_cpu_ns_p99\":%" PRIu64 "}\n",
                        r->pattern, r->prefetch, arg_mib, r->rec.evicted_pages,
                        r->rec.aborted_pages, r->rec.refused_pages, r->evict_mib_s,
                        r->evict_cpu_mib_s, r->calib.p50_ns, r->calib.p99_ns, r->lat.p50,
@@ -380,7 +417,8 @@ static void print_result(const struct result *r) {
                        r->before.payload_bytes, r->before.pool_bytes, ratio, overhead, faults,
                        r->after.fault_ns_p50, r->after.fault_ns_p99, prefetched, hits,
                        REF_ZSWAP_P50_NS, REF_ZSWAP_P99_NS, REF_ZRAM_P50_NS, REF_ZRAM_P99_NS,
-                       REF_RECLAIM_MIB_S);
+                       REF_RECLAIM_MIB_S, floor_any.p50_ns, floor_any.p99_ns, floor_same.p50_ns,
+                       floor_same.p99_ns);
                 fflush(stdout);
                 return;
         }
@@ -398,12 +436,16 @@ static void print_header(const struct child *ch, unsigned n_cpus) {
         if (arg_json)
                 return;
         printf("zswapd-bench-fault: %u MiB of corpus pages (%u%% zero), workload pinned to CPU %d, "
-               "%u fault thread(s), pinned, one per CPU\n",
+               "%u fault thread(s), not pinned, one of them serving the workload\n",
                arg_mib, ZERO_PERCENT, ch->cpu, n_cpus);
         printf("kernel on these machines: zswap swap-in p50 %.1f us p99 %.1f us, zram lz4 p50 "
                "%.1f us p99 %.1f us, reclaim ~%.0f MiB/s (target 1.5x: %.0f MiB/s)\n\n",
                REF_ZSWAP_P50_NS / 1e3, REF_ZSWAP_P99_NS / 1e3, REF_ZRAM_P50_NS / 1e3,
                REF_ZRAM_P99_NS / 1e3, REF_RECLAIM_MIB_S, REF_RECLAIM_MIB_S * 1.5);
+        printf("userfaultfd round trip alone now (a ready page, no work): handler on any CPU p50 "
+               "%.1f us p99 %.1f us, on the workload's CPU p50 %.1f us p99 %.1f us\n\n",
+               floor_any.p50_ns / 1e3, floor_any.p99_ns / 1e3, floor_same.p50_ns / 1e3,
+               floor_same.p99_ns / 1e3);
         printf("%-10s %2s %6s %6s  %6s %6s %6s %7s %7s  %6s  %5s %5s  %5s %5s %5s %7s %7s %3s\n",
                "", "", "evict", "MiB/s", "fault", "in", "(us)", "", "", "engine", "anon",
                "(us)", "reread", "", "pool", "engine", "pf", "");
@@ -753,6 +795,13 @@ static int run(int argc, char **argv) {
         if (sched_getaffinity(0, sizeof(all_cpus), &all_cpus) < 0)
                 return -errno;
 
+        if (!arg_evict_only && workload_cpu() >= 0) {
+                r = measure_floor(workload_cpu());
+                if (r < 0) {
+                        fprintf(stderr, "Cannot time the userfaultfd round trip: %s\n", strerror(-r));
+                        return r;
+                }
+        }
         r = workload_alloc(&w, (size_t) arg_mib * 256);
         if (r >= 0)
                 r = child_start(&w, &ch);

@@ -17,6 +17,9 @@
  *   fill    fills --size MiB and exits: reads the corpus files into the page
  *           cache outside the measured cgroup, so that the cgroup's charge
  *           is the workload's anonymous memory only.
+ *   uffd-floor  times FLOOR_PAGES faults answered by a bare userfaultfd
+ *           handler (bench/uffd-floor.c) on any CPU, then on ours: the
+ *           floor under any userfaultfd service's fault latency.
  *
  * Results are printed as key=value lines on stdout for the driver to parse.
  * Bookkeeping memory is mlock()ed (when allowed) so that only the measured
@@ -27,6 +30,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -38,6 +42,7 @@
 #include <unistd.h>
 
 #include "corpus.h"
+#include "uffd-floor.h"
 #include "util.h"
 
 #define PAGE 4096u
@@ -47,9 +52,10 @@
  * corpus' variety, small enough to stay out of the budget's way (1/32 of
  * the memory written, locked, outside reclaim). */
 #define TEMPLATE_PAGES_MAX 4096u
+#define FLOOR_PAGES 16384u
 #define TEMPLATE_SHARE 32u
 
-enum mode { MODE_REREAD, MODE_USEMEM, MODE_FILL };
+enum mode { MODE_REREAD, MODE_USEMEM, MODE_FILL, MODE_UFFD_FLOOR };
 
 static enum mode arg_mode;
 static size_t arg_size_mib = 256;
@@ -354,6 +360,25 @@ static int run_usemem(void) {
         return 0;
 }
 
+/* The userfaultfd round trip alone (bench/uffd-floor.c), from the CPU we
+ * are pinned to: handler on any CPU (as zswapd's fault threads), then on
+ * our own. */
+static int run_uffd_floor(void) {
+        struct uffd_floor any, same;
+        int r, cpu = sched_getcpu();
+
+        r = uffd_floor_measure(FLOOR_PAGES, -1, &any);
+        if (r >= 0)
+                r = uffd_floor_measure(FLOOR_PAGES, cpu, &same);
+        if (r < 0)
+                return r;
+        printf("floor_p50_us=%.1f\nfloor_p99_us=%.1f\nfloor_same_cpu_p50_us=%.1f\n"
+               "floor_same_cpu_p99_us=%.1f\nfloor_faults=%zu\n",
+               any.p50_ns / 1e3, any.p99_ns / 1e3, same.p50_ns / 1e3, same.p99_ns / 1e3,
+               any.faults);
+        return 0;
+}
+
 static int run_fill(void) {
         _cleanup_(region_unmap) struct region data = {};
         size_t npages = arg_size_mib * 1024 * 1024 / PAGE;
@@ -367,7 +392,8 @@ static int run_fill(void) {
 
 static void help(void) {
         printf("zswapd-bench-workload MODE [OPTIONS]\n\n"
-               "Modes: reread, usemem, fill (see bench/workload.c; run by bench/compare)\n\n"
+               "Modes: reread, usemem, fill, uffd-floor (see bench/workload.c; run by\n"
+               "bench/compare)\n\n"
                "  --size MIB          memory to fill (default 256)\n"
                "  --zero-percent P    share of zero pages (default 10)\n"
                "  --seed N            corpus seed (default 1)\n"
@@ -429,13 +455,15 @@ static int parse_argv(int argc, char *argv[]) {
                         return -EINVAL;
                 }
         if (optind != argc - 1)
-                return fprintf(stderr, "Expected one mode: reread, usemem or fill\n"), -EINVAL;
+                return fprintf(stderr, "Expected one mode: reread, usemem, fill or uffd-floor\n"), -EINVAL;
         if (strcmp(argv[optind], "reread") == 0)
                 arg_mode = MODE_REREAD;
         else if (strcmp(argv[optind], "usemem") == 0)
                 arg_mode = MODE_USEMEM;
         else if (strcmp(argv[optind], "fill") == 0)
                 arg_mode = MODE_FILL;
+        else if (strcmp(argv[optind], "uffd-floor") == 0)
+                arg_mode = MODE_UFFD_FLOOR;
         else
                 return fprintf(stderr, "Unknown mode: %s\n", argv[optind]), -EINVAL;
         return 1;
@@ -464,6 +492,9 @@ static int run(int argc, char *argv[]) {
                 break;
         case MODE_FILL:
                 r = run_fill();
+                break;
+        case MODE_UFFD_FLOOR:
+                r = run_uffd_floor();
                 break;
         }
         if (r < 0)

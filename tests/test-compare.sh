@@ -96,17 +96,24 @@ assert_restored "JSON run"
 json_ok "$tmp/out.json" || fail "output is not JSON"
 if command -v jq >/dev/null; then
         [ "$(jq -r .size_mib "$tmp/out.json")" = $size ] || fail "size_mib"
-        [ "$(jq -r '.results | length' "$tmp/out.json")" = 10 ] || fail "expected 5 contenders x 2 workloads"
+        [ "$(jq -r '.results | length' "$tmp/out.json")" = 11 ] ||
+                fail "expected 5 contenders x 2 workloads and the userfaultfd floor"
         # Not a byte lost anywhere, in either workload.
-        bad=$(jq '[.results[] | select(.available) | .figures.corrupted_bytes.max] | map(select(. != 0)) | length' "$tmp/out.json")
+        # (The userfaultfd floor times faults on pages of its own: latencies only.)
+        bad=$(jq '[.results[] | select(.available and .contender != "uffd-floor") | .figures.corrupted_bytes.max] | map(select(. != 0)) | length' "$tmp/out.json")
         [ "$bad" = 0 ] || fail "corrupted bytes reported"
-        [ "$(jq '[.results[] | select(.available) | .figures.corrupted_bytes] | map(select(. == null)) | length' "$tmp/out.json")" = 0 ] ||
+        [ "$(jq '[.results[] | select(.available and .contender != "uffd-floor") | .figures.corrupted_bytes] | map(select(. == null)) | length' "$tmp/out.json")" = 0 ] ||
                 fail "a contender reported no corrupted_bytes figure"
         # The floor evicts nothing; the swapfile takes 3/4 of the size out of
         # the workload, most of it from the filled pages (a sanitizer
         # runtime's cold memory may go first, and its shadow pages count
         # too: hence the loose upper bound).
         [ "$(figure reread floor evicted_pages)" = 0 ] || fail "floor evicted pages"
+        # The userfaultfd round trip alone was timed, both ways.
+        for k in floor_p50_us floor_p99_us floor_same_cpu_p50_us floor_same_cpu_p99_us; do
+                awk -v v="$(figure reread uffd-floor $k)" 'BEGIN { exit !(v > 0) }' ||
+                        fail "no userfaultfd floor figure $k"
+        done
         ev=$(figure reread swapfile evicted_mib)
         awk -v e="$ev" -v s=$size 'BEGIN { exit !(e >= s / 2 && e <= 2 * s) }' ||
                 fail "swapfile reclaim took $ev MiB, expected about $(( size * 3 / 4 ))"
@@ -166,6 +173,7 @@ cat "$tmp/out.txt"
 assert_restored "table run"
 grep -q '^reclaim 75% and re-read:' "$tmp/out.txt" || fail "no table heading"
 grep -qE '^floor +- +- +- +- ' "$tmp/out.txt" || fail "no floor row"
+grep -qE '^  handler on any CPU p50 [0-9.]+(±[0-9]+%)? us' "$tmp/out.txt" || fail "no userfaultfd floor line"
 if grep -q '^zram +/dev/zram0' "$tmp/out.txt" || grep -q '^zram +no ' "$tmp/out.txt"; then
         echo "zram not available here"
 else
