@@ -442,7 +442,7 @@ static void print_header(const struct child *ch, unsigned n_cpus) {
                "%.1f us p99 %.1f us, reclaim ~%.0f MiB/s (target 1.5x: %.0f MiB/s)\n\n",
                REF_ZSWAP_P50_NS / 1e3, REF_ZSWAP_P99_NS / 1e3, REF_ZRAM_P50_NS / 1e3,
                REF_ZRAM_P99_NS / 1e3, REF_RECLAIM_MIB_S, REF_RECLAIM_MIB_S * 1.5);
-        printf("userfaultfd round trip alone now (a ready page, no work): handler on any CPU p50 "
+        printf("userfaultfd round trip alone now (a handler process with a ready page): on any CPU p50 "
                "%.1f us p99 %.1f us, on the workload's CPU p50 %.1f us p99 %.1f us\n\n",
                floor_any.p50_ns / 1e3, floor_any.p99_ns / 1e3, floor_same.p50_ns / 1e3,
                floor_same.p99_ns / 1e3);

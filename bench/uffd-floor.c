@@ -4,24 +4,26 @@
  * pays before doing any work of its own.
  *
  * The calling thread touches the pages of a fresh registered mapping in
- * random order; a handler thread, blocked in read(2) on the (blocking)
- * userfaultfd, answers each fault with UFFDIO_COPY of a page it has ready.
- * No lookup, no decompression, no lock: the two wakeups, the context
- * switches and the page installation are all that is left, which is the
- * floor under zswapd's fault latency (docs/bench-fault.md) and which the
- * kernel's own swap-in, done in the faulting thread, never pays.
+ * random order; a handler in another process, as zswapd is, blocked in
+ * read(2) on the (blocking) userfaultfd, answers each fault with
+ * UFFDIO_COPY of a page it has ready. No lookup, no decompression, no
+ * lock: the two wakeups, the switches between the two address spaces and
+ * the page installation are all that is left, which is the floor under
+ * zswapd's fault latency (docs/bench-fault.md) and which the kernel's own
+ * swap-in, done in the faulting thread, never pays.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <linux/userfaultfd.h>
-#include <pthread.h>
 #include <sched.h>
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -57,12 +59,13 @@ static void handler_place(int cpu) {
         (void) sched_setaffinity(0, sizeof(set), &set);
 }
 
-static void *handler_main(void *userdata) {
-        struct handler *h = userdata;
+/* The handler process: the userfaultfd it inherited still belongs to
+ * the measuring process's memory, as one taken with pidfd_getfd(2) does.
+ * Runs until killed. */
+static _Noreturn void handler_main(struct handler *h) {
         struct uffd_msg m;
 
         handler_place(h->cpu);
-        /* Until cancelled (uffd_floor_measure()). */
         while (read(h->uffd, &m, sizeof(m)) == sizeof(m)) {
                 struct uffdio_copy copy = {
                         .dst = m.arg.pagefault.address & ~(uint64_t) (PAGE - 1),
@@ -78,7 +81,7 @@ static void *handler_main(void *userdata) {
                         (void) ioctl(h->uffd, UFFDIO_WAKE, &wake);
                 }
         }
-        return NULL;
+        _exit(0);
 }
 
 static int cmp_u64(const void *a, const void *b) {
@@ -94,8 +97,7 @@ int uffd_floor_measure(size_t pages, int handler_cpu, struct uffd_floor *ret) {
         uint64_t *lat = NULL, seed = 0x2545f4914f6cdd1dull;
         uint32_t *order = NULL;
         uint8_t *area = MAP_FAILED;
-        pthread_t thread;
-        bool started = false;
+        pid_t handler = -1;
         int r = 0;
 
         if (pages < 2)
@@ -124,10 +126,15 @@ int uffd_floor_measure(size_t pages, int handler_cpu, struct uffd_floor *ret) {
                 r = -errno;
                 goto out;
         }
-        r = -pthread_create(&thread, NULL, handler_main, &h);
-        if (r < 0)
+        handler = fork();
+        if (handler < 0) {
+                r = -errno;
                 goto out;
-        started = true;
+        }
+        if (handler == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                handler_main(&h);
+        }
 
         /* A random order (xorshift), as the re-read's random pass. */
         for (size_t i = 0; i < pages; i++)
@@ -161,11 +168,9 @@ int uffd_floor_measure(size_t pages, int handler_cpu, struct uffd_floor *ret) {
                 .faults = pages,
         };
 out:
-        /* Blocked in read(2), which is a cancellation point: neither an
-         * munmap nor a close would wake it. */
-        if (started) {
-                pthread_cancel(thread);
-                pthread_join(thread, NULL);
+        if (handler > 0) {
+                kill(handler, SIGKILL);
+                waitpid(handler, NULL, 0);
         }
         if (area != MAP_FAILED)
                 munmap(area, pages * PAGE);

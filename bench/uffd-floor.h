@@ -10,6 +10,6 @@ struct uffd_floor {
 };
 
 /* Times `pages` faults of the calling thread answered by a bare handler
- * thread (see uffd-floor.c): on handler_cpu, or on any CPU when it is
+ * process (see uffd-floor.c): on handler_cpu, or on any CPU when it is
  * negative. Returns 0 or a negative errno. */
 int uffd_floor_measure(size_t pages, int handler_cpu, struct uffd_floor *ret);

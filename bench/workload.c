@@ -18,7 +18,7 @@
  *           cache outside the measured cgroup, so that the cgroup's charge
  *           is the workload's anonymous memory only.
  *   uffd-floor  times FLOOR_PAGES faults answered by a bare userfaultfd
- *           handler (bench/uffd-floor.c) on any CPU, then on ours: the
+ *           handler process (bench/uffd-floor.c) on any CPU, then on ours: the
  *           floor under any userfaultfd service's fault latency.
  *
  * Results are printed as key=value lines on stdout for the driver to parse.
