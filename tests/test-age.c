@@ -9,29 +9,22 @@
  * between them, so no assertion depends on how fast the machine is.
  */
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "corpus.h"
 #include "engine.h"
 #include "test.h"
+#include "test-child.h"
 #include "uffd-compat.h"
 
 #define PAGE 4096u
 #define MIN_AGE_MS 200u
 
-struct child {
-        pid_t pid;
-        int cmd, reply;
-        uint64_t buf;           /* the child's buffer: hot half, then cold half */
-        size_t npages;
-};
-
+/* The child's memory: buf, a hot half then a cold half, npages pages
+ * (set before the fork: the test reads it too), and what 'm' maps. */
 static uint8_t *buf, *fresh;
 static uint64_t *sums;
 static size_t npages;
@@ -48,97 +41,53 @@ static size_t verify_all(void) {
 /* 'a' address of the buffer, 'w' write every hot page (the same byte
  * back: contents stay, the write counts), 'W' every page, 'r' read every hot page, 'v'
  * verify all, 'm' map 1 MiB more (untouched), 't' write every page of
- * it, 'q' quit. Answers a uint64_t. */
-static void child_loop(int cmd, int reply) {
-        char c;
+ * it. */
+static uint64_t child_command(char c, int reply) {
+        uint64_t sum = 0;
 
-        while (read(cmd, &c, 1) == 1) {
-                uint64_t answer = 0;
-
-                switch (c) {
-                case 'a':
-                        answer = (uint64_t) (uintptr_t) buf;
-                        break;
-                case 'w':
-                case 'W':
-                        for (size_t i = 0; i < (c == 'W' ? npages : npages / 2); i++)
-                                ((volatile uint8_t *) buf)[i * PAGE + 7] = buf[i * PAGE + 7];
-                        break;
-                case 'r':
-                        for (size_t i = 0; i < npages / 2; i++)
-                                answer += ((volatile uint8_t *) buf)[i * PAGE + 7];
-                        break;
-                case 'v':
-                        answer = verify_all();
-                        break;
-                case 'm':
-                        fresh = mmap(NULL, 256 * PAGE, PROT_READ | PROT_WRITE,
-                                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-                        if (fresh == MAP_FAILED)
-                                _exit(3);
-                        answer = (uint64_t) (uintptr_t) fresh;
-                        break;
-                case 't':
-                        for (size_t i = 0; i < 256; i++)
-                                fresh[i * PAGE] = (uint8_t) i;
-                        break;
-                case 'q':
-                        _exit(0);
-                }
-                if (write(reply, &answer, sizeof(answer)) != sizeof(answer))
-                        _exit(2);
-        }
-        _exit(0);
-}
-
-static uint64_t child_ask(struct child *ch, char c) {
-        uint64_t answer;
-
-        ASSERT_EQ(write(ch->cmd, &c, 1), 1);
-        ASSERT_EQ(read(ch->reply, &answer, sizeof(answer)), (ssize_t) sizeof(answer));
-        return answer;
-}
-
-/* Before the engine: forking after its threads started is not safe. */
-static struct child child_start(size_t mib) {
-        int to[2], from[2];
-        struct child ch = {};
-
-        npages = mib * 256;
-        ASSERT_OK(pipe2(to, O_CLOEXEC));
-        ASSERT_OK(pipe2(from, O_CLOEXEC));
-        ch.pid = fork();
-        ASSERT_GE(ch.pid, 0);
-        if (ch.pid == 0) {
-                prctl(PR_SET_PDEATHSIG, SIGKILL);
-                buf = mmap(NULL, npages * PAGE, PROT_READ | PROT_WRITE,
-                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-                sums = calloc(npages, sizeof(uint64_t));
-                if (buf == MAP_FAILED || !sums || corpus_fill(buf, npages, 0, 7) < 0)
+        switch (c) {
+        case 'a':
+                return (uint64_t) (uintptr_t) buf;
+        case 'w':
+        case 'W':
+                for (size_t i = 0; i < (c == 'W' ? npages : npages / 2); i++)
+                        ((volatile uint8_t *) buf)[i * PAGE + 7] = buf[i * PAGE + 7];
+                return 0;
+        case 'r':
+                for (size_t i = 0; i < npages / 2; i++)
+                        sum += ((volatile uint8_t *) buf)[i * PAGE + 7];
+                return sum;
+        case 'v':
+                return verify_all();
+        case 'm':
+                fresh = mmap(NULL, 256 * PAGE, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                if (fresh == MAP_FAILED)
                         _exit(3);
-                for (size_t i = 0; i < npages; i++)
-                        sums[i] = corpus_page_sum(buf + i * PAGE);
-                close(to[1]);
-                close(from[0]);
-                child_loop(to[0], from[1]);
+                return (uint64_t) (uintptr_t) fresh;
+        case 't':
+                for (size_t i = 0; i < 256; i++)
+                        fresh[i * PAGE] = (uint8_t) i;
+                return 0;
         }
-        close(to[0]);
-        close(from[1]);
-        ch.cmd = to[1];
-        ch.reply = from[0];
-        ch.npages = npages;
-        ch.buf = child_ask(&ch, 'a');
-        return ch;
+        return 0;
 }
 
-static void child_stop(struct child *ch) {
-        int status;
+static int child_setup(void) {
+        buf = mmap(NULL, npages * PAGE, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        sums = calloc(npages, sizeof(uint64_t));
+        if (buf == MAP_FAILED || !sums || corpus_fill(buf, npages, 0, 7) < 0)
+                return -ENOMEM;
+        for (size_t i = 0; i < npages; i++)
+                sums[i] = corpus_page_sum(buf + i * PAGE);
+        return 0;
+}
 
-        ASSERT_EQ(write(ch->cmd, "q", 1), 1);
-        ASSERT_EQ(waitpid(ch->pid, &status, 0), ch->pid);
-        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-        close(ch->cmd);
-        close(ch->reply);
+/* Waits until the child is set up: some tests attach at once. */
+static struct test_child child_start(size_t mib) {
+        npages = mib * 256;
+        return test_child_start(child_setup, child_command, true);
 }
 
 /* Resident pages of the child in [start, start + n pages). */
@@ -173,13 +122,8 @@ static const struct zsw_log test_log = { .fn = test_log_stderr, .max_priority = 
 
 static struct zsw_engine *engine_start(uint32_t age_interval_ms) {
         /* No prefetch: every page that comes back is a fault of its own. */
-        struct zsw_engine_config cfg = { .age_interval_ms = age_interval_ms, .log = &test_log };
-        struct zsw_engine *e;
-
-        if (geteuid() != 0)
-                TEST_SKIP("needs root for ptrace and userfaultfd");
-        ASSERT_OK(zsw_engine_new(&cfg, &e));
-        return e;
+        return test_engine_new(&(struct zsw_engine_config) {
+                .age_interval_ms = age_interval_ms, .log = &test_log });
 }
 
 static void sleep_ms(unsigned ms) {
@@ -207,10 +151,10 @@ static struct zsw_target_stats stats(struct zsw_engine *e, pid_t pid) {
 }
 
 TEST(written_half_stays_cold_half_goes) {
-        struct child ch = child_start(8);
+        struct test_child ch = child_start(8);
         struct zsw_engine *e = engine_start(UINT32_MAX);
-        uint64_t hot = ch.buf, cold = ch.buf + ch.npages / 2 * PAGE;
-        size_t half = ch.npages / 2;
+        uint64_t hot = test_child_ask(&ch, 'a'), cold = hot + npages / 2 * PAGE;
+        size_t half = npages / 2;
         struct zsw_reclaim_result res;
         struct zsw_target_stats s;
 
@@ -225,14 +169,14 @@ TEST(written_half_stays_cold_half_goes) {
         /* The scan protected every page: each write to the hot half is
          * seen, once per page. */
         s = stats(e, ch.pid);
-        child_ask(&ch, 'w');
+        test_child_ask(&ch, 'w');
         ASSERT_GE(stats(e, ch.pid).wp_faults - s.wp_faults, half);
         sleep_ms(MIN_AGE_MS);
         ASSERT_OK(zsw_engine_age_scan(e, ch.pid, NULL));
-        child_ask(&ch, 'w');
+        test_child_ask(&ch, 'w');
         s = stats(e, ch.pid);
         ASSERT_EQ(s.age_scans, 2);
-        ASSERT_GE(s.age_present_pages, ch.npages);
+        ASSERT_GE(s.age_present_pages, npages);
         ASSERT_GE(s.age_idle_pages, half);
         ASSERT_GT(s.age_table_bytes, 0);
         /* About a byte per resident page. */
@@ -249,30 +193,30 @@ TEST(written_half_stays_cold_half_goes) {
         ASSERT_EQ(present(ch.pid, cold, half), 0);
         ASSERT_GE(res.evicted_pages, half);
         ASSERT_GE(res.cold_pages, half);
-        ASSERT_EQ(child_ask(&ch, 'v'), 0);
+        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
 
         /* Without a minimum age the hot half goes too: the age is what
          * kept it. */
         res = reclaim(e, ch.pid, 0);
         ASSERT_EQ(present(ch.pid, hot, half), 0);
-        ASSERT_EQ(child_ask(&ch, 'v'), 0);
+        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
 
         /* Detached with every page write-protected by a scan: writes go
          * through as if we had never been there. */
         ASSERT_OK(zsw_engine_age_scan(e, ch.pid, NULL));
         ASSERT_GE(stats(e, ch.pid).age_protected_pages, half);
         ASSERT_OK(zsw_engine_detach(e, ch.pid, NULL));
-        child_ask(&ch, 'W');
-        ASSERT_EQ(child_ask(&ch, 'v'), 0);
-        child_stop(&ch);
+        test_child_ask(&ch, 'W');
+        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
+        test_child_stop(&ch);
         zsw_engine_free(e);
 }
 
 TEST(faulted_in_pages_are_not_taken_again_within_the_age) {
-        struct child ch = child_start(4);
+        struct test_child ch = child_start(4);
         struct zsw_engine *e = engine_start(UINT32_MAX);
-        uint64_t hot = ch.buf;
-        size_t half = ch.npages / 2;
+        uint64_t hot = test_child_ask(&ch, 'a');
+        size_t half = npages / 2;
         struct zsw_target_stats s0, s1;
 
         ASSERT_OK(zsw_engine_attach(e, ch.pid, NULL));
@@ -283,14 +227,14 @@ TEST(faulted_in_pages_are_not_taken_again_within_the_age) {
         /* Reads leave no trace this kernel shows user space (no accessed
          * bit without page_idle or MGLRU): a page only read is as old as
          * an untouched one, and goes. */
-        child_ask(&ch, 'r');
+        test_child_ask(&ch, 'r');
         (void) reclaim(e, ch.pid, MIN_AGE_MS);
         ASSERT_EQ(present(ch.pid, hot, half), 0);
 
         /* Reading it again brings it back: each page one refault (and
          * a few of the child's own: its stack went too). */
         s0 = stats(e, ch.pid);
-        child_ask(&ch, 'r');
+        test_child_ask(&ch, 'r');
         s1 = stats(e, ch.pid);
         ASSERT_GE(s1.refaults - s0.refaults, half);
         ASSERT_LE(s1.refaults - s0.refaults, half + 16);
@@ -315,24 +259,24 @@ TEST(faulted_in_pages_are_not_taken_again_within_the_age) {
         ASSERT_OK(zsw_engine_age_scan(e, ch.pid, NULL));
         (void) reclaim(e, ch.pid, MIN_AGE_MS);
         ASSERT_EQ(present(ch.pid, hot, half), 0);
-        ASSERT_EQ(child_ask(&ch, 'v'), 0);
-        child_stop(&ch);
+        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
+        test_child_stop(&ch);
         zsw_engine_free(e);
 }
 
 TEST(first_touches_are_not_refaults) {
-        struct child ch = child_start(1);
+        struct test_child ch = child_start(1);
         struct zsw_engine *e = engine_start(UINT32_MAX);
         struct zsw_target_stats s0, s1;
         uint64_t fresh_at;
 
         ASSERT_OK(zsw_engine_attach(e, ch.pid, NULL));
-        fresh_at = child_ask(&ch, 'm');
+        fresh_at = test_child_ask(&ch, 'm');
         /* The scan registers the new mapping: its first touches come to
          * us as zero-fill faults. */
         ASSERT_OK(zsw_engine_age_scan(e, ch.pid, NULL));
         s0 = stats(e, ch.pid);
-        child_ask(&ch, 't');
+        test_child_ask(&ch, 't');
         s1 = stats(e, ch.pid);
         ASSERT_GE(s1.zero_faults - s0.zero_faults, 256);
         ASSERT_EQ(s1.refaults, s0.refaults);
@@ -341,16 +285,16 @@ TEST(first_touches_are_not_refaults) {
         /* Taken and touched again: now they are refaults. */
         (void) reclaim(e, ch.pid, 0);
         ASSERT_EQ(present(ch.pid, fresh_at, 256), 0);
-        child_ask(&ch, 't');
+        test_child_ask(&ch, 't');
         s0 = stats(e, ch.pid);
         ASSERT_GE(s0.refaults - s1.refaults, 256);
-        ASSERT_EQ(child_ask(&ch, 'v'), 0);
-        child_stop(&ch);
+        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
+        test_child_stop(&ch);
         zsw_engine_free(e);
 }
 
 TEST(engine_scans_on_its_own) {
-        struct child ch = child_start(1);
+        struct test_child ch = child_start(1);
         struct zsw_engine *e = engine_start(20);
         struct zsw_target_stats s;
 
@@ -368,8 +312,8 @@ TEST(engine_scans_on_its_own) {
                 sleep_ms(100);
         }
         ASSERT_GE(s.age_scans, 2);
-        ASSERT_GE(s.age_present_pages, ch.npages);
+        ASSERT_GE(s.age_present_pages, npages);
         ASSERT_GT(s.age_scan_ns_total, 0);
-        child_stop(&ch);
+        test_child_stop(&ch);
         zsw_engine_free(e);
 }

@@ -10,26 +10,19 @@
  */
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "engine.h"
 #include "test.h"
+#include "test-child.h"
 
 #define PAGE 4096u
 #define BLOCK 64u               /* pages: a run of data and a run of fresh pages */
 #define NBLOCKS 96u             /* 24 MiB */
 #define NPAGES (BLOCK * NBLOCKS)
-
-struct child {
-        pid_t pid;
-        int cmd, reply;
-};
 
 /* The child's view. Data pages belong to the data thread, fresh pages to
  * the fresh thread; fresh[i] is what page i holds: 0 zeros, else that
@@ -278,117 +271,62 @@ static size_t stream_bad(void) {
 /* Commands: 'w' write the stream (answers its page faults), 'x' check it,
  * 'v' verify all, 't' first-touch and write the fresh runs, 'r'
  * only read them, 'm' count fresh pages not present, 'R' start the racing threads ('D': with data_dontneed),
- * 'S' stop them (answers their bad pages), 'q' quit. Answers a size_t. */
-static void child_loop(int cmd, int reply) {
-        pthread_t th[2];
-        char c;
+ * 'S' stop them (answers their bad pages). */
+static uint64_t child_command(char c, int reply) {
+        static pthread_t th[2];         /* 'R' starts them, 'S' joins them */
 
-        while (read(cmd, &c, 1) == 1) {
-                size_t answer = 0;
-
-                switch (c) {
-                case 'v':
-                        answer = verify_all();
-                        break;
-                case 't':
-                case 'r':
-                        answer = touch_fresh(c == 't');
-                        break;
-                case 'm':
-                        answer = fresh_missing();
-                        break;
-                case 'w':
-                        answer = write_stream();
-                        break;
-                case 'x':
-                        answer = stream_bad();
-                        break;
-                case 'D':
-                case 'R':
-                        data_dontneed = c == 'D';
-                        atomic_store(&stop, false);
-                        if (pthread_create(&th[0], NULL, data_thread, NULL) != 0 ||
-                            pthread_create(&th[1], NULL, fresh_thread, NULL) != 0)
-                                _exit(4);
-                        break;
-                case 'S':
-                        atomic_store(&stop, true);
-                        pthread_join(th[0], NULL);
-                        pthread_join(th[1], NULL);
-                        answer = atomic_load(&bad);
-                        break;
-                case 'q':
-                        _exit(0);
-                }
-                if (write(reply, &answer, sizeof(answer)) != sizeof(answer))
-                        _exit(2);
+        switch (c) {
+        case 'v':
+                return verify_all();
+        case 't':
+        case 'r':
+                return touch_fresh(c == 't');
+        case 'm':
+                return fresh_missing();
+        case 'w':
+                return write_stream();
+        case 'x':
+                return stream_bad();
+        case 'D':
+        case 'R':
+                data_dontneed = c == 'D';
+                atomic_store(&stop, false);
+                if (pthread_create(&th[0], NULL, data_thread, NULL) != 0 ||
+                    pthread_create(&th[1], NULL, fresh_thread, NULL) != 0)
+                        _exit(4);
+                return 0;
+        case 'S':
+                atomic_store(&stop, true);
+                pthread_join(th[0], NULL);
+                pthread_join(th[1], NULL);
+                return atomic_load(&bad);
         }
-        _exit(0);
+        return 0;
 }
 
-static struct child child_start(void) {
-        int to[2], from[2];
-        struct child ch;
-
-        ASSERT_OK(pipe2(to, O_CLOEXEC));
-        ASSERT_OK(pipe2(from, O_CLOEXEC));
-        ch.pid = fork();
-        ASSERT_GE(ch.pid, 0);
-        if (ch.pid == 0) {
-                prctl(PR_SET_PDEATHSIG, SIGKILL);
-                region = mmap(NULL, NPAGES * PAGE, PROT_READ | PROT_WRITE,
-                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-                stream = mmap(NULL, STREAM_PAGES * PAGE, PROT_READ | PROT_WRITE,
-                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-                if (region == MAP_FAILED || stream == MAP_FAILED)
-                        _exit(3);
-                for (size_t i = 0; i < NPAGES; i++)
-                        if (is_data(i))
-                                data_write(i);
-                close(to[1]);
-                close(from[0]);
-                if (write(from[1], &(size_t) { 0 }, sizeof(size_t)) != sizeof(size_t))
-                        _exit(2);
-                child_loop(to[0], from[1]);
-        }
-        close(to[0]);
-        close(from[1]);
-        ch.cmd = to[1];
-        ch.reply = from[0];
-        /* Ready: its data is written. */
-        ASSERT_EQ(read(ch.reply, &(size_t) { 0 }, sizeof(size_t)), (ssize_t) sizeof(size_t));
-        return ch;
+static int child_setup(void) {
+        region = mmap(NULL, NPAGES * PAGE, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        stream = mmap(NULL, STREAM_PAGES * PAGE, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (region == MAP_FAILED || stream == MAP_FAILED)
+                return -ENOMEM;
+        for (size_t i = 0; i < NPAGES; i++)
+                if (is_data(i))
+                        data_write(i);
+        return 0;
 }
 
-static size_t child_ask(struct child *ch, char c) {
-        size_t answer;
-
-        ASSERT_EQ(write(ch->cmd, &c, 1), 1);
-        ASSERT_EQ(read(ch->reply, &answer, sizeof(answer)), (ssize_t) sizeof(answer));
-        return answer;
-}
-
-static void child_stop(struct child *ch) {
-        int status;
-
-        ASSERT_EQ(write(ch->cmd, "q", 1), 1);
-        ASSERT_EQ(waitpid(ch->pid, &status, 0), ch->pid);
-        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-        close(ch->cmd);
-        close(ch->reply);
+/* Waits until the child's data is written: the tests attach at once. */
+static struct test_child child_start(void) {
+        return test_child_start(child_setup, child_command, true);
 }
 
 static const struct zsw_log test_log = { .fn = test_log_stderr, .max_priority = LOG_INFO };
 
 static struct zsw_engine *engine_start(unsigned zero_window) {
-        struct zsw_engine_config cfg = {
-                .prefetch_window = 8, .zero_window = zero_window, .log = &test_log };
-        struct zsw_engine *e;
-
-        if (geteuid() != 0)
-                TEST_SKIP("needs root for ptrace and userfaultfd");
-        ASSERT_OK(zsw_engine_new(&cfg, &e));
-        return e;
+        return test_engine_new(&(struct zsw_engine_config) {
+                .prefetch_window = 8, .zero_window = zero_window, .log = &test_log });
 }
 
 static size_t fresh_pages(void) {
@@ -402,7 +340,7 @@ static size_t fresh_pages(void) {
 /* Every data page evicted, then the fresh runs read, reclaimed (the zero
  * page is never taken), written and everything verified; with window w. */
 static void first_touch_next_to_evicted(unsigned w) {
-        struct child ch = child_start();
+        struct test_child ch = child_start();
         struct zsw_engine *e = engine_start(w);
         struct zsw_engine_error err = {};
         struct zsw_reclaim_result res;
@@ -419,7 +357,7 @@ static void first_touch_next_to_evicted(unsigned w) {
 
         /* Reads only: the windows map the zero page, right up to the
          * evicted data around every fresh run. */
-        ASSERT_EQ(child_ask(&ch, 'r'), 0);
+        ASSERT_EQ(test_child_ask(&ch, 'r'), 0);
         ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &s1));
         fprintf(stderr, "window %u: %zu fresh pages read with %" PRIu64 " zero faults, %" PRIu64
                 " pages filled ahead\n", w, fresh_pages(), s1.zero_faults - s0.zero_faults,
@@ -441,16 +379,16 @@ static void first_touch_next_to_evicted(unsigned w) {
 
         /* The zero page costs nothing and is never taken: after a reclaim
          * every fresh page is still mapped (to it). */
-        ASSERT_EQ(child_ask(&ch, 'm'), 0);
+        ASSERT_EQ(test_child_ask(&ch, 'm'), 0);
         ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
-        ASSERT_EQ(child_ask(&ch, 'm'), 0);
+        ASSERT_EQ(test_child_ask(&ch, 'm'), 0);
 
         /* Writes to zero-filled pages are the kernel's own COW faults,
          * neither missing nor write-protect faults of ours (a few for the
          * child's own stack and globals). Not counted under ThreadSanitizer:
          * its runtime's own memory in the child (shadow, allocator), which
          * the reclaim took too, faults back with every access. */
-        ASSERT_EQ(child_ask(&ch, 't'), 0);
+        ASSERT_EQ(test_child_ask(&ch, 't'), 0);
         ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &s2));
 #ifndef __SANITIZE_THREAD__
         ASSERT_LE(s2.wp_faults - s1.wp_faults, 16);
@@ -458,15 +396,10 @@ static void first_touch_next_to_evicted(unsigned w) {
 #else
         (void) s2;
 #endif
-        ASSERT_EQ(child_ask(&ch, 'v'), 0);
+        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
 
         /* Again with the fresh pages written, evicted and read back. */
-        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
-        ASSERT_EQ(child_ask(&ch, 'v'), 0);
-        ASSERT_OK(zsw_engine_detach(e, ch.pid, &err));
-        ASSERT_EQ(child_ask(&ch, 'v'), 0);
-        child_stop(&ch);
-        zsw_engine_free(e);
+        test_child_finish(&ch, e);
 }
 
 TEST(first_touch_next_to_evicted_window_0) {
@@ -485,7 +418,7 @@ TEST(first_touch_next_to_evicted_window_max) {
  * after the first: without them every page it writes would take a
  * copy-on-write fault of the zero page (180-250 us each on these VMs). */
 TEST(write_stream_fills_real_pages) {
-        struct child ch = child_start();
+        struct test_child ch = child_start();
         struct zsw_engine *e = engine_start(64);
         struct zsw_engine_error err = {};
         struct zsw_reclaim_result res;
@@ -495,7 +428,7 @@ TEST(write_stream_fills_real_pages) {
         ASSERT_OK(zsw_engine_attach(e, ch.pid, &err));
         ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
         ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &s0));
-        faults = child_ask(&ch, 'w');
+        faults = test_child_ask(&ch, 'w');
         ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &s1));
         fprintf(stderr, "%u pages written: %zu page faults in the writer, %" PRIu64
                 " zero faults of ours, %" PRIu64 " pages filled ahead\n", STREAM_PAGES, faults,
@@ -509,14 +442,14 @@ TEST(write_stream_fills_real_pages) {
         ASSERT_LE(s1.zero_faults - s0.zero_faults, STREAM_PAGES / 64 + 16);
         ASSERT_LE(faults, STREAM_PAGES / 4);
 #endif
-        ASSERT_EQ(child_ask(&ch, 'x'), 0);
+        ASSERT_EQ(test_child_ask(&ch, 'x'), 0);
         /* Evicted and read back. */
         ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
-        ASSERT_EQ(child_ask(&ch, 'x'), 0);
+        ASSERT_EQ(test_child_ask(&ch, 'x'), 0);
         ASSERT_OK(zsw_engine_detach(e, ch.pid, &err));
-        ASSERT_EQ(child_ask(&ch, 'x'), 0);
-        ASSERT_EQ(child_ask(&ch, 'v'), 0);
-        child_stop(&ch);
+        ASSERT_EQ(test_child_ask(&ch, 'x'), 0);
+        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
+        test_child_stop(&ch);
         zsw_engine_free(e);
 }
 
@@ -524,7 +457,7 @@ TEST(write_stream_fills_real_pages) {
  * one page per fault of ours, and the throttle's end brings the windows
  * back. */
 TEST(throttle_serves_one_page_per_fault) {
-        struct child ch = child_start();
+        struct test_child ch = child_start();
         struct zsw_engine *e = engine_start(64);
         struct zsw_engine_error err = {};
         struct zsw_reclaim_result res;
@@ -536,8 +469,8 @@ TEST(throttle_serves_one_page_per_fault) {
         ASSERT_OK(zsw_engine_set_throttle(e, ch.pid, true));
         ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &s0));
         ASSERT_TRUE(s0.throttled);
-        (void) child_ask(&ch, 'w');
-        ASSERT_EQ(child_ask(&ch, 'x'), 0);
+        (void) test_child_ask(&ch, 'w');
+        ASSERT_EQ(test_child_ask(&ch, 'x'), 0);
         /* (After the check: under ThreadSanitizer its runtime's memory
          * in the child faults on every access, throttled too.) */
         ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &s1));
@@ -550,22 +483,22 @@ TEST(throttle_serves_one_page_per_fault) {
 
         /* Lifted: the fresh runs are read with windows again. */
         ASSERT_OK(zsw_engine_set_throttle(e, ch.pid, false));
-        ASSERT_EQ(child_ask(&ch, 'r'), 0);
+        ASSERT_EQ(test_child_ask(&ch, 'r'), 0);
         ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &s2));
         ASSERT_FALSE(s2.throttled);
         ASSERT_EQ(s2.throttled_faults, s1.throttled_faults);
         ASSERT_GT(s2.zero_ahead_pages, s1.zero_ahead_pages);
         ASSERT_OK(zsw_engine_detach(e, ch.pid, &err));
-        ASSERT_EQ(child_ask(&ch, 'x'), 0);
-        ASSERT_EQ(child_ask(&ch, 'v'), 0);
-        child_stop(&ch);
+        ASSERT_EQ(test_child_ask(&ch, 'x'), 0);
+        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
+        test_child_stop(&ch);
         zsw_engine_free(e);
 }
 
 /* Reclaims in a loop while the child's threads first-touch, DONTNEED,
  * remap and rewrite; every byte checked all along and at the end. */
 static void race(unsigned w, bool with_data_dontneed) {
-        struct child ch = child_start();
+        struct test_child ch = child_start();
         struct zsw_engine *e = engine_start(w);
         struct zsw_engine_error err = {};
         struct zsw_reclaim_result res;
@@ -575,7 +508,7 @@ static void race(unsigned w, bool with_data_dontneed) {
 
         ASSERT_OK(zsw_engine_attach(e, ch.pid, &err));
         ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
-        ASSERT_EQ(child_ask(&ch, with_data_dontneed ? 'D' : 'R'), 0);
+        ASSERT_EQ(test_child_ask(&ch, with_data_dontneed ? 'D' : 'R'), 0);
         end = zsw_now_ns() + 4000000000ull;
         while (zsw_now_ns() < end) {
                 if (zsw_engine_reclaim(e, ch.pid, rounds % 2 ? 4u << 20 : UINT64_MAX, &res, &err) < 0)
@@ -583,20 +516,15 @@ static void race(unsigned w, bool with_data_dontneed) {
                 evicted += res.evicted_pages;
                 rounds++;
         }
-        ASSERT_EQ(child_ask(&ch, 'S'), 0);
+        ASSERT_EQ(test_child_ask(&ch, 'S'), 0);
         ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &s));
         fprintf(stderr, "%u reclaims, %" PRIu64 " pages evicted, %" PRIu64 " zero faults, %" PRIu64
                 " pages filled ahead, %" PRIu64 " refaults\n", rounds, evicted, s.zero_faults,
                 s.zero_ahead_pages, s.refaults);
         ASSERT_TRUE(w == 0 ? s.zero_ahead_pages == 0 : s.zero_ahead_pages > 0);
         ASSERT_GT(s.refaults, 0);
-        ASSERT_EQ(child_ask(&ch, 'v'), 0);
-        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
-        ASSERT_EQ(child_ask(&ch, 'v'), 0);
-        ASSERT_OK(zsw_engine_detach(e, ch.pid, &err));
-        ASSERT_EQ(child_ask(&ch, 'v'), 0);
-        child_stop(&ch);
-        zsw_engine_free(e);
+        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
+        test_child_finish(&ch, e);
 }
 
 TEST(windows_race_reclaim_dontneed_remap_window_0) {
