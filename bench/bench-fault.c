@@ -16,7 +16,9 @@
  * one target, is served by one of them). Its checksums, latencies and access order live
  * in a shared mapping, which the engine never registers, so only the data
  * pages fault. The kernel figures printed beside ours were measured on the
- * same machines with the same data (docs/bench-fault.md says how).
+ * same machines with the same data (docs/bench-fault.md says how); the
+ * userfaultfd round trip alone (bench/uffd-floor.c), the floor under every
+ * fault latency here, is timed at the start of each run.
  *
  *   zswapd-bench-fault [--json] [--mib N] [--prefetch W]
  *   zswapd-bench-fault --workload [--mib N]   (for tests/demo.sh)
@@ -46,6 +48,7 @@
 #include "corpus.h"
 #include "engine.h"
 #include "uffd-floor.h"
+#include "util.h"
 
 #define PAGE 4096u
 #define ZERO_PERCENT 10u
@@ -86,13 +89,6 @@ struct pass {
 
 #define CALIBRATE_PAGES 4096u
 
-static uint64_t now_ns(void) {
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
-}
-
 static uint64_t thread_cpu_ns(void) {
         struct timespec ts;
 
@@ -105,14 +101,6 @@ static uint64_t process_cpu_ns(void) {
 
         clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
         return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
-}
-
-static uint64_t splitmix(uint64_t *s) {
-        uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        return z ^ (z >> 31);
 }
 
 static void *map_shared(size_t size) {
@@ -147,36 +135,31 @@ static int workload_fill(struct workload *w) {
 }
 
 static void order_set(struct workload *w, bool random, uint64_t seed) {
-        for (size_t i = 0; i < w->npages; i++)
-                w->order[i] = (uint32_t) i;
         if (random)
-                for (size_t i = w->npages - 1; i > 0; i--) {
-                        size_t j = splitmix(&seed) % (i + 1);
-                        uint32_t tmp = w->order[i];
-
-                        w->order[i] = w->order[j];
-                        w->order[j] = tmp;
-                }
+                corpus_shuffle(w->order, w->npages, seed);
+        else
+                for (size_t i = 0; i < w->npages; i++)
+                        w->order[i] = (uint32_t) i;
 }
 
 /* Touches every page once in w->order, timing the first touch (the fault,
  * if the page is away), then checks the whole page. Runs in the workload. */
 static struct pass workload_pass(struct workload *w) {
         struct pass p = {};
-        uint64_t start = now_ns();
+        uint64_t start = zsw_now_ns();
 
         for (size_t k = 0; k < w->npages; k++) {
                 const uint8_t *page = w->buf + (size_t) w->order[k] * PAGE;
                 uint64_t t0, t1;
 
-                t0 = now_ns();
+                t0 = zsw_now_ns();
                 (void) *(const volatile uint8_t *) page;
-                t1 = now_ns();
+                t1 = zsw_now_ns();
                 w->lat_ns[k] = (uint32_t) MIN(t1 - t0, (uint64_t) UINT32_MAX);
                 if (corpus_page_sum(page) != w->sums[w->order[k]])
                         p.bad_pages++;
         }
-        p.wall_ns = now_ns() - start;
+        p.wall_ns = zsw_now_ns() - start;
         return p;
 }
 
@@ -201,13 +184,13 @@ static struct pass workload_calibrate(void) {
         if (m == MAP_FAILED)
                 return p;
         for (size_t k = 0; k < CALIBRATE_PAGES; k++) {
-                volatile uint8_t *page = m + (splitmix(&seed) % CALIBRATE_PAGES) * PAGE;
-                uint64_t t0 = now_ns();
+                volatile uint8_t *page = m + (corpus_random(&seed) % CALIBRATE_PAGES) * PAGE;
+                uint64_t t0 = zsw_now_ns();
 
                 if (*page)
                         continue;       /* touched already: not a first touch */
                 *page = 1;
-                lat[n++] = (uint32_t) MIN(now_ns() - t0, (uint64_t) UINT32_MAX);
+                lat[n++] = (uint32_t) MIN(zsw_now_ns() - t0, (uint64_t) UINT32_MAX);
         }
         munmap(m, CALIBRATE_PAGES * PAGE);
         qsort(lat, n, sizeof(uint32_t), cmp_u32);
@@ -246,8 +229,10 @@ static int measure_floor(int cpu) {
         if (!res)
                 return -ENOMEM;
         pid = fork();
-        if (pid < 0)
+        if (pid < 0) {
+                munmap(res, 2 * sizeof(struct uffd_floor));
                 return -errno;
+        }
         if (pid == 0) {
                 cpu_set_t set;
 
@@ -259,12 +244,13 @@ static int measure_floor(int cpu) {
                         _exit(1);
                 _exit(0);
         }
-        if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-                return -EIO;
-        floor_any = res[0];
-        floor_same = res[1];
+        if (waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+                floor_any = res[0];
+                floor_same = res[1];
+        } else
+                pid = -1;
         munmap(res, 2 * sizeof(struct uffd_floor));
-        return 0;
+        return pid < 0 ? -EIO : 0;
 }
 
 /* ---- the workload child, driven over pipes -------------------------------- */

@@ -35,12 +35,24 @@ struct page_source {
         off_t off;
 };
 
-static uint64_t splitmix(uint64_t *s) {
-        uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+uint64_t corpus_random(uint64_t *state) {
+        uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
 
         z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
         z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
         return z ^ (z >> 31);
+}
+
+void corpus_shuffle(uint32_t *order, size_t n, uint64_t seed) {
+        for (size_t i = 0; i < n; i++)
+                order[i] = (uint32_t) i;
+        for (size_t i = n - 1; n > 1 && i > 0; i--) {
+                size_t j = corpus_random(&seed) % (i + 1);
+                uint32_t tmp = order[i];
+
+                order[i] = order[j];
+                order[j] = tmp;
+        }
 }
 
 static int cmp_str(const void *a, const void *b) {
@@ -115,13 +127,13 @@ int corpus_fill(void *buf, size_t npages, unsigned zero_percent, uint64_t seed) 
                 qsort(src[i].paths, src[i].n, sizeof(char *), cmp_str);
                 /* Start each source at a seed-dependent file, so that
                  * different seeds give different pages. */
-                src[i].next = src[i].n ? splitmix(&rng) % src[i].n : 0;
+                src[i].next = src[i].n ? corpus_random(&rng) % src[i].n : 0;
                 total_weight += sources[i].weight;
         }
 
         for (size_t p = 0; p < npages; p++) {
                 uint8_t *page = (uint8_t *) buf + p * PAGE;
-                uint64_t x = splitmix(&rng);
+                uint64_t x = corpus_random(&rng);
                 unsigned pick = (unsigned) (x >> 32) % total_weight;
                 size_t s = 0;
 

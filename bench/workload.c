@@ -88,14 +88,6 @@ static int region_map(size_t len, bool lock, struct region *ret) {
         return 0;
 }
 
-static uint64_t splitmix(uint64_t *s) {
-        uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        return z ^ (z >> 31);
-}
-
 static size_t count_diff(const uint8_t *a, const uint8_t *b) {
         size_t n = 0;
 
@@ -190,7 +182,6 @@ static int run_reread(void) {
         uint64_t *sum, t0, t_random, t_seq, lat_ns = 0;
         uint32_t *perm, *lat;
         uint8_t *evicted, *bad;
-        uint64_t rng = arg_seed ^ 0x5eed;
         int r;
 
         r = region_map(npages * PAGE, false, &data);
@@ -225,15 +216,7 @@ static int run_reread(void) {
         /* For the tests: proves that a changed byte is found and counted. */
         for (size_t i = 0; i < MIN(arg_inject_corruption, npages); i++)
                 ((uint8_t *) data.mem)[i * PAGE + i % PAGE] ^= 0x5a;
-        for (size_t i = 0; i < npages; i++)
-                perm[i] = (uint32_t) i;
-        for (size_t i = npages - 1; i > 0; i--) {
-                size_t j = splitmix(&rng) % (i + 1);
-                uint32_t t = perm[i];
-
-                perm[i] = perm[j];
-                perm[j] = t;
-        }
+        corpus_shuffle(perm, npages, arg_seed ^ 0x5eed);
 
         t0 = zsw_now_ns();
         for (size_t i = 0; i < npages; i++) {
