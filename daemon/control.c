@@ -271,6 +271,10 @@ static void stats_json_global(struct json *j, const struct zsw_engine_stats *g) 
         json_object_close(j);
 }
 
+static double stopped_percent(const struct zsw_target_stats *t) {
+        return t->attached_ns ? 100.0 * (double) t->stopped_ns / (double) t->attached_ns : 0.0;
+}
+
 static void stats_json_target(struct json *j, const struct zsw_target_stats *t) {
         json_object_open(j, NULL);
         json_i64(j, "pid", t->pid);
@@ -293,6 +297,17 @@ static void stats_json_target(struct json *j, const struct zsw_target_stats *t) 
         json_u64(j, "fault_ns_p50", t->fault_ns_p50);
         json_u64(j, "fault_ns_p95", t->fault_ns_p95);
         json_u64(j, "fault_ns_p99", t->fault_ns_p99);
+        json_object_open(j, "stops");
+        json_u64(j, "count", t->stops);
+        json_u64(j, "stopped_ns", t->stopped_ns);
+        json_u64(j, "max_ns", t->stop_ns_max);
+        json_u64(j, "attached_ns", t->attached_ns);
+        json_double(j, "stopped_percent", stopped_percent(t));
+        json_object_close(j);
+        json_object_open(j, "heat");
+        json_u64(j, "uses", t->heat_uses);
+        json_u64(j, "table_bytes", t->heat_table_bytes);
+        json_object_close(j);
         json_double(j, "ratio", ratio(t->stored_pages, t->pool_bytes));
         json_string(j, "compressor", t->compressor ?: "");
         json_i64(j, "compression_level", t->compression_level);
@@ -334,8 +349,9 @@ static void stats_text(FILE *f, const struct zsw_engine_stats *g, const struct z
                    " (p50 %.1f us, p95 %.1f us, p99 %.1f us), %" PRIu64 " refaults\n",
                 g->evicted_pages, g->evict_aborted, g->faults, g->fault_ns_p50 / 1e3,
                 g->fault_ns_p95 / 1e3, g->fault_ns_p99 / 1e3, g->refaults);
-        fprintf(f, "age scans: %.1f ms in all, %" PRIu64 " write-protect faults\n",
-                g->age_scan_ns_total / 1e6, g->wp_faults);
+        fprintf(f, "age scans: %.1f ms in all, %" PRIu64 " write-protect faults   "
+                   "targets stopped: %" PRIu64 " times, %.1f ms in all\n",
+                g->age_scan_ns_total / 1e6, g->wp_faults, g->stops, g->stopped_ns / 1e6);
         fprintf(f, "same-filled: %" PRIu64 " pages   incompressible: %" PRIu64 " pages\n",
                 g->same_filled_pages, g->incompressible_pages);
         fprintf(f, "writeback: %" PRIu64 " pages on disk (%.1f MiB), %" PRIu64 " written in %" PRIu64
@@ -370,6 +386,10 @@ static void stats_text(FILE *f, const struct zsw_engine_stats *g, const struct z
                         t->age_scans, t->age_present_pages, t->age_idle_pages,
                         t->age_protected_pages, t->age_scan_ns_last / 1e6,
                         t->age_table_bytes / 1024.0, t->wp_faults);
+                fprintf(f, "stops: %" PRIu64 ", %.1f ms in all (%.2f%% of the %.0f s attached), "
+                           "longest %.2f ms; uses seen %" PRIu64 ", heat table %.1f KiB\n",
+                        t->stops, t->stopped_ns / 1e6, stopped_percent(t), t->attached_ns / 1e9,
+                        t->stop_ns_max / 1e6, t->heat_uses, t->heat_table_bytes / 1024.0);
         }
 }
 

@@ -26,6 +26,7 @@
 #include <sys/uio.h>
 
 #include "age.h"
+#include "heat.h"
 #include "engine.h"
 #include "histogram.h"
 #include "store.h"
@@ -124,6 +125,19 @@ struct zsw_target {
         _Atomic uint64_t refault_head;
         uint64_t refault_tail;
 
+        /* Last use seen of each page (refaults, writes that cancelled a
+         * round): the order of eviction without a minimum age. */
+        struct zsw_heat *heat;
+        /* Where the next eviction without a minimum age starts: each one
+         * goes on from where the last stopped, round the address space,
+         * as a clock hand. Under evict_lock. */
+        uint64_t hand;
+        /* Ptrace stops of the target (eviction drops, attach, detach):
+         * how many, their total and longest time, from the first thread
+         * seized to the last one let go. */
+        _Atomic uint64_t stops, stopped_ns, stop_ns_max;
+        uint64_t attached_at_ns;
+
         struct zsw_histogram fault_hist;
         _Atomic uint64_t faults, zero_faults, prefetched, prefetch_hits;
         /* Pages zero-filled after the faulting one by a first touch's
@@ -202,6 +216,19 @@ static inline void target_note_refault(struct zsw_target *t, uint64_t pgno) {
 
         atomic_store_explicit(&t->refault_ring[h % REFAULT_RING], pgno, memory_order_relaxed);
         atomic_store_explicit(&t->refault_head, h + 1, memory_order_release);
+}
+
+/* Accounts a ptrace stop of t that began at start_ns and ends now. */
+static inline void target_count_stop(struct zsw_target *t, uint64_t start_ns) {
+        uint64_t ns = zsw_now_ns() - start_ns;
+        uint64_t max = atomic_load_explicit(&t->stop_ns_max, memory_order_relaxed);
+
+        atomic_fetch_add_explicit(&t->stops, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&t->stopped_ns, ns, memory_order_relaxed);
+        while (ns > max && !atomic_compare_exchange_weak_explicit(&t->stop_ns_max, &max, ns,
+                                                                  memory_order_relaxed,
+                                                                  memory_order_relaxed))
+                ;
 }
 
 /* evict.c */

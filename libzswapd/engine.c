@@ -110,6 +110,8 @@ static int check_attachable(struct zsw_engine *e, pid_t pid, struct zsw_engine_e
         return 0;
 }
 
+static struct zsw_target *target_free(struct zsw_target *t);
+
 static struct zsw_target *target_new(struct zsw_engine *e, pid_t pid) {
         struct zsw_target *t = calloc(1, sizeof(*t));
 
@@ -117,6 +119,7 @@ static struct zsw_target *target_new(struct zsw_engine *e, pid_t pid) {
                 return NULL;
         t->engine = e;
         t->pid = pid;
+        t->attached_at_ns = zsw_now_ns();
         t->pidfd = t->uffd = t->target_uffd = -EBADF;
         pthread_mutex_init(&t->serve_lock, NULL);
         pthread_mutex_init(&t->evict_lock, NULL);
@@ -132,6 +135,10 @@ static struct zsw_target *target_new(struct zsw_engine *e, pid_t pid) {
                 pthread_rwlockattr_destroy(&a);
         }
         pthread_mutex_init(&t->age_stats_lock, NULL);
+        if (zsw_heat_new(&t->heat) < 0) {
+                target_free(t);
+                return NULL;
+        }
         return t;
 }
 
@@ -140,6 +147,7 @@ static struct zsw_target *target_free(struct zsw_target *t) {
                 return NULL;
         zsw_store_owner_free(t->owner);
         zsw_age_free(t->age);
+        zsw_heat_free(t->heat);
         safe_close(t->uffd);
         safe_close(t->pidfd);
         pthread_mutex_destroy(&t->serve_lock);
@@ -760,6 +768,12 @@ static void fill_target_stats(struct zsw_engine *e, struct zsw_target *t, struct
                 .fault_ns_p50 = zsw_histogram_percentile(&t->fault_hist, 0.50),
                 .fault_ns_p95 = zsw_histogram_percentile(&t->fault_hist, 0.95),
                 .fault_ns_p99 = zsw_histogram_percentile(&t->fault_hist, 0.99),
+                .stops = atomic_load(&t->stops),
+                .stopped_ns = atomic_load(&t->stopped_ns),
+                .stop_ns_max = atomic_load(&t->stop_ns_max),
+                .attached_ns = zsw_now_ns() - t->attached_at_ns,
+                .heat_uses = zsw_heat_touched(t->heat),
+                .heat_table_bytes = zsw_heat_bytes(t->heat),
                 .written_back_pages = os.written_back,
                 .disk_pages = os.disk_pages,
                 .disk_bytes = os.disk_bytes,
@@ -856,6 +870,8 @@ int zsw_engine_get_stats(struct zsw_engine *e, struct zsw_engine_stats *ret) {
                 pthread_mutex_unlock(&t->age_stats_lock);
                 s.evicted_pages += atomic_load(&t->evicted);
                 s.evict_aborted += atomic_load(&t->evict_aborted);
+                s.stops += atomic_load(&t->stops);
+                s.stopped_ns += atomic_load(&t->stopped_ns);
                 zsw_histogram_merge(&all, &t->fault_hist);
         }
         pthread_mutex_unlock(&e->table_lock);

@@ -114,8 +114,12 @@ struct zsw_reclaim_result {
         uint64_t duration_ns;
 };
 
-/* Evicts present pages of pid's eligible mappings, up to max_bytes
- * (UINT64_MAX: all of them), in address order, whatever their age. The
+/* Evicts present pages of pid's eligible mappings, up to max_bytes, the
+ * coldest first as far as the engine can tell: pages never seen in use
+ * before those that came back by a fault or were written while being
+ * taken, the longest unused first, going round the address space from
+ * where the last reclaim stopped (see heat.h). UINT64_MAX takes all of
+ * them, in address order. The
  * engine's other calls, on other threads, go on meanwhile (stats, attach,
  * reclaim of other targets waits for the engine's compression worker);
  * detaching pid waits for the reclaim. */
@@ -170,6 +174,17 @@ struct zsw_target_stats {
         uint64_t prefetched_pages;
         uint64_t prefetch_hits;
         uint64_t fault_ns_p50, fault_ns_p95, fault_ns_p99;
+        /* Ptrace stops of every thread of the target by eviction drops:
+         * how many, their total and longest time (first thread seized to
+         * last let go), against the time it has been attached. */
+        uint64_t stops;
+        uint64_t stopped_ns;
+        uint64_t stop_ns_max;
+        uint64_t attached_ns;
+        /* Uses seen (refaults, writes that cancelled an eviction) that
+         * order eviction without a minimum age, and their table's memory. */
+        uint64_t heat_uses;
+        uint64_t heat_table_bytes;
         /* Writeback tier: the target's share (per fork family for disk). */
         uint64_t written_back_pages;
         uint64_t disk_pages;
@@ -208,6 +223,8 @@ struct zsw_engine_stats {
         uint64_t wp_faults;
         uint64_t evicted_pages;
         uint64_t evict_aborted;
+        uint64_t stops;                 /* all targets' eviction stops */
+        uint64_t stopped_ns;
         uint64_t age_scan_ns_total;     /* all targets' age scans */
         uint64_t fault_ns_p50, fault_ns_p95, fault_ns_p99;
         /* Limits and the writeback tier. */

@@ -108,6 +108,9 @@ bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr) {
                 atomic_fetch_add_explicit(&t->evict_aborted, 1, memory_order_relaxed);
         }
         pthread_mutex_unlock(&t->batch_lock);
+        /* Written while a round was taking it: in use. */
+        if (i >= 0 && !handled)
+                zsw_heat_touch(t->heat, addr / ZSW_PAGE_SIZE, 1, zsw_now_ns());
         /* Not handled: the caller un-protects the page, which lets the
          * write through. */
         return handled;
@@ -584,24 +587,17 @@ static void round_keep_undropped(struct zsw_target *t) {
  * to stop, it would wait for us while we wait for it (a fault taken in
  * kernel mode, e.g. rseq's store to a thread's TLS on its way back to
  * user space, sleeps killably, so PTRACE_INTERRUPT cannot break it).
- * While COLLECTING, every fault is answered at once, so the stops come. */
-static int round_drop(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd,
-                      struct zsw_reclaim_result *res) {
+ * While COLLECTING, every fault is answered at once, so the stops come.
+ *
+ * round_commit_drop() runs with every thread stopped; round_drop() stops
+ * them, lets them go and accounts the stop. */
+static int round_commit_drop(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd,
+                             struct zsw_remote *remote) {
         struct evict_batch *b = &t->batch;
-        _cleanup_remote_ struct zsw_remote *remote = NULL;
-        size_t dropped = 0;
-        int r;
-
-        uint64_t rseq = 0;
+        uint64_t rseq = 0, t0;
         uint32_t rseq_len = 0;
+        int r = 0;
 
-        uint64_t t0 = zsw_now_ns();
-        r = zsw_remote_seize(t->pid, e->log, &remote);
-        if (r >= 0)
-                r = zsw_remote_stop_others(remote);
-        rd->ns_seize += zsw_now_ns() - t0;
-        if (r < 0)
-                return r;
         if (zsw_remote_rseq_area(remote, &rseq, &rseq_len) < 0)
                 rseq = 0;
         /* The stopped threads' last events were read (each waited for
@@ -635,7 +631,29 @@ static int round_drop(struct zsw_engine *e, struct zsw_target *t, struct evict_r
                 r = zsw_remote_madvise_ranges(remote, t->scratch, t->scratch_size, rd->runs,
                                               rd->n_runs, MADV_DONTNEED);
         rd->ns_inject += zsw_now_ns() - t0;
-        remote = zsw_remote_release(remote);
+        return r;
+}
+
+static int round_drop(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd,
+                      struct zsw_reclaim_result *res) {
+        struct evict_batch *b = &t->batch;
+        struct zsw_remote *remote = NULL;
+        uint64_t start = zsw_now_ns();
+        size_t dropped = 0;
+        int r;
+
+        r = zsw_remote_seize(t->pid, e->log, &remote);
+        if (r >= 0)
+                r = zsw_remote_stop_others(remote);
+        rd->ns_seize += zsw_now_ns() - start;
+        if (r >= 0)
+                r = round_commit_drop(e, t, rd, remote);
+        if (remote) {
+                remote = zsw_remote_release(remote);
+                target_count_stop(t, start);
+        }
+        if (r < 0 && b->state != EVICT_DROPPING)
+                return r;
 
         if (r < 0)
                 round_keep_undropped(t);
@@ -723,35 +741,44 @@ static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct evict_
 }
 
 /* Takes the next round's pages from [*cursor, end): present runs, the
- * shared zero page left out (it costs no memory), at most max pages.
- * Advances *cursor past what it took. Returns the number of regions. */
-static int next_round(int pagemap, uint64_t *cursor, uint64_t end, uint64_t max,
-                      struct zsw_page_run *regions, size_t n_max) {
+ * shared zero page left out (it costs no memory), at most max pages, and
+ * with cold_ns only pages not seen in use for that long (heat.h). Advances
+ * *cursor past what it looked at. Returns the number of regions. */
+static int next_round(int pagemap, struct zsw_heat *heat, uint64_t cold_ns, uint64_t *cursor,
+                      uint64_t end, uint64_t max, struct zsw_page_run *regions, size_t n_max) {
         struct zsw_page_run runs[64];
-        uint64_t next, pages = 0;
+        uint64_t next, pages = 0, now = zsw_now_ns();
         size_t n = 0;
-        int k, i;
+        int k;
 
-        k = zsw_vma_scan(pagemap, *cursor, end, PAGE_IS_PRESENT, 0, runs,
-                         MIN(ARRAY_SIZE(runs), n_max), &next);
+        if (*cursor >= end || max == 0 || n_max == 0)
+                return 0;
+        k = zsw_vma_scan(pagemap, *cursor, end, PAGE_IS_PRESENT, 0, runs, ARRAY_SIZE(runs), &next);
         if (k <= 0) {
                 *cursor = end;
                 return k;
         }
-        for (i = 0; i < k && pages < max; i++) {
-                uint64_t len;
-
+        for (int i = 0; i < k; i++) {
                 if (runs[i].categories & PAGE_IS_PFNZERO)
                         continue;
-                len = MIN((runs[i].end - runs[i].start) / ZSW_PAGE_SIZE, max - pages);
-                regions[n] = runs[i];
-                regions[n].end = runs[i].start + len * ZSW_PAGE_SIZE;
-                pages += len;
-                n++;
+                for (uint64_t p = runs[i].start; p < runs[i].end; p += ZSW_PAGE_SIZE) {
+                        bool extends = n > 0 && regions[n - 1].end == p;
+
+                        if (cold_ns && zsw_heat_is_hot(heat, p / ZSW_PAGE_SIZE, cold_ns, now))
+                                continue;
+                        if (pages == max || (!extends && n == n_max)) {
+                                /* Full: resume at this page next time. */
+                                *cursor = p;
+                                return (int) n;
+                        }
+                        if (extends)
+                                regions[n - 1].end += ZSW_PAGE_SIZE;
+                        else
+                                regions[n++] = (struct zsw_page_run) { p, p + ZSW_PAGE_SIZE,
+                                                                       runs[i].categories };
+                        pages++;
+                }
         }
-        /* Cut short by max: resume right after what we took. */
-        if (n > 0 && (i < k || regions[n - 1].end < runs[k - 1].end))
-                next = regions[n - 1].end;
         *cursor = next > *cursor ? next : end;
         return (int) n;
 }
@@ -761,14 +788,9 @@ static int next_round(int pagemap, uint64_t *cursor, uint64_t end, uint64_t max,
  * then down to the minimum. Returns the ages of the passes, 0 for none. */
 static unsigned cold_passes(struct zsw_target *t, uint64_t min_age_ms, uint64_t budget,
                             uint32_t passes[2], struct zsw_reclaim_result *res) {
-        uint32_t min_age;
-
-        if (min_age_ms == 0) {
-                passes[0] = 0;
-                return 1;
-        }
-        min_age = t->age ? zsw_age_threshold(t->age, min_age_ms * 1000000, zsw_now_ns()) :
+        uint32_t min_age = t->age ? zsw_age_threshold(t->age, min_age_ms * 1000000, zsw_now_ns()) :
                            ZSW_AGE_NEVER;
+
         if (min_age == ZSW_AGE_NEVER)
                 return 0;
         res->cold_pages = zsw_age_count(t->age, min_age);
@@ -777,21 +799,89 @@ static unsigned cold_passes(struct zsw_target *t, uint64_t min_age_ms, uint64_t 
         return passes[0] > min_age ? 2 : 1;
 }
 
+/* Without a minimum age, eviction goes round the address space from the
+ * target's hand, in passes that each take pages less cold: first those
+ * never seen in use or not for a minute, last any page. */
+static const uint64_t heat_passes_ns[] = {
+        60000000000ull, 10000000000ull, 2000000000ull, 0,
+};
+
+/* Segments of the ranges in clock order: from the hand to the end of its
+ * range, the ranges after it, those before it, and the hand's range up
+ * to the hand. */
+static size_t clock_segments(const struct zsw_range *ranges, size_t n, uint64_t hand,
+                             struct zsw_range *seg) {
+        size_t h = 0, m = 0;
+
+        while (h < n && ranges[h].end <= hand)
+                h++;
+        if (h == n)
+                h = 0, hand = 0;
+        hand = MAX(hand, ranges[h].start);
+        seg[m++] = (struct zsw_range) { hand, ranges[h].end };
+        for (size_t i = 1; i < n; i++)
+                seg[m++] = ranges[(h + i) % n];
+        if (hand > ranges[h].start)
+                seg[m++] = (struct zsw_range) { ranges[h].start, hand };
+        return m;
+}
+
+/* One pass over seg: rounds of pages (cold_ns for heat, age for age.c's
+ * ages) until the budget is met. */
+static int evict_pass(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd,
+                      const struct zsw_range *seg, size_t n_seg, uint64_t cold_ns, uint32_t age,
+                      uint64_t budget, struct zsw_reclaim_result *res) {
+        int r = 0;
+
+        for (size_t v = 0; v < n_seg && res->evicted_pages < budget; v++) {
+                uint64_t cursor = seg[v].start;
+
+                while (cursor < seg[v].end && res->evicted_pages < budget) {
+                        struct zsw_page_run regions[64];
+                        uint64_t want = MIN(budget - res->evicted_pages, ZSW_EVICT_MAX_PAGES);
+                        uint64_t t0 = zsw_now_ns();
+
+                        r = age == 0 ? next_round(rd->pagemap, t->heat, cold_ns, &cursor, seg[v].end,
+                                                  want, regions, ARRAY_SIZE(regions)) :
+                                       zsw_age_next_round(t->age, rd->pagemap, age, &cursor,
+                                                          seg[v].end, want, regions,
+                                                          ARRAY_SIZE(regions));
+                        rd->ns_scan += zsw_now_ns() - t0;
+                        if (r > 0) {
+                                t->hand = regions[r - 1].end;
+                                r = evict_round(e, t, rd, regions, (size_t) r, res);
+                        }
+                        /* The target's mappings were changing (an event
+                         * not read yet) or are gone in part: that round
+                         * kept what it could not take; the next ones go on. */
+                        if (r == -EAGAIN || r == -ENOENT || r == -ENOMEM)
+                                r = 0;
+                        if (r < 0)
+                                return r;
+                }
+        }
+        return 0;
+}
+
 int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
                  uint64_t min_age_ms, struct zsw_reclaim_result *res,
                  struct zsw_engine_error *err) {
-        _cleanup_free_ struct zsw_range *ranges = NULL;
+        _cleanup_free_ struct zsw_range *ranges = NULL, *seg = NULL;
         _cleanup_close_ int pagemap = -EBADF;
         struct evict_round *rd = NULL;
         uint64_t budget = max_bytes / ZSW_PAGE_SIZE;
         uint32_t passes[2];
-        unsigned n_passes;
-        size_t n_ranges = 0;
+        size_t n_ranges = 0, n_seg;
         int r;
 
         r = evict_register_ranges(e, t, &ranges, &n_ranges);
         if (r < 0)
                 return r;
+        if (n_ranges == 0)
+                return 0;
+        seg = calloc(n_ranges + 1, sizeof(*seg));
+        if (!seg)
+                return -ENOMEM;
         pagemap = target_open_pagemap(t);
         if (pagemap < 0)
                 return pagemap;
@@ -800,35 +890,19 @@ int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
                 return r;
         rd->pagemap = pagemap;
 
-        /* Each pass walks every range. */
-        n_passes = cold_passes(t, min_age_ms, budget, passes, res);
-        for (size_t i = 0; i < n_passes * n_ranges && r >= 0 && res->evicted_pages < budget; i++) {
-                size_t v = i % n_ranges, pass = i / n_ranges;
-                uint64_t cursor = ranges[v].start;
+        if (min_age_ms == 0 && max_bytes == UINT64_MAX) {
+                /* Everything: one walk in address order. */
+                r = evict_pass(e, t, rd, ranges, n_ranges, 0, 0, budget, res);
+        } else if (min_age_ms == 0) {
+                n_seg = clock_segments(ranges, n_ranges, t->hand, seg);
+                for (size_t p = 0; p < ARRAY_SIZE(heat_passes_ns) && r >= 0 &&
+                                   res->evicted_pages < budget; p++)
+                        r = evict_pass(e, t, rd, seg, n_seg, heat_passes_ns[p], 0, budget, res);
+        } else {
+                unsigned n_passes = cold_passes(t, min_age_ms, budget, passes, res);
 
-                while (cursor < ranges[v].end && res->evicted_pages < budget) {
-                        struct zsw_page_run regions[64];
-                        uint64_t want = MIN(budget - res->evicted_pages, ZSW_EVICT_MAX_PAGES);
-
-                        uint64_t t0 = zsw_now_ns();
-
-                        r = passes[pass] == 0 ?
-                                next_round(pagemap, &cursor, ranges[v].end, want, regions,
-                                           ARRAY_SIZE(regions)) :
-                                zsw_age_next_round(t->age, pagemap, passes[pass], &cursor,
-                                                   ranges[v].end, want, regions,
-                                                   ARRAY_SIZE(regions));
-                        rd->ns_scan += zsw_now_ns() - t0;
-                        if (r > 0)
-                                r = evict_round(e, t, rd, regions, (size_t) r, res);
-                        /* The target's mappings were changing (an event
-                         * not read yet) or are gone in part: that round
-                         * kept what it could not take; the next ones go on. */
-                        if (r == -EAGAIN || r == -ENOENT || r == -ENOMEM)
-                                r = 0;
-                        if (r < 0)
-                                break;
-                }
+                for (unsigned p = 0; p < n_passes && r >= 0 && res->evicted_pages < budget; p++)
+                        r = evict_pass(e, t, rd, ranges, n_ranges, 0, passes[p], budget, res);
         }
         /* A daemon that saves memory does not sit on 2 MiB between reclaims. */
         (void) madvise(rd->buf, ROUND_BUF_SIZE, MADV_DONTNEED);

@@ -288,6 +288,7 @@ static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_
                         if (r > 0) {
                                 atomic_fetch_add_explicit(&t->refaults, 1, memory_order_relaxed);
                                 target_note_refault(t, pgno);
+                                zsw_heat_touch(t->heat, pgno, 1, served);
                         }
                 }
         }

@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Page heat: when each page of a target was last seen in use, for the
+ * order in which eviction takes pages when no minimum age is asked.
+ *
+ * The kernel orders its LRU by accessed bits; user space here sees only
+ * two signs of use: a page we took that comes back by a fault (a refault:
+ * the page was in use while we held it), and a write to a page that a
+ * round had write-protected (the round gives that page up). Each one
+ * stamps the page with the time. Eviction then takes pages never seen in
+ * use first and, of the others, the longest unused first
+ * (zsw_heat_cold()), so a page read all the time costs one refault per
+ * pass of eviction over everything colder, as in the kernel's
+ * workingset, where a refault soon after eviction activates the page.
+ * A stamp also covers the page's two neighbours: a hot object often
+ * spans pages, and what is next to a hot page is likely hot too.
+ *
+ * Stamps live in chunks of 512 pages (2 MiB of address space), made on
+ * the first use seen there: 2 KiB per 2 MiB region that ever refaulted.
+ * Thread-safe: fault threads stamp while eviction reads.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct zsw_heat;
+
+int zsw_heat_new(struct zsw_heat **ret);
+struct zsw_heat *zsw_heat_free(struct zsw_heat *h);
+
+/* Pages [pgno, pgno + n) were used at now_ns (zsw_now_ns()). Never fails:
+ * a stamp that finds no memory for its chunk is dropped, which only lets
+ * that page be taken sooner. */
+void zsw_heat_touch(struct zsw_heat *h, uint64_t pgno, uint64_t n, uint64_t now_ns);
+
+/* Whether pgno (or a neighbour) was seen in use less than cold_ns before
+ * now_ns. A page never seen in use is cold whatever cold_ns is. */
+bool zsw_heat_is_hot(struct zsw_heat *h, uint64_t pgno, uint64_t cold_ns, uint64_t now_ns);
+
+/* Pages stamped in all, and the table's memory, for stats. */
+uint64_t zsw_heat_touched(struct zsw_heat *h);
+uint64_t zsw_heat_bytes(struct zsw_heat *h);

@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Page heat (heat.c) and the order it gives eviction: pages that came back
+ * by a fault stay while colder pages exist, on a real process.
+ */
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "corpus.h"
+#include "engine.h"
+#include "heat.h"
+#include "test.h"
+#include "test-child.h"
+
+#define PAGE 4096u
+#define SEC 1000000000ull
+
+TEST(never_used_is_cold) {
+        struct zsw_heat *h;
+
+        ASSERT_OK(zsw_heat_new(&h));
+        ASSERT_FALSE(zsw_heat_is_hot(h, 12345, UINT64_MAX, 100 * SEC));
+        ASSERT_EQ(zsw_heat_touched(h), 0);
+        zsw_heat_free(h);
+}
+
+TEST(a_use_is_hot_until_cold_ns_passed) {
+        struct zsw_heat *h;
+
+        ASSERT_OK(zsw_heat_new(&h));
+        zsw_heat_touch(h, 1000, 1, 50 * SEC);
+        ASSERT_TRUE(zsw_heat_is_hot(h, 1000, 10 * SEC, 51 * SEC));
+        ASSERT_TRUE(zsw_heat_is_hot(h, 1000, 10 * SEC, 59 * SEC));
+        ASSERT_FALSE(zsw_heat_is_hot(h, 1000, 10 * SEC, 61 * SEC));
+        /* No horizon: nothing is hot. */
+        ASSERT_FALSE(zsw_heat_is_hot(h, 1000, 0, 51 * SEC));
+        /* A later use moves the stamp. */
+        zsw_heat_touch(h, 1000, 1, 60 * SEC);
+        ASSERT_TRUE(zsw_heat_is_hot(h, 1000, 10 * SEC, 61 * SEC));
+        zsw_heat_free(h);
+}
+
+TEST(neighbours_of_a_use_are_hot) {
+        struct zsw_heat *h;
+
+        ASSERT_OK(zsw_heat_new(&h));
+        /* Across a chunk border (512 pages) too. */
+        zsw_heat_touch(h, 511, 1, 5 * SEC);
+        ASSERT_TRUE(zsw_heat_is_hot(h, 510, SEC, 5 * SEC));
+        ASSERT_TRUE(zsw_heat_is_hot(h, 512, SEC, 5 * SEC));
+        ASSERT_FALSE(zsw_heat_is_hot(h, 509, SEC, 5 * SEC));
+        ASSERT_FALSE(zsw_heat_is_hot(h, 513, SEC, 5 * SEC));
+        ASSERT_FALSE(zsw_heat_is_hot(h, 0, SEC, 5 * SEC));
+        zsw_heat_free(h);
+}
+
+TEST(many_chunks_keep_their_stamps) {
+        struct zsw_heat *h;
+
+        ASSERT_OK(zsw_heat_new(&h));
+        /* 5000 chunks spread over the address space: the table grows
+         * many times; every stamp must stay where it was put. */
+        for (uint64_t i = 0; i < 5000; i++)
+                zsw_heat_touch(h, i * 7919 * 512 + i % 512, 1, (i + 1) * SEC);
+        for (uint64_t i = 0; i < 5000; i++) {
+                uint64_t p = i * 7919 * 512 + i % 512;
+
+                ASSERT_TRUE(zsw_heat_is_hot(h, p, SEC, (i + 1) * SEC));
+                ASSERT_FALSE(zsw_heat_is_hot(h, p, SEC, (i + 2) * SEC + 1));
+        }
+        ASSERT_EQ(zsw_heat_touched(h), 5000);
+        ASSERT_GE(zsw_heat_bytes(h), 5000 * 512 * 4);
+        zsw_heat_free(h);
+}
+
+/* The child: one mapping of 2 * HALF pages. The first half (low
+ * addresses) is filled at setup; 'a' reads it all, 'b' fills the second
+ * half, 'p' answers how many pages of the first half are present, 'v'
+ * verifies both. */
+#define HALF 2048u
+
+static uint8_t *buf;
+static uint64_t sums[2 * HALF];
+static bool second_filled;
+
+static uint64_t present_of_first_half(void) {
+        int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+        uint64_t pm[HALF], n = 0;
+
+        if (fd < 0 || pread(fd, pm, sizeof(pm), (off_t) ((uintptr_t) buf / PAGE * 8)) != sizeof(pm))
+                _exit(6);
+        close(fd);
+        for (size_t i = 0; i < HALF; i++)
+                n += (pm[i] >> 63) & 1;
+        return n;
+}
+
+static uint64_t child_command(char c, int reply) {
+        uint64_t bad = 0;
+
+        switch (c) {
+        case 'a':
+                for (size_t i = 0; i < HALF; i++)
+                        bad += corpus_page_sum(buf + i * PAGE) != sums[i];
+                return bad;
+        case 'b':
+                if (corpus_fill(buf + (size_t) HALF * PAGE, HALF, 0, 7) < 0)
+                        _exit(5);
+                for (size_t i = HALF; i < 2 * HALF; i++)
+                        sums[i] = corpus_page_sum(buf + i * PAGE);
+                second_filled = true;
+                return 0;
+        case 'p':
+                return present_of_first_half();
+        case 'v':
+                for (size_t i = 0; i < (second_filled ? 2 : 1) * HALF; i++)
+                        bad += corpus_page_sum(buf + i * PAGE) != sums[i];
+                return bad;
+        }
+        return 0;
+}
+
+static int child_setup(void) {
+        buf = mmap(NULL, 2 * HALF * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (buf == MAP_FAILED || corpus_fill(buf, HALF, 0, 3) < 0)
+                return -ENOMEM;
+        for (size_t i = 0; i < HALF; i++)
+                sums[i] = corpus_page_sum(buf + i * PAGE);
+        return 0;
+}
+
+static const struct zsw_log test_log = { .fn = test_log_stderr, .max_priority = LOG_INFO };
+
+/* Pages that came back by a fault (the first half, read after a reclaim)
+ * are not taken while pages never seen in use (the second half, filled
+ * after) are there to take, although the first half comes first in
+ * address order. */
+TEST(refaulted_pages_stay_while_colder_ones_exist) {
+        struct test_child ch = test_child_start(child_setup, child_command, true);
+        struct zsw_engine *e = test_engine_new(&(struct zsw_engine_config) { .log = &test_log });
+        struct zsw_engine_error err = {};
+        struct zsw_reclaim_result res = {};
+        struct zsw_target_stats st;
+
+        ASSERT_OK(zsw_engine_attach(e, ch.pid, &err));
+        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
+        ASSERT_GE(res.evicted_pages, HALF);
+        ASSERT_EQ(test_child_ask(&ch, 'p'), 0);
+        /* Read: every page of the first half comes back by a fault. */
+        ASSERT_EQ(test_child_ask(&ch, 'a'), 0);
+        ASSERT_EQ(test_child_ask(&ch, 'p'), HALF);
+        ASSERT_EQ(test_child_ask(&ch, 'b'), 0);
+
+        res = (struct zsw_reclaim_result) {};
+        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, (uint64_t) HALF * PAGE, &res, &err));
+        ASSERT_EQ(res.evicted_pages, HALF);
+        ASSERT_EQ(test_child_ask(&ch, 'p'), HALF);
+        ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &st));
+        ASSERT_GE(st.heat_uses, HALF);
+        ASSERT_GE(st.stops, 2);
+        ASSERT_GE(st.stopped_ns, st.stop_ns_max);
+        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
+        test_child_finish(&ch, e);
+}
+
