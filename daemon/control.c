@@ -312,6 +312,7 @@ static void stats_json_target(struct json *j, const struct zsw_target_stats *t) 
         json_string(j, "compressor", t->compressor ?: "");
         json_i64(j, "compression_level", t->compression_level);
         json_u64(j, "prefetch_window", t->prefetch_window);
+        json_u64(j, "prefetch_window_now", t->prefetch_window_now);
         json_u64(j, "zero_window", t->zero_window);
         json_u64(j, "max_pool_pages", t->max_pool_pages);
         json_string(j, "writeback_allowed", t->no_writeback ? "no" : "yes");

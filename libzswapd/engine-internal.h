@@ -95,6 +95,11 @@ struct zsw_target {
          * sequential stream. Under serve_lock. */
         uint64_t last_fault_pgno, next_fault_pgno;
         unsigned prefetched_last;
+        /* The window prefetch uses now (<= prefetch_window), as its
+         * recent prefetches paid (fault.c's prefetch_adapt()). Under
+         * serve_lock. */
+        unsigned prefetch_now;
+        unsigned prefetch_tries, prefetch_paid, prefetch_skipped;
         uint32_t last_fault_tid;        /* of the last missing fault (fault.c's yield) */
         /* The page after the last zero fill with a window: a write fault
          * there is a stream filling fresh memory (fault.c). Under

@@ -224,6 +224,7 @@ static int target_configure(struct zsw_engine *e, struct zsw_target *t,
         int c = (int) e->compressor, level = e->config.compression_level;
 
         t->prefetch_window = MIN(e->config.prefetch_window, FAULT_PREFETCH_MAX);
+        t->prefetch_now = t->prefetch_window;
         t->zero_window = MIN(e->config.zero_window, ZSW_ZERO_WINDOW_MAX);
         if (tc) {
                 if (tc->compressor) {
@@ -237,6 +238,7 @@ static int target_configure(struct zsw_engine *e, struct zsw_target *t,
                 if (tc->compression_level != 0)
                         level = tc->compression_level;
                 t->prefetch_window = MIN(tc->prefetch_window, FAULT_PREFETCH_MAX);
+                t->prefetch_now = t->prefetch_window;
                 t->zero_window = MIN(tc->zero_window, ZSW_ZERO_WINDOW_MAX);
                 t->owner_config.max_pages = tc->max_pool_pages;
                 t->owner_config.no_writeback = tc->no_writeback;
@@ -583,6 +585,7 @@ int engine_add_fork_child(struct zsw_engine *e, struct zsw_target *parent, int c
         t->uffd = child_uffd;
         t->owner_config = parent->owner_config;
         t->prefetch_window = parent->prefetch_window;
+        t->prefetch_now = parent->prefetch_window;
         t->zero_window = parent->zero_window;
         /* The child's pages that the parent had evicted are missing in the
          * child too: it gets its own view of the same entries. */
@@ -736,6 +739,7 @@ static void *reaper_main(void *userdata) {
 
 static void fill_target_stats(struct zsw_engine *e, struct zsw_target *t, struct zsw_target_stats *s) {
         struct zsw_store_stats os, gs;
+        unsigned prefetch_now;
         char path[64];
         unsigned long long size, resident;
         FILE *f;
@@ -745,6 +749,7 @@ static void fill_target_stats(struct zsw_engine *e, struct zsw_target *t, struct
          * matches what the target did. */
         pthread_mutex_lock(&t->serve_lock);
         zsw_store_owner_get_stats(t->owner, &os);
+        prefetch_now = t->prefetch_now;
         pthread_mutex_unlock(&t->serve_lock);
         zsw_store_get_stats(e->store, &gs);
         *s = (struct zsw_target_stats) {
@@ -785,6 +790,7 @@ static void fill_target_stats(struct zsw_engine *e, struct zsw_target *t, struct
                 .compressor = zsw_compressor_to_string(t->owner_config.compressor),
                 .compression_level = t->owner_config.level,
                 .prefetch_window = t->prefetch_window,
+                .prefetch_window_now = prefetch_now,
                 .zero_window = t->zero_window,
                 .max_pool_pages = t->owner_config.max_pages,
                 .no_writeback = t->owner_config.no_writeback,

@@ -198,6 +198,7 @@ struct zsw_target_stats {
         const char *compressor;         /* static string */
         int compression_level;          /* 0 with lz4 */
         unsigned prefetch_window;
+        unsigned prefetch_window_now;   /* as recent prefetches paid */
         unsigned zero_window;
         uint64_t max_pool_pages;
         bool no_writeback;

@@ -78,14 +78,45 @@ static void fail_fault(struct zsw_target *t, uint64_t addr, int error) {
         }
 }
 
+/* Prefetch pays when the stream goes on into the pages it brought: of
+ * the last PREFETCH_EPOCH prefetches, fewer than a quarter paid halves the
+ * window (down to none), more than half paid doubles it (up to the
+ * target's prefetch_window). Without a window, one prefetch of a single
+ * page in PREFETCH_PROBE asks again whether streams came back. */
+#define PREFETCH_EPOCH 16u
+#define PREFETCH_PROBE 16u
+
+static void prefetch_adapt(struct zsw_target *t) {
+        if (t->prefetch_tries < PREFETCH_EPOCH)
+                return;
+        if (t->prefetch_paid * 4 < t->prefetch_tries)
+                t->prefetch_now /= 2;
+        else if (t->prefetch_paid * 2 > t->prefetch_tries)
+                t->prefetch_now = MIN(MAX(t->prefetch_now * 2, 1u), t->prefetch_window);
+        t->prefetch_tries = t->prefetch_paid = 0;
+}
+
+/* The window for a prefetch now: 0 for none. */
+static unsigned prefetch_window(struct zsw_target *t) {
+        if (t->prefetch_now > 0)
+                return t->prefetch_now;
+        if (t->prefetch_window == 0 || ++t->prefetch_skipped < PREFETCH_PROBE)
+                return 0;
+        t->prefetch_skipped = 0;
+        return 1;
+}
+
 /* Brings back the stored pages after pgno, up to the prefetch window,
  * and returns how many. Shared loads: an entry is dropped only once its
  * page is in place, so a copy that stops early loses nothing. */
 static unsigned prefetch(struct fault_thread *ft, struct zsw_target *t, uint64_t pgno) {
-        /* Not into the round in flight: its pages are the round's to serve. */
-        unsigned window = (unsigned) (evict_first_in_round(t, pgno + 1, pgno + 1 + t->prefetch_window) -
-                                      (pgno + 1)), n = 0;
+        unsigned want = prefetch_window(t), n = 0, window;
         ssize_t copied;
+
+        if (want == 0)
+                return 0;
+        /* Not into the round in flight: its pages are the round's to serve. */
+        window = (unsigned) (evict_first_in_round(t, pgno + 1, pgno + 1 + want) - (pgno + 1));
 
         for (; n < window; n++)
                 if (zsw_store_load(ft->worker, t->owner, pgno + 1 + n,
@@ -100,6 +131,8 @@ static unsigned prefetch(struct fault_thread *ft, struct zsw_target *t, uint64_t
         n = (unsigned) (copied / ZSW_PAGE_SIZE);
         evict_forget_restored(t, pgno + 1, n);
         atomic_fetch_add_explicit(&t->prefetched, n, memory_order_relaxed);
+        t->prefetch_tries++;
+        prefetch_adapt(t);
         return n;
 }
 
@@ -251,9 +284,11 @@ static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_
         uint64_t placed = 1;
         ssize_t r;
 
-        if (sequential)
+        if (sequential && t->prefetched_last) {
                 atomic_fetch_add_explicit(&t->prefetch_hits, t->prefetched_last,
                                           memory_order_relaxed);
+                t->prefetch_paid++;
+        }
         t->prefetched_last = 0;
 
         switch (evict_may_restore(t, pgno, true)) {

@@ -115,6 +115,28 @@ static uint64_t child_command(char c, int reply) {
                 return 0;
         case 'p':
                 return present_of_first_half();
+        case 'r': {
+                /* Pairs of neighbours at scattered places: each pair's
+                 * second fault looks like the start of a stream that
+                 * never goes on. */
+                uint64_t x = 0x2545f4914f6cdd1dull;
+
+                for (size_t k = 0; k < 400; k++) {
+                        size_t i;
+
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        i = (size_t) (x % (HALF / 16)) * 16;
+                        bad += corpus_page_sum(buf + i * PAGE) != sums[i];
+                        bad += corpus_page_sum(buf + (i + 1) * PAGE) != sums[i + 1];
+                }
+                return bad;
+        }
+        case 's':
+                for (size_t i = 0; i < HALF; i++)
+                        bad += corpus_page_sum(buf + i * PAGE) != sums[i];
+                return bad;
         case 'v':
                 for (size_t i = 0; i < (second_filled ? 2 : 1) * HALF; i++)
                         bad += corpus_page_sum(buf + i * PAGE) != sums[i];
@@ -166,3 +188,29 @@ TEST(refaulted_pages_stay_while_colder_ones_exist) {
         test_child_finish(&ch, e);
 }
 
+static unsigned prefetch_now(struct zsw_engine *e, pid_t pid) {
+        struct zsw_target_stats st;
+
+        ASSERT_OK(zsw_engine_get_target_stats(e, pid, &st));
+        return st.prefetch_window_now;
+}
+
+/* Prefetch that does not pay stops; a stream brings it back. */
+TEST(prefetch_follows_what_pays) {
+        struct test_child ch = test_child_start(child_setup, child_command, true);
+        struct zsw_engine *e = test_engine_new(&(struct zsw_engine_config) {
+                .prefetch_window = 8, .log = &test_log });
+        struct zsw_engine_error err = {};
+        struct zsw_reclaim_result res = {};
+
+        ASSERT_OK(zsw_engine_attach(e, ch.pid, &err));
+        ASSERT_EQ(prefetch_now(e, ch.pid), 8);
+        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
+        ASSERT_EQ(test_child_ask(&ch, 'r'), 0);
+        ASSERT_EQ(prefetch_now(e, ch.pid), 0);
+
+        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
+        ASSERT_EQ(test_child_ask(&ch, 's'), 0);
+        ASSERT_EQ(prefetch_now(e, ch.pid), 8);
+        test_child_finish(&ch, e);
+}
