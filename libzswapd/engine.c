@@ -448,6 +448,7 @@ int zsw_engine_reclaim_cold(struct zsw_engine *e, pid_t pid, const struct zsw_re
         struct zsw_reclaim_result res = {};
         uint64_t start = zsw_now_ns();
         struct zsw_target *t;
+        bool scan_due;
         int r;
 
         pthread_mutex_lock(&e->control_lock);
@@ -463,7 +464,14 @@ int zsw_engine_reclaim_cold(struct zsw_engine *e, pid_t pid, const struct zsw_re
          * attach and the other control calls need not wait for a long
          * reclaim. */
         pthread_mutex_lock(&t->evict_lock);
+        /* The reaper skips the scan of a target whose reclaim runs; reclaims
+         * back to back (a budget) would starve it, so a due scan runs here. */
+        scan_due = req->min_cold_age_ms > 0 && e->age_interval_ns && t->next_age_ns <= start;
+        if (scan_due)
+                t->next_age_ns = start + e->age_interval_ns;
         pthread_mutex_unlock(&e->control_lock);
+        if (scan_due)
+                (void) evict_age_scan(e, t);
         pthread_mutex_lock(&e->worker_lock);
         r = evict_target(e, t, req->max_bytes, req->min_cold_age_ms, &res, err);
         pthread_mutex_unlock(&e->worker_lock);
