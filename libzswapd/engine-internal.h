@@ -65,6 +65,13 @@ struct evict_batch {
         bool moved_in[ZSW_EVICT_MAX_PAGES];
         /* Threads that wrote during the drop wait for it to finish. */
         bool wake_pending;
+        /* While the target is stopped for the drop: its ranges, sorted,
+         * which join the round's runs across gaps that hold no page (see
+         * evict.c's round_bridge()). Every page in them is the round's
+         * until the drop is over: a fault there waits, and the REMOVE
+         * there is ours. NULL outside that time. */
+        const struct iovec *drop;
+        size_t n_drop;
 };
 
 struct zsw_target {

@@ -85,6 +85,35 @@ static void batch_cancel(struct evict_batch *b, size_t i) {
         }
 }
 
+/* Whether addr lies in the drop's ranges (b->drop, while bridging). */
+static bool in_drop(const struct evict_batch *b, uint64_t addr) {
+        size_t lo = 0, hi = b->n_drop;
+
+        while (lo < hi) {
+                size_t mid = (lo + hi) / 2;
+                uint64_t start = (uint64_t) b->drop[mid].iov_base;
+
+                if (addr < start)
+                        hi = mid;
+                else if (addr >= start + b->drop[mid].iov_len)
+                        lo = mid + 1;
+                else
+                        return true;
+        }
+        return false;
+}
+
+/* Whether one range of the drop holds all of [start, end). */
+static bool drop_covers(const struct evict_batch *b, uint64_t start, uint64_t end) {
+        for (size_t d = 0; d < b->n_drop; d++) {
+                uint64_t s = (uint64_t) b->drop[d].iov_base;
+
+                if (s <= start && end <= s + b->drop[d].iov_len)
+                        return true;
+        }
+        return false;
+}
+
 /* A WP fault may be read long after it was raised: the thread that raised
  * it may have been interrupted meanwhile (our seize does that) and the
  * message stays queued. So the rules never depend on who raised it: in a
@@ -127,6 +156,19 @@ void evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, enum ev
         uint64_t from = start;  /* start of the target's part not yet dropped */
 
         pthread_mutex_lock(&t->batch_lock);
+        if (b->n_drop > 0 && kind == REMOVAL_REMOVE) {
+                /* The target is stopped: a REMOVE is our drop's, over its
+                 * own pages and its bridges alike. */
+                for (size_t i = batch_lower_bound(b, start); i < b->n && b->addrs[i] < end; i++)
+                        if (!b->cancelled[i])
+                                b->drop_seen[i] = true;
+                if (!drop_covers(b, start, end))
+                        for (uint64_t a = start; a < end; a += ZSW_PAGE_SIZE)
+                                if (!in_drop(b, a))
+                                        zsw_store_invalidate(t->owner, a / ZSW_PAGE_SIZE, 1);
+                pthread_mutex_unlock(&t->batch_lock);
+                return;
+        }
         if (b->state != EVICT_IDLE)
                 for (size_t i = batch_lower_bound(b, start); i < b->n && b->addrs[i] < end; i++) {
                         if (kind == REMOVAL_REMOVE && b->state == EVICT_DROPPING &&
@@ -171,7 +213,13 @@ enum evict_restore evict_may_restore(struct zsw_target *t, uint64_t pgno, bool d
         enum evict_restore v = RESTORE_STORE;
 
         pthread_mutex_lock(&t->batch_lock);
-        if (b->state != EVICT_IDLE) {
+        if (b->n_drop > 0 && in_drop(b, pgno * ZSW_PAGE_SIZE)) {
+                /* Being dropped, or bridged by the drop: whatever the
+                 * page is, the drop decides it first. */
+                v = RESTORE_WAIT;
+                if (defer)
+                        b->wake_pending = true;
+        } else if (b->state != EVICT_IDLE) {
                 ssize_t i = batch_find(b, pgno * ZSW_PAGE_SIZE);
 
                 if (i >= 0 && b->cancelled[i])
@@ -204,6 +252,15 @@ uint64_t evict_first_in_round(struct zsw_target *t, uint64_t from, uint64_t end)
 
                 if (i < b->n && b->addrs[i] / ZSW_PAGE_SIZE < end)
                         first = b->addrs[i] / ZSW_PAGE_SIZE;
+                for (size_t d = 0; d < b->n_drop; d++) {
+                        uint64_t s = (uint64_t) b->drop[d].iov_base / ZSW_PAGE_SIZE;
+                        uint64_t e = s + b->drop[d].iov_len / ZSW_PAGE_SIZE;
+
+                        if (e > from) {
+                                first = MIN(first, MAX(s, from));
+                                break;
+                        }
+                }
         }
         pthread_mutex_unlock(&t->batch_lock);
         return first;
@@ -217,7 +274,7 @@ void evict_forget_restored(struct zsw_target *t, uint64_t pgno, uint64_t n) {
                 zsw_store_invalidate(t->owner, pgno, n);
         else
                 for (uint64_t p = pgno; p < pgno + n; p++)
-                        if (batch_find(b, p * ZSW_PAGE_SIZE) < 0)
+                        if (batch_find(b, p * ZSW_PAGE_SIZE) < 0 && !in_drop(b, p * ZSW_PAGE_SIZE))
                                 zsw_store_invalidate(t->owner, p, 1);
         pthread_mutex_unlock(&t->batch_lock);
 }
@@ -306,12 +363,17 @@ struct evict_round {
         void *const *chunk_bufs;                /* and where its pages are */
         struct iovec runs[ZSW_EVICT_MAX_PAGES];
         size_t n_runs;
+        struct zsw_page_run regions[ZSW_EVICT_MAX_PAGES];      /* the round's pages, as chosen */
+        struct zsw_page_run empties[ZSW_EVICT_MAX_PAGES];      /* round_bridge()'s scan */
+        struct iovec span;                                     /* first to last page of the drop */
+        uint64_t taken[ZSW_EVICT_MAX_PAGES];                   /* page numbers the drop took */
         bool read_ok[ZSW_EVICT_MAX_PAGES];
         bool stored[ZSW_EVICT_MAX_PAGES];
         bool protected_[ZSW_EVICT_MAX_PAGES];
         int pagemap;                            /* the target's, for the round's scans */
         /* Where the time goes, for the debug log. */
         uint64_t ns_scan, ns_protect, ns_read, ns_store, ns_drop, ns_seize, ns_inject, ns_sync;
+        uint64_t runs_chosen, runs_dropped;     /* before and after round_bridge() */
 };
 
 #define ROUND_BUF_SIZE ((size_t) 2 * ZSW_EVICT_CHUNK_PAGES * ZSW_PAGE_SIZE)
@@ -359,6 +421,7 @@ static int evict_round_get(struct zsw_engine *e, struct evict_round **ret) {
         rd = e->evict_round;
         rd->ns_scan = rd->ns_protect = rd->ns_read = rd->ns_store = rd->ns_drop = 0;
         rd->ns_seize = rd->ns_inject = rd->ns_sync = 0;
+        rd->runs_chosen = rd->runs_dropped = 0;
         *ret = rd;
         return 0;
 }
@@ -566,6 +629,49 @@ static void round_keep_undropped(struct zsw_target *t) {
         pthread_mutex_unlock(&t->batch_lock);
 }
 
+/* Joins the drop's runs across gaps that hold no page: nothing present
+ * (the zero page neither) and nothing swapped, only evicted pages and
+ * pages never filled, all inside mappings (PAGEMAP_SCAN reports no run
+ * over a hole). Dropping such a gap changes nothing in it, and the drop
+ * then raises one REMOVE, a round trip to a fault thread with the target
+ * stopped, per joined range instead of per run.
+ *
+ * The whole span is the round's (b->drop) before the scan: a fault thread
+ * that read a fault of a gap page after the stop (one raised before it)
+ * either placed the page before that, and the scan sees it present, or
+ * waits for the drop; serve_lock is taken once in between so that none
+ * is half way. The target is stopped: nothing else changes a gap. */
+static void round_bridge(struct zsw_target *t, struct evict_round *rd) {
+        struct evict_batch *b = &t->batch;
+        uint64_t start = (uint64_t) rd->span.iov_base, next;
+        size_t n = 0, e = 0;
+        int k;
+
+        pthread_mutex_lock(&t->serve_lock);
+        pthread_mutex_unlock(&t->serve_lock);
+        k = zsw_vma_scan(rd->pagemap, start, start + rd->span.iov_len, 0,
+                         PAGE_IS_PRESENT | PAGE_IS_SWAPPED, rd->empties, ARRAY_SIZE(rd->empties),
+                         &next);
+        for (size_t i = 1; i < rd->n_runs && k > 0; i++) {
+                uint64_t gap = (uint64_t) rd->runs[n].iov_base + rd->runs[n].iov_len;
+                uint64_t gap_end = (uint64_t) rd->runs[i].iov_base;
+
+                while (e < (size_t) k && rd->empties[e].end < gap_end)
+                        e++;
+                if (e < (size_t) k && rd->empties[e].start <= gap && rd->empties[e].end >= gap_end)
+                        rd->runs[n].iov_len = gap_end + rd->runs[i].iov_len -
+                                              (uint64_t) rd->runs[n].iov_base;
+                else
+                        rd->runs[++n] = rd->runs[i];
+        }
+        if (k > 0)
+                rd->n_runs = n + 1;
+        pthread_mutex_lock(&t->batch_lock);
+        b->drop = rd->runs;
+        b->n_drop = rd->n_runs;
+        pthread_mutex_unlock(&t->batch_lock);
+}
+
 /* Step 5: commit and drop.
  *
  * Every thread of the target is stopped first, and held until the drop
@@ -616,21 +722,46 @@ static int round_commit_drop(struct zsw_engine *e, struct zsw_target *t, struct 
          * its page, or the thread would wait on our drop while we wait on
          * it (see zsw_remote_rseq_area()). */
         for (size_t i = 0; rseq && i < b->n; i++)
-                if (b->addrs[i] < rseq + MAX(rseq_len, 1u) && rseq < b->addrs[i] + ZSW_PAGE_SIZE)
+                if (b->addrs[i] < rseq + MAX(rseq_len, 1u) && rseq < b->addrs[i] + ZSW_PAGE_SIZE &&
+                    !b->cancelled[i]) {
                         batch_cancel(b, i);
+                        rd->n_kept++;   /* kept by us, not cancelled by a write */
+                }
         for (size_t i = 0; i < b->n; i++)
                 if (b->cancelled[i] && !b->moved_in[i])
                         zsw_store_invalidate(t->owner, b->addrs[i] / ZSW_PAGE_SIZE, 1);
         rd->n_runs = collect_runs(b, rd->runs);
         memset(b->drop_seen, 0, b->n * sizeof(b->drop_seen[0]));
         b->state = EVICT_DROPPING;
+        if (rd->n_runs > 1) {
+                /* Bridges may go anywhere between the first page of the
+                 * drop and its last: those pages are the round's from now. */
+                rd->span = (struct iovec) { rd->runs[0].iov_base,
+                                            (uint64_t) rd->runs[rd->n_runs - 1].iov_base +
+                                                    rd->runs[rd->n_runs - 1].iov_len -
+                                                    (uint64_t) rd->runs[0].iov_base };
+                b->drop = &rd->span;
+                b->n_drop = 1;
+        }
         pthread_mutex_unlock(&t->batch_lock);
+        rd->runs_chosen += rd->n_runs;
+        if (rd->n_runs > 1)
+                round_bridge(t, rd);
+        rd->runs_dropped += rd->n_runs;
 
         t0 = zsw_now_ns();
         if (rd->n_runs > 0)
                 r = zsw_remote_madvise_ranges(remote, t->scratch, t->scratch_size, rd->runs,
                                               rd->n_runs, MADV_DONTNEED);
         rd->ns_inject += zsw_now_ns() - t0;
+        /* The drop returned once its REMOVEs were read; once they are
+         * handled, every REMOVE to come is the target's again. */
+        pthread_mutex_lock(&t->serve_lock);
+        pthread_mutex_unlock(&t->serve_lock);
+        pthread_mutex_lock(&t->batch_lock);
+        b->drop = NULL;
+        b->n_drop = 0;
+        pthread_mutex_unlock(&t->batch_lock);
         return r;
 }
 
@@ -660,8 +791,14 @@ static int round_drop(struct zsw_engine *e, struct zsw_target *t, struct evict_r
         pthread_mutex_lock(&t->batch_lock);
         for (size_t i = 0; i < b->n; i++)
                 if (!b->cancelled[i])
-                        dropped++;
+                        rd->taken[dropped++] = b->addrs[i] / ZSW_PAGE_SIZE;
         pthread_mutex_unlock(&t->batch_lock);
+        /* For the refault distance of each (heat.h). */
+        for (size_t i = 0, j; i < dropped; i = j) {
+                for (j = i + 1; j < dropped && rd->taken[j] == rd->taken[j - 1] + 1; j++)
+                        ;
+                zsw_heat_taken(t->heat, rd->taken[i], j - i, start);
+        }
 
         res->evicted_pages += dropped;
         atomic_fetch_add_explicit(&t->evicted, dropped, memory_order_relaxed);
@@ -735,51 +872,52 @@ static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct evict_
                 /* Threads that hit the drop wait: writers on WP faults,
                  * readers of pages already dropped on missing faults. Now
                  * they fault the pages back in from the store. */
-                for (size_t i = 0; i < n_regions; i++)
-                        zsw_uffd_wake(t->uffd, regions[i].start, regions[i].end - regions[i].start);
+                zsw_uffd_wake(t->uffd, regions[0].start, regions[n_regions - 1].end - regions[0].start);
         return r;
 }
 
 /* Takes the next round's pages from [*cursor, end): present runs, the
- * shared zero page left out (it costs no memory), at most max pages, and
- * with cold_ns only pages not seen in use for that long (heat.h). Advances
- * *cursor past what it looked at. Returns the number of regions. */
+ * shared zero page left out (it costs no memory), at most max pages in at
+ * most n_max regions, and with cold_ns only pages not seen in use for
+ * that long (heat.h). Scans on until the round is full or end is reached:
+ * a stop of the target per round is the cost to spread. Advances *cursor
+ * past what it looked at. Returns the number of regions. */
 static int next_round(int pagemap, struct zsw_heat *heat, uint64_t cold_ns, uint64_t *cursor,
                       uint64_t end, uint64_t max, struct zsw_page_run *regions, size_t n_max) {
-        struct zsw_page_run runs[64];
-        uint64_t next, pages = 0, now = zsw_now_ns();
+        uint64_t pages = 0, now = zsw_now_ns();
         size_t n = 0;
-        int k;
 
-        if (*cursor >= end || max == 0 || n_max == 0)
-                return 0;
-        k = zsw_vma_scan(pagemap, *cursor, end, PAGE_IS_PRESENT, 0, runs, ARRAY_SIZE(runs), &next);
-        if (k <= 0) {
-                *cursor = end;
-                return k;
-        }
-        for (int i = 0; i < k; i++) {
-                if (runs[i].categories & PAGE_IS_PFNZERO)
-                        continue;
-                for (uint64_t p = runs[i].start; p < runs[i].end; p += ZSW_PAGE_SIZE) {
-                        bool extends = n > 0 && regions[n - 1].end == p;
+        while (*cursor < end && pages < max && n < n_max) {
+                struct zsw_page_run runs[64];
+                uint64_t next;
+                int k = zsw_vma_scan(pagemap, *cursor, end, PAGE_IS_PRESENT, 0, runs,
+                                     ARRAY_SIZE(runs), &next);
 
-                        if (cold_ns && zsw_heat_is_hot(heat, p / ZSW_PAGE_SIZE, cold_ns, now))
+                if (k < 0)
+                        return n > 0 ? (int) n : k;
+                for (int i = 0; i < k; i++) {
+                        if (runs[i].categories & PAGE_IS_PFNZERO)
                                 continue;
-                        if (pages == max || (!extends && n == n_max)) {
-                                /* Full: resume at this page next time. */
-                                *cursor = p;
-                                return (int) n;
+                        for (uint64_t p = runs[i].start; p < runs[i].end; p += ZSW_PAGE_SIZE) {
+                                bool extends = n > 0 && regions[n - 1].end == p;
+
+                                if (cold_ns && zsw_heat_is_hot(heat, p / ZSW_PAGE_SIZE, cold_ns, now))
+                                        continue;
+                                if (pages == max || (!extends && n == n_max)) {
+                                        /* Full: resume at this page next time. */
+                                        *cursor = p;
+                                        return (int) n;
+                                }
+                                if (extends)
+                                        regions[n - 1].end += ZSW_PAGE_SIZE;
+                                else
+                                        regions[n++] = (struct zsw_page_run) { p, p + ZSW_PAGE_SIZE,
+                                                                               runs[i].categories };
+                                pages++;
                         }
-                        if (extends)
-                                regions[n - 1].end += ZSW_PAGE_SIZE;
-                        else
-                                regions[n++] = (struct zsw_page_run) { p, p + ZSW_PAGE_SIZE,
-                                                                       runs[i].categories };
-                        pages++;
                 }
+                *cursor = k == 0 || next <= *cursor ? end : next;
         }
-        *cursor = next > *cursor ? next : end;
         return (int) n;
 }
 
@@ -800,10 +938,11 @@ static unsigned cold_passes(struct zsw_target *t, uint64_t min_age_ms, uint64_t 
 }
 
 /* Without a minimum age, eviction goes round the address space from the
- * target's hand, in passes that each take pages less cold: first those
- * never seen in use or not for a minute, last any page. */
-static const uint64_t heat_passes_ns[] = {
-        60000000000ull, 10000000000ull, 2000000000ull, 0,
+ * target's hand and takes the pages that have gone unused (as seen, see
+ * heat.h) at least as long as the first of these that gives the budget:
+ * pages never seen in use or not for a minute first, at last any page. */
+static const uint64_t heat_classes_ns[] = {
+        60000000000ull, 10000000000ull, 2000000000ull, 500000000ull, 100000000ull, 0,
 };
 
 /* Segments of the ranges in clock order: from the hand to the end of its
@@ -826,41 +965,108 @@ static size_t clock_segments(const struct zsw_range *ranges, size_t n, uint64_t 
         return m;
 }
 
-/* One pass over seg: rounds of pages (cold_ns for heat, age for age.c's
- * ages) until the budget is met. */
-static int evict_pass(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd,
-                      const struct zsw_range *seg, size_t n_seg, uint64_t cold_ns, uint32_t age,
-                      uint64_t budget, struct zsw_reclaim_result *res) {
-        int r = 0;
+/* The shortest idle time of heat_classes_ns whose pages in seg cover
+ * the budget: one walk of the present pages. */
+static int heat_cold_ns(struct zsw_target *t, struct evict_round *rd, const struct zsw_range *seg,
+                        size_t n_seg, uint64_t budget, uint64_t *ret) {
+        uint64_t count[ARRAY_SIZE(heat_classes_ns)] = {}, now = zsw_now_ns(), sum = 0;
 
-        for (size_t v = 0; v < n_seg && res->evicted_pages < budget; v++) {
-                uint64_t cursor = seg[v].start;
+        for (size_t v = 0; v < n_seg; v++)
+                for (uint64_t pos = seg[v].start; pos < seg[v].end;) {
+                        struct zsw_page_run runs[64];
+                        int k = zsw_vma_scan(rd->pagemap, pos, seg[v].end, PAGE_IS_PRESENT, 0, runs,
+                                             ARRAY_SIZE(runs), &pos);
 
-                while (cursor < seg[v].end && res->evicted_pages < budget) {
-                        struct zsw_page_run regions[64];
-                        uint64_t want = MIN(budget - res->evicted_pages, ZSW_EVICT_MAX_PAGES);
-                        uint64_t t0 = zsw_now_ns();
+                        if (k < 0)
+                                return k;
+                        for (int i = 0; i < k; i++) {
+                                if (runs[i].categories & PAGE_IS_PFNZERO)
+                                        continue;
+                                for (uint64_t p = runs[i].start; p < runs[i].end; p += ZSW_PAGE_SIZE) {
+                                        uint64_t idle = zsw_heat_idle_ns(t->heat, p / ZSW_PAGE_SIZE, now);
+                                        size_t c = 0;
 
-                        r = age == 0 ? next_round(rd->pagemap, t->heat, cold_ns, &cursor, seg[v].end,
-                                                  want, regions, ARRAY_SIZE(regions)) :
-                                       zsw_age_next_round(t->age, rd->pagemap, age, &cursor,
-                                                          seg[v].end, want, regions,
-                                                          ARRAY_SIZE(regions));
-                        rd->ns_scan += zsw_now_ns() - t0;
-                        if (r > 0) {
-                                t->hand = regions[r - 1].end;
-                                r = evict_round(e, t, rd, regions, (size_t) r, res);
+                                        while (!zsw_heat_idle_for(idle, heat_classes_ns[c]))
+                                                c++;
+                                        count[c]++;
+                                }
                         }
-                        /* The target's mappings were changing (an event
-                         * not read yet) or are gone in part: that round
-                         * kept what it could not take; the next ones go on. */
-                        if (r == -EAGAIN || r == -ENOENT || r == -ENOMEM)
-                                r = 0;
-                        if (r < 0)
-                                return r;
+                }
+        for (size_t c = 0; c < ARRAY_SIZE(heat_classes_ns); c++) {
+                sum += count[c];
+                if (sum >= budget || c + 1 == ARRAY_SIZE(heat_classes_ns)) {
+                        *ret = heat_classes_ns[c];
+                        return 0;
                 }
         }
         return 0;
+}
+
+static int cmp_run(const void *a, const void *b) {
+        const struct zsw_page_run *x = a, *y = b;
+
+        return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* Evicts the n regions gathered in rd->regions as one round: sorted
+ * first, as they may come from both sides of the hand. */
+static int flush_round(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd, size_t n,
+                       struct zsw_reclaim_result *res) {
+        int r;
+
+        if (n == 0)
+                return 0;
+        qsort(rd->regions, n, sizeof(rd->regions[0]), cmp_run);
+        r = evict_round(e, t, rd, rd->regions, n, res);
+        /* The target's mappings were changing (an event not read yet) or
+         * are gone in part: that round kept what it could not take; the
+         * next ones go on. */
+        return r == -EAGAIN || r == -ENOENT || r == -ENOMEM ? 0 : r;
+}
+
+/* One walk over seg, gathering pages (with age, those at least that many
+ * age scans old; else those cold for cold_ns, heat.h) into rounds of up to
+ * ZSW_EVICT_MAX_PAGES, across segments, until the budget is met. */
+static int evict_pass(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd,
+                      const struct zsw_range *seg, size_t n_seg, uint64_t cold_ns, uint32_t age,
+                      uint64_t budget, struct zsw_reclaim_result *res) {
+        uint64_t pages = 0;
+        size_t n = 0;
+        int r = 0;
+
+        for (size_t v = 0; v < n_seg && res->evicted_pages + pages < budget; v++) {
+                uint64_t cursor = seg[v].start;
+
+                while (cursor < seg[v].end && res->evicted_pages + pages < budget) {
+                        uint64_t want = MIN(budget - res->evicted_pages - pages,
+                                            ZSW_EVICT_MAX_PAGES - pages);
+                        struct zsw_page_run *regions = rd->regions + n;
+                        uint64_t t0 = zsw_now_ns();
+                        int k;
+
+                        k = age == 0 ? next_round(rd->pagemap, t->heat, cold_ns, &cursor, seg[v].end,
+                                                  want, regions, ZSW_EVICT_MAX_PAGES - n) :
+                                       zsw_age_next_round(t->age, rd->pagemap, age, &cursor,
+                                                          seg[v].end, want, regions,
+                                                          ZSW_EVICT_MAX_PAGES - n);
+                        rd->ns_scan += zsw_now_ns() - t0;
+                        if (k < 0)
+                                return k == -ENOENT || k == -ENOMEM ? flush_round(e, t, rd, n, res) : k;
+                        for (int i = 0; i < k; i++)
+                                pages += (regions[i].end - regions[i].start) / ZSW_PAGE_SIZE;
+                        n += (size_t) k;
+                        if (k > 0)
+                                t->hand = regions[k - 1].end;
+                        if (pages == ZSW_EVICT_MAX_PAGES || n == ZSW_EVICT_MAX_PAGES) {
+                                r = flush_round(e, t, rd, n, res);
+                                if (r < 0)
+                                        return r;
+                                n = 0;
+                                pages = 0;
+                        }
+                }
+        }
+        return flush_round(e, t, rd, n, res);
 }
 
 int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
@@ -894,10 +1100,12 @@ int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
                 /* Everything: one walk in address order. */
                 r = evict_pass(e, t, rd, ranges, n_ranges, 0, 0, budget, res);
         } else if (min_age_ms == 0) {
+                uint64_t cold_ns = 0;
+
                 n_seg = clock_segments(ranges, n_ranges, t->hand, seg);
-                for (size_t p = 0; p < ARRAY_SIZE(heat_passes_ns) && r >= 0 &&
-                                   res->evicted_pages < budget; p++)
-                        r = evict_pass(e, t, rd, seg, n_seg, heat_passes_ns[p], 0, budget, res);
+                r = heat_cold_ns(t, rd, seg, n_seg, budget, &cold_ns);
+                if (r >= 0)
+                        r = evict_pass(e, t, rd, seg, n_seg, cold_ns, 0, budget, res);
         } else {
                 unsigned n_passes = cold_passes(t, min_age_ms, budget, passes, res);
 
@@ -909,10 +1117,11 @@ int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
         zsw_log(e->log, LOG_DEBUG,
                 "Evicted %" PRIu64 " pages of %d; ms spent: scan %" PRIu64 ", protect %" PRIu64
                 ", read %" PRIu64 ", store %" PRIu64 ", drop %" PRIu64 " (seize %" PRIu64
-                ", inject %" PRIu64 "), sync %" PRIu64, res->evicted_pages, t->pid,
+                ", inject %" PRIu64 "), sync %" PRIu64 "; %" PRIu64 " runs dropped as %" PRIu64,
+                res->evicted_pages, t->pid,
                 rd->ns_scan / 1000000, rd->ns_protect / 1000000, rd->ns_read / 1000000,
                 rd->ns_store / 1000000, rd->ns_drop / 1000000, rd->ns_seize / 1000000,
-                rd->ns_inject / 1000000, rd->ns_sync / 1000000);
+                rd->ns_inject / 1000000, rd->ns_sync / 1000000, rd->runs_chosen, rd->runs_dropped);
         if (r < 0 && err)
                 snprintf(err->message, sizeof(err->message),
                          "eviction of process %d stopped after %" PRIu64 " pages: %s", t->pid,

@@ -2,9 +2,10 @@
 /*
  * Page heat (see heat.h): an open-addressed hash of 2 MiB chunks, each a
  * stamp per page. A stamp is the time of the last use seen, in units of
- * 2^20 ns (about 1 ms), plus one so that 0 means "never"; differences are
- * taken modulo 2^32, so a stamp more than ~50 days old may look recent
- * again, which only spares that page once.
+ * 2^20 ns (about 1 ms), plus one so that 0 means "never", in 31 bits;
+ * differences are taken modulo 2^31, so a stamp more than ~25 days old may
+ * look recent again, which only spares that page once. The top bit marks
+ * the time a page was taken: its refault then tells the refault distance.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -15,10 +16,20 @@
 
 #define CHUNK_PAGES 512u
 #define STAMP_SHIFT 20
+/* A refault within ~1 s of the eviction raises the page's level, one
+ * after ~30 s lowers it. */
+#define REFAULT_SOON_TICKS (1u << 10)
+#define REFAULT_LATE_TICKS (30u << 10)
+
+/* A stamp with this bit is the time the page was taken, not used. */
+#define STAMP_TAKEN 0x80000000u
+#define STAMP_TIME(s) ((s) & ~STAMP_TAKEN)
+#define LEVEL_MAX 7u
 
 struct heat_chunk {
         uint64_t base;                  /* first page number, a multiple of CHUNK_PAGES */
         uint32_t stamp[CHUNK_PAGES];
+        uint8_t level[CHUNK_PAGES];     /* how hot its refaults showed it, 0-LEVEL_MAX */
 };
 
 struct zsw_heat {
@@ -105,7 +116,29 @@ static struct heat_chunk *chunk_get(struct zsw_heat *h, uint64_t base) {
 }
 
 static uint32_t stamp_of(uint64_t now_ns) {
-        return (uint32_t) (now_ns >> STAMP_SHIFT) + 1;
+        return STAMP_TIME((uint32_t) (now_ns >> STAMP_SHIFT) + 1) ?: 1;
+}
+
+static uint32_t ticks_between(uint32_t then, uint32_t now) {
+        return STAMP_TIME(now - STAMP_TIME(then));
+}
+
+/* A use of page i of c at stamp. A page that comes back soon after it
+ * was taken was in use all along: its level rises, and each level doubles
+ * how long it must go unused to count as idle (zsw_heat_idle_ns()); one
+ * that stayed away long falls back. */
+static void heat_use(struct heat_chunk *c, size_t i, uint32_t stamp) {
+        uint32_t s = c->stamp[i];
+
+        if (s & STAMP_TAKEN) {
+                uint32_t distance = ticks_between(s, stamp);
+
+                if (distance < REFAULT_SOON_TICKS)
+                        c->level[i] = (uint8_t) MIN(c->level[i] + 1u, LEVEL_MAX);
+                else if (distance > REFAULT_LATE_TICKS && c->level[i] > 0)
+                        c->level[i]--;
+        }
+        c->stamp[i] = stamp;
 }
 
 void zsw_heat_touch(struct zsw_heat *h, uint64_t pgno, uint64_t n, uint64_t now_ns) {
@@ -120,30 +153,51 @@ void zsw_heat_touch(struct zsw_heat *h, uint64_t pgno, uint64_t n, uint64_t now_
                         c = chunk_get(h, base);
                 if (!c)
                         break;
-                c->stamp[p % CHUNK_PAGES] = stamp;
+                heat_use(c, p % CHUNK_PAGES, stamp);
         }
         h->touched += n;
         pthread_mutex_unlock(&h->lock);
 }
 
-static uint32_t stamp_at(const struct zsw_heat *h, uint64_t pgno) {
-        const struct heat_chunk *c = chunk_find(h, pgno - pgno % CHUNK_PAGES);
+void zsw_heat_taken(struct zsw_heat *h, uint64_t pgno, uint64_t n, uint64_t now_ns) {
+        uint32_t stamp = stamp_of(now_ns) | STAMP_TAKEN;
+        struct heat_chunk *c = NULL;
 
-        return c ? c->stamp[pgno % CHUNK_PAGES] : 0;
+        pthread_mutex_lock(&h->lock);
+        for (uint64_t p = pgno; p < pgno + n; p++) {
+                uint64_t base = p - p % CHUNK_PAGES;
+
+                if (!c || c->base != base)
+                        c = chunk_get(h, base);
+                if (!c)
+                        break;
+                c->stamp[p % CHUNK_PAGES] = stamp;
+        }
+        pthread_mutex_unlock(&h->lock);
+}
+
+uint64_t zsw_heat_idle_ns(struct zsw_heat *h, uint64_t pgno, uint64_t now_ns) {
+        uint32_t now = stamp_of(now_ns);
+        uint64_t idle = UINT64_MAX;
+
+        pthread_mutex_lock(&h->lock);
+        for (uint64_t p = pgno ? pgno - 1 : 0; p <= pgno + 1; p++) {
+                const struct heat_chunk *c = chunk_find(h, p - p % CHUNK_PAGES);
+                uint32_t s = c ? c->stamp[p % CHUNK_PAGES] : 0;
+
+                /* Never used, or taken and back without a fault (a zero
+                 * fill after the target discarded it): not seen in use.
+                 * A neighbour's use counts at its own level. */
+                if (s != 0 && !(s & STAMP_TAKEN))
+                        idle = MIN(idle, (uint64_t) ticks_between(s, now) << STAMP_SHIFT >>
+                                                 c->level[p % CHUNK_PAGES]);
+        }
+        pthread_mutex_unlock(&h->lock);
+        return idle;
 }
 
 bool zsw_heat_is_hot(struct zsw_heat *h, uint64_t pgno, uint64_t cold_ns, uint64_t now_ns) {
-        uint32_t now = stamp_of(now_ns), horizon = (uint32_t) MIN(cold_ns >> STAMP_SHIFT, UINT32_MAX);
-        bool hot = false;
-
-        pthread_mutex_lock(&h->lock);
-        for (uint64_t p = pgno ? pgno - 1 : 0; p <= pgno + 1 && !hot; p++) {
-                uint32_t s = stamp_at(h, p);
-
-                hot = s != 0 && now - s < horizon;
-        }
-        pthread_mutex_unlock(&h->lock);
-        return hot;
+        return !zsw_heat_idle_for(zsw_heat_idle_ns(h, pgno, now_ns), cold_ns);
 }
 
 uint64_t zsw_heat_touched(struct zsw_heat *h) {

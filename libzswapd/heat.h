@@ -12,6 +12,8 @@
  * (zsw_heat_cold()), so a page read all the time costs one refault per
  * pass of eviction over everything colder, as in the kernel's
  * workingset, where a refault soon after eviction activates the page.
+ * Here each refault within a second of its eviction doubles how long the
+ * page must then go unused to be idle, up to 128 times.
  * A stamp also covers the page's two neighbours: a hot object often
  * spans pages, and what is next to a hot page is likely hot too.
  *
@@ -33,6 +35,23 @@ struct zsw_heat *zsw_heat_free(struct zsw_heat *h);
  * a stamp that finds no memory for its chunk is dropped, which only lets
  * that page be taken sooner. */
 void zsw_heat_touch(struct zsw_heat *h, uint64_t pgno, uint64_t n, uint64_t now_ns);
+
+/* Pages [pgno, pgno + n) were taken at now_ns: a fault that brings one
+ * back measures its refault distance. */
+void zsw_heat_taken(struct zsw_heat *h, uint64_t pgno, uint64_t n, uint64_t now_ns);
+
+/* How long pgno and its neighbours have gone unused at now_ns, as seen,
+ * each divided by 2^level, its level counting the refaults that came soon
+ * after an eviction (hot pages age slower): UINT64_MAX when none was
+ * ever seen in use. */
+uint64_t zsw_heat_idle_ns(struct zsw_heat *h, uint64_t pgno, uint64_t now_ns);
+
+/* Whether a page idle for idle_ns (zsw_heat_idle_ns()) is cold for
+ * cold_ns: times are kept in ticks of 2^20 ns, and cold_ns rounds down to
+ * a tick. */
+static inline bool zsw_heat_idle_for(uint64_t idle_ns, uint64_t cold_ns) {
+        return idle_ns >= (cold_ns & ~((UINT64_C(1) << 20) - 1));
+}
 
 /* Whether pgno (or a neighbour) was seen in use less than cold_ns before
  * now_ns. A page never seen in use is cold whatever cold_ns is. */

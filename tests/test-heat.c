@@ -43,6 +43,26 @@ TEST(a_use_is_hot_until_cold_ns_passed) {
         zsw_heat_free(h);
 }
 
+TEST(a_refault_soon_after_eviction_ages_slower) {
+        struct zsw_heat *h;
+
+        ASSERT_OK(zsw_heat_new(&h));
+        /* Taken at 10 s, back 100 ms later: level 1, idle time halves. */
+        zsw_heat_taken(h, 100, 1, 10 * SEC);
+        zsw_heat_touch(h, 100, 1, 10 * SEC + SEC / 10);
+        ASSERT_TRUE(zsw_heat_is_hot(h, 100, SEC + SEC / 2, 12 * SEC + SEC / 10));
+        /* A page back after the same wait but without the early refault
+         * is idle by then. */
+        zsw_heat_touch(h, 200, 1, 10 * SEC + SEC / 10);
+        ASSERT_FALSE(zsw_heat_is_hot(h, 200, SEC + SEC / 2, 12 * SEC + SEC / 10));
+        /* Taken again and back only a minute later: the level falls. */
+        zsw_heat_taken(h, 100, 1, 20 * SEC);
+        ASSERT_FALSE(zsw_heat_is_hot(h, 100, UINT64_MAX, 21 * SEC));
+        zsw_heat_touch(h, 100, 1, 80 * SEC);
+        ASSERT_FALSE(zsw_heat_is_hot(h, 100, SEC + SEC / 2, 82 * SEC));
+        zsw_heat_free(h);
+}
+
 TEST(neighbours_of_a_use_are_hot) {
         struct zsw_heat *h;
 
