@@ -52,7 +52,7 @@ static const struct zsw_policy policy_defaults = {
         .pool_limit = { ZSW_LIMIT_NONE, 0 },
         /* As the kernel's swap readahead with vm.page-cluster=3. */
         .prefetch_window = 8,
-        /* Measured in docs/bench-fault.md (first touch). */
+        /* Measured in docs/performance.md ("Zero-fill window"). */
         .zero_window = 64,
         .refault_limit = { ZSW_LIMIT_RELATIVE, 5 * 100 },
 };

@@ -230,8 +230,8 @@ struct zsw_engine_stats {
 
 /* While on, first touches of the target (pages zswapd never took) are
  * filled one page per fault of ours, without the zero-fill window: a
- * process filling fresh memory slows down (to ~50 MiB/s on the
- * development VMs, a round trip per page) so that reclaim can keep up,
+ * process filling fresh memory slows down (a round trip per page) so
+ * that reclaim can keep up,
  * as the kernel's allocations wait for reclaim over a memory limit. For
  * a group over its memory budget. -ENOENT if pid is not attached. */
 int zsw_engine_set_throttle(struct zsw_engine *engine, pid_t pid, bool on);

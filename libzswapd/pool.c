@@ -14,18 +14,17 @@
  * its free objects (their first two bytes); objects never handed out yet are
  * taken from a bump index.
  *
- * The costs of the memory calls shape the rest. Measured on the development
- * VMs: the first access to a fresh 4 KiB page costs 20-60 us (the hypervisor
- * fills its shadow page table even when MADV_POPULATE_WRITE or MAP_POPULATE
- * backed the page beforehand, which only adds ~5 us a page), while a 2 MiB
- * huge page costs 1-4 us per 4 KiB of it in all; an munmap of one small
- * range 130-200 us (the TLB shootdown), while one munmap over many adjacent
- * slabs costs barely more than over one. Hence:
+ * The costs of the memory calls shape the rest (figures in
+ * docs/performance.md): under a hypervisor with shadow paging the first
+ * access to a fresh 4 KiB page costs tens of microseconds even when it was
+ * populated beforehand, a 2 MiB huge page a small fraction of that per
+ * 4 KiB; an munmap of one small range pays a TLB shootdown, one munmap over
+ * many adjacent slabs barely more than over one. Hence:
  * - slabs are carved one after the other out of arenas: 2 MiB-aligned runs
  *   advised MADV_HUGEPAGE and populated at once (one huge page where the
- *   kernel has one, else 512 small ones). Storing 256 MiB of pages reached
- *   ~30k fresh pool pages, most of eviction's time, before. A slab goes back
- *   with munmap as before (the kernel splits the huge page); the arena's
+ *   kernel has one, else 512 small ones): with a slab per mmap, fresh
+ *   pool pages were most of eviction's time. A slab goes back
+ *   with munmap (the kernel splits the huge page); the arena's
  *   uncarved rest goes back when it no longer fits a slab, or with the
  *   cache below. The cost: when memory is fragmented the kernel may compact
  *   to find a huge page (THP defrag=madvise); without one it falls back to
