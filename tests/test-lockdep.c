@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * The lock-order check (libzswapd/lockdep.h) on real pthread locks: each
+ * The lock-order check (libzswapd/include/lockdep.h) on real pthread locks: each
  * case runs in a child, which must abort with the check's message where
  * it takes locks against the order and exit normally where it follows it.
  * Skipped in builds without the check (a release build).
