@@ -145,8 +145,8 @@ int zsw_engine_reclaim_cold(struct zsw_engine *engine, pid_t pid,
  * (after re-reading smaps, to register new mappings), ages the ones still
  * write-protected since the last scan, and write-protects the others
  * again: its cost is a walk of the target's page tables plus one
- * userfaultfd write-protect fault (20-200 us here, served by a
- * fault thread) on the first write to each page after it was protected;
+ * userfaultfd write-protect fault (a round trip to a fault thread;
+ * docs/performance.md) on the first write to each page after it was protected;
  * a page found written twice in a row is protected only every fourth
  * scan. -ENOENT if not attached. */
 int zsw_engine_age_scan(struct zsw_engine *engine, pid_t pid, struct zsw_engine_error *err);
