@@ -15,8 +15,8 @@
  * The engine starts its fault threads (one per CPU, not pinned; the child,
  * one target, is served by one of them). Its checksums, latencies and access order live
  * in a shared mapping, which the engine never registers, so only the data
- * pages fault. The kernel figures printed beside ours were measured on the
- * same machines with the same data (docs/bench-fault.md says how); the
+ * pages fault. The kernel figures printed beside ours were measured on one
+ * machine with the same data (docs/performance.md says which and how); the
  * userfaultfd round trip alone (bench/uffd-floor.c), the floor under every
  * fault latency here, is timed at the start of each run.
  *
@@ -53,7 +53,8 @@
 #define PAGE 4096u
 #define ZERO_PERCENT 10u
 
-/* Measured on these machines (docs/bench-fault.md, kernel-facts). */
+/* Kernel zswap and zram on the machine of docs/performance.md ("Kernel
+ * reference figures"). */
 #define REF_ZSWAP_P50_NS 8400
 #define REF_ZSWAP_P99_NS 23000
 #define REF_ZRAM_P50_NS 6800
@@ -171,7 +172,7 @@ static int cmp_u32(const void *a, const void *b) {
 
 /* The kernel's own anonymous fault on this machine right now: the first
  * write to fresh pages of a mapping the engine has not registered. On a
- * loaded VM this floor moves a lot, so it is measured next to every pass. */
+ * loaded machine this floor moves a lot, so it is measured next to every pass. */
 static struct pass workload_calibrate(void) {
         uint32_t lat[CALIBRATE_PAGES];
         struct pass p = {};

@@ -174,8 +174,8 @@ static int run_once(enum zsw_compressor c, unsigned batch, struct raw *raw, stru
         if (r < 0)
                 return r;
 
-        /* Cold: every pool page is touched for the first time, which on
-         * the development VMs costs more than compressing the page. */
+        /* Cold: every pool page is touched for the first time, which
+         * under a hypervisor can cost more than compressing the page. */
         r = store_range(w, o, batch, 0, arg_pages, &t);
         if (r < 0)
                 return r;

@@ -9,7 +9,7 @@
  * UFFDIO_COPY of a page it has ready. No lookup, no decompression, no
  * lock: the two wakeups, the switches between the two address spaces and
  * the page installation are all that is left, which is the floor under
- * zswapd's fault latency (docs/bench-fault.md) and which the kernel's own
+ * zswapd's fault latency (docs/performance.md) and which the kernel's own
  * swap-in, done in the faulting thread, never pays.
  */
 #include <errno.h>

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * zswapctl: turns a command line into one request on zswapd's control
- * socket and prints the reply (protocol: daemon/control.c, zswapctl(8)).
+ * socket and prints the reply (protocol: common/control-protocol.h,
+ * daemon/control.c, zswapctl(8)).
  * It holds no state and knows nothing of the engine: every check that
  * matters is the daemon's, so the socket is the one interface to test.
  */
@@ -15,8 +16,8 @@
 #include <sys/un.h>
 #include <time.h>
 
-#include "conf-values.h"
-#include "control.h"
+#include "control-protocol.h"
+#include "timespan.h"
 #include "util.h"
 
 static const char *arg_socket = NULL;
@@ -135,10 +136,11 @@ static int parse_argv(int argc, char *argv[]) {
                         break;
                 case ARG_MIN_AGE: {
                         /* The config's time spans: "30s", "2min", "1h 30min". */
-                        struct conf_ctx ctx = {};
+                        char why[TIMESPAN_REASON_MAX];
 
-                        if (conf_parse_timespan(&ctx, optarg, &arg_min_age_usec) < 0 ||
-                            arg_min_age_usec == 0)
+                        if (timespan_parse(optarg, &arg_min_age_usec, why) < 0)
+                                return fail(EINVAL, "invalid age '%s': %s", optarg, why);
+                        if (arg_min_age_usec == 0)
                                 return fail(EINVAL, "invalid age '%s': give a time span > 0, "
                                                     "e.g. 30s, 2min, 500ms", optarg);
                         break;

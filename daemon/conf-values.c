@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "conf-values.h"
+#include "timespan.h"
 
 /* PSI refuses windows outside these bounds (kernel/sched/psi.c). */
 #define PSI_WINDOW_MIN_USEC (500 * ZSW_USEC_PER_MSEC)
@@ -40,47 +41,6 @@ static bool is_space(char ch) {
         return ch == ' ' || ch == '\t';
 }
 
-/*
- * Reads "DIGITS[.DIGITS]" at *p scaled by UNIT, truncating what is below
- * one unit of the result. Returns -EINVAL when there is no number, -ERANGE
- * when it does not fit 64 bits; *ret_frac says whether it had a fraction.
- */
-static int scan_decimal(const char **p, uint64_t unit, uint64_t *ret, bool *ret_frac) {
-        const char *s = *p;
-        uint64_t whole = 0, frac = 0, scale = 1;
-        bool overflow = false;
-
-        if (!is_digit(*s))
-                return -EINVAL;
-        for (; is_digit(*s); s++)
-                if (__builtin_mul_overflow(whole, 10, &whole) ||
-                    __builtin_add_overflow(whole, (uint64_t) (*s - '0'), &whole))
-                        overflow = true;
-        *ret_frac = false;
-        if (*s == '.') {
-                if (!is_digit(s[1]))
-                        return -EINVAL;
-                *ret_frac = true;
-                for (s++; is_digit(*s); s++)
-                        /* Digits past the 18th decimal are dropped: no
-                         * unit here (at most a day in us, 2^40 bytes) makes
-                         * them worth one unit of the result. */
-                        if (scale < UINT64_C(1000000000000000000)) {
-                                frac = frac * 10 + (uint64_t) (*s - '0');
-                                scale *= 10;
-                        }
-        }
-        *p = s;
-        if (overflow || __builtin_mul_overflow(whole, unit, &whole))
-                return -ERANGE;
-        /* frac / scale < 1, so frac * unit / scale < unit; do it in 128 bits
-         * as frac * unit may not fit in 64. */
-        if (__builtin_add_overflow(whole, (uint64_t) ((unsigned __int128) frac * unit / scale),
-                                   &whole))
-                return -ERANGE;
-        *ret = whole;
-        return 0;
-}
 
 int conf_parse_bool(struct conf_ctx *c, const char *v, bool *ret) {
         static const char *const yes[] = { "1", "yes", "y", "true", "t", "on" };
@@ -108,7 +68,7 @@ int conf_parse_unsigned(struct conf_ctx *c, const char *v, unsigned min, unsigne
 
         if (*p == '-')
                 return conf_error(c, "must not be negative");
-        r = scan_decimal(&p, 1, &n, &frac);
+        r = decimal_scan(&p, 1, &n, &frac);
         if (r == -EINVAL || frac)
                 return conf_error(c, "not a whole number");
         if (*p)
@@ -150,7 +110,7 @@ static int parse_amount(struct conf_ctx *c, const char *v, unsigned flags, uint6
         if (*p == '-')
                 return conf_error(c, "%s must not be negative", what);
         /* Read once in plain units to learn where the number ends. */
-        r = scan_decimal(&p, 1, &n, &frac);
+        r = decimal_scan(&p, 1, &n, &frac);
         if (r == -EINVAL)
                 return conf_error(c, "not a %s", what);
         len = suffix_len(p);
@@ -185,7 +145,7 @@ static int parse_amount(struct conf_ctx *c, const char *v, unsigned flags, uint6
                         return conf_error(c, "percentages have at most two decimals");
         }
         p = v;
-        r = scan_decimal(&p, factor, &n, &frac);
+        r = decimal_scan(&p, factor, &n, &frac);
         if (r < 0)
                 return conf_error(c, "%s too large", what);
         if (*ret_percent && n > ZSW_PERMYRIAD_MAX)
@@ -228,83 +188,14 @@ int conf_parse_limit(struct conf_ctx *c, const char *v, unsigned flags, struct z
         return 0;
 }
 
-static const struct {
-        const char *name;
-        uint64_t usec;
-} time_units[] = {
-        { "us", 1 },
-        { "usec", 1 },
-        { "ms", ZSW_USEC_PER_MSEC },
-        { "msec", ZSW_USEC_PER_MSEC },
-        { "s", ZSW_USEC_PER_SEC },
-        { "sec", ZSW_USEC_PER_SEC },
-        { "second", ZSW_USEC_PER_SEC },
-        { "seconds", ZSW_USEC_PER_SEC },
-        { "m", 60 * ZSW_USEC_PER_SEC },
-        { "min", 60 * ZSW_USEC_PER_SEC },
-        { "minute", 60 * ZSW_USEC_PER_SEC },
-        { "minutes", 60 * ZSW_USEC_PER_SEC },
-        { "h", 3600 * ZSW_USEC_PER_SEC },
-        { "hr", 3600 * ZSW_USEC_PER_SEC },
-        { "hour", 3600 * ZSW_USEC_PER_SEC },
-        { "hours", 3600 * ZSW_USEC_PER_SEC },
-        { "d", 86400 * ZSW_USEC_PER_SEC },
-        { "day", 86400 * ZSW_USEC_PER_SEC },
-        { "days", 86400 * ZSW_USEC_PER_SEC },
-};
-
-/* Reads one "NUMBER[UNIT]" at *p; a bare number is seconds. */
-static int scan_time_component(struct conf_ctx *c, const char **p, uint64_t *ret) {
-        const char *s = *p, *unit;
-        uint64_t factor = ZSW_USEC_PER_SEC, n;
-        size_t len;
-        bool frac;
-        int r;
-
-        if (*s == '-')
-                return conf_error(c, "time span must not be negative");
-        r = scan_decimal(&s, 1, &n, &frac);
-        if (r == -EINVAL)
-                return conf_error(c, "not a time span (e.g. 500ms, 30s, 5min, 1h)");
-        unit = s;
-        len = strcspn(s, " \t/0123456789.");
-        if (len > 0) {
-                factor = 0;
-                for (size_t i = 0; i < ARRAY_SIZE(time_units); i++)
-                        if (strlen(time_units[i].name) == len &&
-                            strncmp(time_units[i].name, s, len) == 0)
-                                factor = time_units[i].usec;
-                if (factor == 0)
-                        return conf_error(c, "unknown time unit '%.*s' (use us, ms, s, min, h or d)",
-                                          (int) len, s);
-        }
-        s = *p;
-        r = scan_decimal(&s, factor, &n, &frac);
-        if (r < 0)
-                return conf_error(c, "time span too large");
-        *p = unit + len;
-        *ret = n;
-        return 0;
-}
-
 /* "1min 30s", "90s", "1.5h": components add up. Stops at '/' or the end. */
 static int scan_timespan(struct conf_ctx *c, const char **p, uint64_t *ret_usec) {
-        const char *s = *p;
-        uint64_t total = 0, n = 0;
+        char why[TIMESPAN_REASON_MAX];
         int r;
 
-        for (;;) {
-                r = scan_time_component(c, &s, &n);
-                if (r < 0)
-                        return r;
-                if (__builtin_add_overflow(total, n, &total))
-                        return conf_error(c, "time span too large");
-                s += strspn(s, " \t");
-                if (*s == '\0' || *s == '/')
-                        break;
-        }
-        *p = s;
-        *ret_usec = total;
+        r = timespan_scan(p, ret_usec, why);
+        if (r < 0)
+                return conf_error(c, "%s", why);
         return 0;
 }
 

@@ -3,7 +3,7 @@
  * Finding and reading the config files: zswapd.conf and policy.d/NAME.conf
  * under one directory, taken by fd so that tests point it at fixtures. Every
  * file is read whole into memory (they are small, and a size cap keeps it
- * so) and handed to zsw_config_load_sources(); missing files are defaults,
+ * so) and handed to config_load_sources(); missing files are defaults,
  * unreadable ones are errors that are reported along with the parse errors
  * of all the others.
  */
@@ -159,7 +159,7 @@ static int read_policy_files(int dir_fd, const char *policy_dir, char **names, s
 
 /* Loads GLOBAL_NAME (a missing one means defaults unless MUST_EXIST) and
  * policy.d/ under DIR_FD. */
-static int config_load_at(int dir_fd, const char *dir_path, const char *global_name,
+static int load_at(int dir_fd, const char *dir_path, const char *global_name,
                           bool must_exist, const struct zsw_log *log,
                           struct zsw_config **ret_config) {
         struct loaded_file global = {}, *files = NULL;
@@ -203,9 +203,9 @@ static int config_load_at(int dir_fd, const char *dir_path, const char *global_n
                 srcs[i] = (struct zsw_config_source) { files[i].path, files[i].text, files[i].size };
 
         /* Even with an unreadable file, parse the rest to report its errors. */
-        r = zsw_config_load_sources(global.text ? &gsrc : NULL, srcs, n_read, log, &c);
+        r = config_load_sources(global.text ? &gsrc : NULL, srcs, n_read, log, &c);
         if (r >= 0 && r_read < 0) {
-                c = zsw_config_free(c);
+                c = config_free(c);
                 r = r_read;
         }
         if (r >= 0)
@@ -219,13 +219,13 @@ out:
         return r;
 }
 
-int zsw_config_load_at(int dir_fd, const char *dir_path, const struct zsw_log *log,
-                       struct zsw_config **ret_config) {
-        return config_load_at(dir_fd, dir_path, ZSW_CONFIG_FILE, false, log, ret_config);
+int config_load_at(int dir_fd, const char *dir_path, const struct zsw_log *log,
+                   struct zsw_config **ret_config) {
+        return load_at(dir_fd, dir_path, ZSW_CONFIG_FILE, false, log, ret_config);
 }
 
-int zsw_config_load_path(const char *path, const struct zsw_log *log,
-                         struct zsw_config **ret_config) {
+int config_load_path(const char *path, const struct zsw_log *log,
+                     struct zsw_config **ret_config) {
         _cleanup_free_ char *dir = NULL;
         _cleanup_close_ int fd = -EBADF;
         const char *slash, *name;
@@ -234,7 +234,7 @@ int zsw_config_load_path(const char *path, const struct zsw_log *log,
         if (stat(path, &st) < 0)
                 return zsw_log_errno(log, LOG_ERR, errno, "%s: cannot read: %m", path);
         if (S_ISDIR(st.st_mode))
-                return zsw_config_load(path, log, ret_config);
+                return config_load(path, log, ret_config);
         slash = strrchr(path, '/');
         dir = slash ? strndup(path, slash == path ? 1 : (size_t) (slash - path)) : strdup(".");
         if (!dir)
@@ -243,18 +243,18 @@ int zsw_config_load_path(const char *path, const struct zsw_log *log,
         fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0)
                 return zsw_log_errno(log, LOG_ERR, errno, "%s: cannot open: %m", dir);
-        return config_load_at(fd, strcmp(dir, "/") == 0 ? "" : dir, name, true, log, ret_config);
+        return load_at(fd, strcmp(dir, "/") == 0 ? "" : dir, name, true, log, ret_config);
 }
 
-int zsw_config_load(const char *dir, const struct zsw_log *log, struct zsw_config **ret_config) {
+int config_load(const char *dir, const struct zsw_log *log, struct zsw_config **ret_config) {
         _cleanup_close_ int fd = -EBADF;
 
         if (!dir)
                 dir = ZSW_CONFIG_DIR;
         fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0 && errno == ENOENT)
-                return zsw_config_load_sources(NULL, NULL, 0, log, ret_config);
+                return config_load_sources(NULL, NULL, 0, log, ret_config);
         if (fd < 0)
                 return zsw_log_errno(log, LOG_ERR, errno, "%s: cannot open: %m", dir);
-        return zsw_config_load_at(fd, dir, log, ret_config);
+        return config_load_at(fd, dir, log, ret_config);
 }

@@ -70,8 +70,8 @@ static bool match_any(char *const *patterns, const char *s, bool (*match)(const 
         return false;
 }
 
-bool zsw_policy_matches(const struct zsw_policy *p, const char *cgroup_path,
-                        const char *executable) {
+bool policy_matches(const struct zsw_policy *p, const char *cgroup_path,
+                    const char *executable) {
         if (!p->units && !p->cgroup_paths && !p->executables)
                 return false;
         if (p->units && !match_any(p->units, cgroup_path, match_unit))
@@ -83,10 +83,10 @@ bool zsw_policy_matches(const struct zsw_policy *p, const char *cgroup_path,
         return true;
 }
 
-const struct zsw_policy *zsw_config_match(const struct zsw_config *c, const char *cgroup_path,
-                                          const char *executable) {
+const struct zsw_policy *config_match(const struct zsw_config *c, const char *cgroup_path,
+                                      const char *executable) {
         for (size_t i = 0; i < c->n_policies; i++)
-                if (zsw_policy_matches(&c->policies[i], cgroup_path, executable))
+                if (policy_matches(&c->policies[i], cgroup_path, executable))
                         return &c->policies[i];
         return NULL;
 }
@@ -107,7 +107,7 @@ static bool has_controller(const char *list, size_t n, const char *name) {
         return false;
 }
 
-int zsw_proc_cgroup_parse(const char *text, size_t size, char **ret_path) {
+int proc_cgroup_parse(const char *text, size_t size, char **ret_path) {
         const char *v2 = NULL, *systemd = NULL, *end = text + size;
         size_t v2_len = 0, systemd_len = 0;
         char *path;
@@ -152,7 +152,7 @@ int zsw_proc_cgroup_parse(const char *text, size_t size, char **ret_path) {
         return 0;
 }
 
-int zsw_proc_cgroup_read(int pid_dir_fd, char **ret_path) {
+int proc_cgroup_read(int pid_dir_fd, char **ret_path) {
         _cleanup_close_ int fd = -EBADF;
         char buf[8192];
         size_t got = 0;
@@ -173,10 +173,10 @@ int zsw_proc_cgroup_read(int pid_dir_fd, char **ret_path) {
                 if (got == sizeof(buf))
                         return -EFBIG;
         }
-        return zsw_proc_cgroup_parse(buf, got, ret_path);
+        return proc_cgroup_parse(buf, got, ret_path);
 }
 
-uint64_t zsw_limit_resolve(const struct zsw_limit *l, uint64_t reference) {
+uint64_t limit_resolve(const struct zsw_limit *l, uint64_t reference) {
         switch (l->kind) {
         case ZSW_LIMIT_ABSOLUTE:
                 return l->value;

@@ -52,7 +52,7 @@ static const struct zsw_policy policy_defaults = {
         .pool_limit = { ZSW_LIMIT_NONE, 0 },
         /* As the kernel's swap readahead with vm.page-cluster=3. */
         .prefetch_window = 8,
-        /* Measured in docs/bench-fault.md (first touch). */
+        /* Measured in docs/performance.md ("Zero-fill window"). */
         .zero_window = 64,
         .refault_limit = { ZSW_LIMIT_RELATIVE, 5 * 100 },
 };
@@ -637,7 +637,7 @@ static void policy_done(struct zsw_policy *p) {
         strv_free(p->executables);
 }
 
-struct zsw_config *zsw_config_free(struct zsw_config *c) {
+struct zsw_config *config_free(struct zsw_config *c) {
         if (!c)
                 return NULL;
         free(c->socket_path);
@@ -650,7 +650,7 @@ struct zsw_config *zsw_config_free(struct zsw_config *c) {
 }
 
 static struct zsw_config *config_new(void) {
-        _cleanup_(zsw_config_freep) struct zsw_config *c = calloc(1, sizeof(*c));
+        _cleanup_(config_freep) struct zsw_config *c = calloc(1, sizeof(*c));
 
         if (!c)
                 return NULL;
@@ -770,10 +770,10 @@ static int parse_policy(struct zsw_config *c, struct zsw_policy *pol,
         return 0;
 }
 
-int zsw_config_load_sources(const struct zsw_config_source *global,
-                            const struct zsw_config_source *policies, size_t n_policies,
-                            const struct zsw_log *log, struct zsw_config **ret_config) {
-        _cleanup_(zsw_config_freep) struct zsw_config *c = NULL;
+int config_load_sources(const struct zsw_config_source *global,
+                        const struct zsw_config_source *policies, size_t n_policies,
+                        const struct zsw_log *log, struct zsw_config **ret_config) {
+        _cleanup_(config_freep) struct zsw_config *c = NULL;
         unsigned n_errors = 0;
         int r;
 
@@ -842,7 +842,7 @@ static int stream_result(FILE *f) {
         return 0;
 }
 
-int zsw_config_dump_global(const struct zsw_config *c, FILE *f) {
+int config_dump_global(const struct zsw_config *c, FILE *f) {
         char b[CONF_FORMAT_MAX];
 
         fputs("[Daemon]\nSocket=", f);
@@ -859,7 +859,7 @@ int zsw_config_dump_global(const struct zsw_config *c, FILE *f) {
         return stream_result(f);
 }
 
-int zsw_policy_dump(const struct zsw_policy *p, FILE *f) {
+int policy_dump(const struct zsw_policy *p, FILE *f) {
         char b[CONF_FORMAT_MAX];
 
         fputs("[Match]\n", f);
@@ -884,12 +884,12 @@ int zsw_policy_dump(const struct zsw_policy *p, FILE *f) {
         return stream_result(f);
 }
 
-int zsw_config_dump(const struct zsw_config *c, FILE *f) {
-        int r = zsw_config_dump_global(c, f);
+int config_dump(const struct zsw_config *c, FILE *f) {
+        int r = config_dump_global(c, f);
 
         for (size_t i = 0; r >= 0 && i < c->n_policies; i++) {
                 fprintf(f, "\n# Policy %s (%s)\n", c->policies[i].name, c->policies[i].path);
-                r = zsw_policy_dump(&c->policies[i], f);
+                r = policy_dump(&c->policies[i], f);
         }
         return r;
 }

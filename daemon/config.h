@@ -130,7 +130,7 @@ struct zsw_config {
         size_t n_policies;
 };
 
-/* One file's text handed to zsw_config_load_sources(). */
+/* One file's text handed to config_load_sources(). */
 struct zsw_config_source {
         const char *path; /* named in messages; a policy is named after it */
         const char *text; /* need not be NUL-terminated */
@@ -147,44 +147,44 @@ struct zsw_config_source {
  * first file that could not be read, -ENOMEM. *ret_config is then
  * untouched.
  */
-int zsw_config_load(const char *dir, const struct zsw_log *log, struct zsw_config **ret_config);
+int config_load(const char *dir, const struct zsw_log *log, struct zsw_config **ret_config);
 
 /*
- * What zswapd -c PATH loads: a directory as zsw_config_load() does, or a
+ * What zswapd -c PATH loads: a directory as config_load() does, or a
  * file as the global settings (it must exist) with the policy.d/ directory
  * next to it.
  */
-int zsw_config_load_path(const char *path, const struct zsw_log *log,
-                         struct zsw_config **ret_config);
+int config_load_path(const char *path, const struct zsw_log *log,
+                     struct zsw_config **ret_config);
 
 /* The same, with the configuration directory given as an open fd; DIR_PATH
  * (may be NULL) is how messages name it. */
-int zsw_config_load_at(int dir_fd, const char *dir_path, const struct zsw_log *log,
-                       struct zsw_config **ret_config);
+int config_load_at(int dir_fd, const char *dir_path, const struct zsw_log *log,
+                   struct zsw_config **ret_config);
 
 /*
  * Parses configs held in memory: global may be NULL (defaults), each policy
  * is named after its path's file name without ".conf" and they are taken in
  * the order given. Used by the loaders above, tests and the fuzzer.
  */
-int zsw_config_load_sources(const struct zsw_config_source *global,
-                            const struct zsw_config_source *policies, size_t n_policies,
-                            const struct zsw_log *log, struct zsw_config **ret_config);
+int config_load_sources(const struct zsw_config_source *global,
+                        const struct zsw_config_source *policies, size_t n_policies,
+                        const struct zsw_log *log, struct zsw_config **ret_config);
 
 /* Frees a config; accepts NULL, returns NULL. */
-struct zsw_config *zsw_config_free(struct zsw_config *c);
-DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_config *, zsw_config_free);
+struct zsw_config *config_free(struct zsw_config *c);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_config *, config_free);
 
 /*
  * Writes the effective settings, every key with its value, in the config
- * syntax: the output of zsw_config_dump_global() parses back into the same
- * global settings, and that of zsw_policy_dump() into the same policy.
- * zsw_config_dump() writes both, each policy headed by a comment naming
+ * syntax: the output of config_dump_global() parses back into the same
+ * global settings, and that of policy_dump() into the same policy.
+ * config_dump() writes both, each policy headed by a comment naming
  * its file. Return 0 or -errno from the stream.
  */
-int zsw_config_dump_global(const struct zsw_config *c, FILE *f);
-int zsw_policy_dump(const struct zsw_policy *p, FILE *f);
-int zsw_config_dump(const struct zsw_config *c, FILE *f);
+int config_dump_global(const struct zsw_config *c, FILE *f);
+int policy_dump(const struct zsw_policy *p, FILE *f);
+int config_dump(const struct zsw_config *c, FILE *f);
 
 /*
  * Returns the first policy, in file order, that matches a process in cgroup
@@ -194,12 +194,12 @@ int zsw_config_dump(const struct zsw_config *c, FILE *f);
  * not match. A disabled policy is returned too: it tells the caller to
  * leave the process alone.
  */
-const struct zsw_policy *zsw_config_match(const struct zsw_config *c, const char *cgroup_path,
-                                          const char *executable);
+const struct zsw_policy *config_match(const struct zsw_config *c, const char *cgroup_path,
+                                      const char *executable);
 
-/* Whether policy P matches, by the rules of zsw_config_match(). */
-bool zsw_policy_matches(const struct zsw_policy *p, const char *cgroup_path,
-                        const char *executable);
+/* Whether policy P matches, by the rules of config_match(). */
+bool policy_matches(const struct zsw_policy *p, const char *cgroup_path,
+                    const char *executable);
 
 /*
  * Finds the cgroup path that names a process's systemd unit in the text of
@@ -208,11 +208,11 @@ bool zsw_policy_matches(const struct zsw_policy *p, const char *cgroup_path,
  * and a new string, -ENODATA if no line gives one, -EBADMSG if the text is
  * malformed.
  */
-int zsw_proc_cgroup_parse(const char *text, size_t size, char **ret_path);
+int proc_cgroup_parse(const char *text, size_t size, char **ret_path);
 
 /* The same, reading "cgroup" under PID_DIR_FD (an open /proc/PID). */
-int zsw_proc_cgroup_read(int pid_dir_fd, char **ret_path);
+int proc_cgroup_read(int pid_dir_fd, char **ret_path);
 
 /* Resolves a limit against its reference; NONE gives UINT64_MAX. */
-uint64_t zsw_limit_resolve(const struct zsw_limit *l, uint64_t reference);
+uint64_t limit_resolve(const struct zsw_limit *l, uint64_t reference);
 

@@ -12,14 +12,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "control-protocol.h"
 #include "engine.h"
-
-/* Longest request accepted; anything longer is refused whole. */
-#define CONTROL_REQUEST_MAX 256
-/* Longest reply sent (a stats listing of many targets). */
-#define CONTROL_REPLY_MAX (4u << 20)
-
-#define CONTROL_SOCKET_DEFAULT "/run/zswapd/zswapd.sock"
 
 enum control_verb {
         CONTROL_ATTACH,

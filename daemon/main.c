@@ -125,8 +125,8 @@ static void log_keep_first_error(void *userdata, int priority, const char *file,
 
 static int load_config(const struct zsw_log *log, struct zsw_config **ret) {
         if (arg_config)
-                return zsw_config_load_path(arg_config, log, ret);
-        return zsw_config_load(NULL, log, ret);
+                return config_load_path(arg_config, log, ret);
+        return config_load(NULL, log, ret);
 }
 
 /* Loads the configuration again; on any error the running one stays. */
@@ -320,7 +320,7 @@ static void engine_config_pool(const struct zsw_config *c, struct zsw_engine_con
         struct sysinfo si;
         uint64_t ram = sysinfo(&si) == 0 ? (uint64_t) si.totalram * si.mem_unit : 0, limit;
 
-        limit = zsw_limit_resolve(&c->pool_limit, ram);
+        limit = limit_resolve(&c->pool_limit, ram);
         ec->pool_limit_bytes = limit == UINT64_MAX ? 0 : limit;
         ec->accept_threshold_percent = c->accept_threshold;
         ec->writeback = c->writeback;
@@ -354,7 +354,7 @@ static int run(int argc, char *argv[]) {
         _cleanup_(zsw_engine_freep) struct zsw_engine *engine = NULL;
         _cleanup_(policy_manager_freep) struct policy_manager *policies = NULL;
         _cleanup_(control_freep) struct control *control = NULL;
-        _cleanup_(zsw_config_freep) struct zsw_config *config = NULL;
+        _cleanup_(config_freep) struct zsw_config *config = NULL;
         /* Declared last, so freed first: its last callbacks use control
          * and policies. */
         _cleanup_(reclaimer_freep) struct reclaimer *reclaimer = NULL;

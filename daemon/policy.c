@@ -326,7 +326,7 @@ static void policy_target_config(struct policy_manager *m, const struct zsw_poli
 
         (void) zsw_engine_get_stats(m->engine, &es);
         limit = p->pool_limit.kind == ZSW_LIMIT_RELATIVE && es.pool_limit_bytes == 0 ?
-                        UINT64_MAX : zsw_limit_resolve(&p->pool_limit, es.pool_limit_bytes);
+                        UINT64_MAX : limit_resolve(&p->pool_limit, es.pool_limit_bytes);
         *ret = (struct zsw_target_config) {
                 .compressor = zsw_compressor_to_string(p->compressor),
                 .compression_level = p->compression_level,
@@ -390,11 +390,11 @@ static int scan_one(struct policy_manager *m, int proc_fd, pid_t pid) {
                 return 0; /* gone meanwhile */
         if (policy_process_eligible(fd, pid) <= 0)
                 return 0;
-        if (zsw_proc_cgroup_read(fd, &unit_path) < 0)
+        if (proc_cgroup_read(fd, &unit_path) < 0)
                 unit_path = NULL;
         if (policy_process_executable(fd, &exe) < 0)
                 return 0;
-        p = zsw_config_match(m->config, unit_path, exe);
+        p = config_match(m->config, unit_path, exe);
         if (!p || !p->enabled)
                 return 0;
         if (zsw_proc_cgroups_read(fd, &cg) < 0)
@@ -695,7 +695,7 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
                 g->usage_bytes = resident;
         if (g->budget_base == 0)
                 g->budget_base = g->usage_bytes;
-        g->budget_bytes = zsw_limit_resolve(&p->memory_budget, g->budget_base);
+        g->budget_bytes = limit_resolve(&p->memory_budget, g->budget_base);
         group_throttle(m, g, group_has_budget(g) && g->usage_bytes > g->budget_bytes);
 
         if (g->n_pids == 0) {
@@ -771,7 +771,7 @@ static void group_check_budget(struct policy_manager *m, struct policy_group *g)
         if (!group_has_budget(g) || g->n_pids == 0 || g->budget_base == 0 || g->memory_fd < 0 ||
             zsw_cgroup_read_memory_at(g->memory_fd, &usage) < 0)
                 return;
-        budget = zsw_limit_resolve(&p->memory_budget, g->budget_base);
+        budget = limit_resolve(&p->memory_budget, g->budget_base);
         group_throttle(m, g, usage > budget);
         if (usage <= budget_low_mark(budget) || g->pause_periods > 0 || g->trigger_fired ||
             g->reclaiming)
@@ -898,7 +898,7 @@ int policy_manager_new(struct zsw_engine *engine, struct zsw_config *config,
 
         m = calloc(1, sizeof(*m));
         if (!m) {
-                zsw_config_free(config);
+                config_free(config);
                 return log_oom();
         }
         m->engine = engine;
@@ -947,7 +947,7 @@ struct policy_manager *policy_manager_free(struct policy_manager *m) {
         safe_close(m->timer_fd);
         safe_close(m->epoll_fd);
         zsw_cgroup_layout_done(&m->layout);
-        zsw_config_free(m->config);
+        config_free(m->config);
         free(m);
         return NULL;
 }
@@ -978,7 +978,7 @@ void policy_manager_set_config(struct policy_manager *m, struct zsw_config *conf
                 group_arm_trigger(m, g);
                 i++;
         }
-        zsw_config_free(m->config);
+        config_free(m->config);
         m->config = config;
         m->n_ignored = 0;
         arm_global_trigger(m);

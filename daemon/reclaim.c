@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 
+#include "lockdep.h"
 #include "log.h"
 #include "reclaim.h"
 
@@ -88,7 +89,7 @@ static void post_finished(struct reclaimer *rc, struct reclaim_request *req) {
 static void *worker_main(void *userdata) {
         struct reclaimer *rc = userdata;
 
-        pthread_mutex_lock(&rc->lock);
+        zsw_mutex_lock(&rc->lock, ZSW_LOCK_DAEMON_RECLAIM);
         for (;;) {
                 struct reclaim_request *req;
 
@@ -100,14 +101,14 @@ static void *worker_main(void *userdata) {
                 rc->queue = req->next;
                 if (!rc->queue)
                         rc->queue_tail = &rc->queue;
-                pthread_mutex_unlock(&rc->lock);
+                zsw_mutex_unlock(&rc->lock);
 
                 request_run(rc->engine, req);
 
-                pthread_mutex_lock(&rc->lock);
+                zsw_mutex_lock(&rc->lock, ZSW_LOCK_DAEMON_RECLAIM);
                 post_finished(rc, req);
         }
-        pthread_mutex_unlock(&rc->lock);
+        zsw_mutex_unlock(&rc->lock);
         return NULL;
 }
 
@@ -149,10 +150,10 @@ struct reclaimer *reclaimer_free(struct reclaimer *rc) {
         if (!rc)
                 return NULL;
         if (rc->started) {
-                pthread_mutex_lock(&rc->lock);
+                zsw_mutex_lock(&rc->lock, ZSW_LOCK_DAEMON_RECLAIM);
                 rc->stop = true;
                 pthread_cond_signal(&rc->cond);
-                pthread_mutex_unlock(&rc->lock);
+                zsw_mutex_unlock(&rc->lock);
                 pthread_join(rc->thread, NULL);
         }
         /* The thread is gone: no lock needed any more. */
@@ -191,11 +192,11 @@ struct reclaim_request *reclaimer_submit(struct reclaimer *rc, const pid_t *pids
         req->done = done;
         req->userdata = userdata;
 
-        pthread_mutex_lock(&rc->lock);
+        zsw_mutex_lock(&rc->lock, ZSW_LOCK_DAEMON_RECLAIM);
         *rc->queue_tail = req;
         rc->queue_tail = &req->next;
         pthread_cond_signal(&rc->cond);
-        pthread_mutex_unlock(&rc->lock);
+        zsw_mutex_unlock(&rc->lock);
         return req;
 }
 
@@ -213,11 +214,11 @@ void reclaimer_process(struct reclaimer *rc) {
         uint64_t v;
 
         (void) !read(rc->event_fd, &v, sizeof(v));
-        pthread_mutex_lock(&rc->lock);
+        zsw_mutex_lock(&rc->lock, ZSW_LOCK_DAEMON_RECLAIM);
         list = rc->finished;
         rc->finished = NULL;
         rc->finished_tail = &rc->finished;
-        pthread_mutex_unlock(&rc->lock);
+        zsw_mutex_unlock(&rc->lock);
 
         while (list) {
                 struct reclaim_request *req = list;

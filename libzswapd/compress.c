@@ -19,6 +19,7 @@
 #include <zstd_errors.h>
 
 #include "compress.h"
+#include "pool.h"
 #include "util.h"
 
 struct backend {

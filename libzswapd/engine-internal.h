@@ -6,17 +6,51 @@
  * A target is freed only after fault_threads_remove(): out of every epoll
  * set, and every fault thread past the batch that may have held it.
  *
- * Locking, outermost first:
- *   engine->table_lock (mutex): the target list.
+ * The lock order of zswapd, every lock of libzswapd and the daemon, in one
+ * line (lockdep.h has it as ranks and checks it in debug builds):
+ *
+ *   reclaimer lock -> control_lock -> evict_lock -> worker_lock ->
+ *   serve_lock -> round_store_lock -> batch_lock -> table_lock ->
+ *   age_stats_lock -> owners_lock -> owner lock -> pool_lock -> LRU lock ->
+ *   entry cache lock -> pool class lock -> empty_lock -> arena_lock ->
+ *   pool table_lock -> swapfile write_lock -> read_lock -> alloc_lock ->
+ *   writeback lock -> parallel lock
+ *
+ * A thread holding one takes only locks to its right; several of one kind
+ * never, except owner locks of one family, in list order. A trylock may go
+ * against the order. What each guards:
+ *   reclaimer->lock (daemon/reclaim.c): the daemon's reclaim queue; the
+ *     engine is called without it. Condition variable cond.
+ *   engine->control_lock: control calls (attach, detach, reclaim, stats)
+ *     and the reaper, one at a time, so a target never disappears under a
+ *     control call. Reclaim holds it only to find its target and take the
+ *     target's evict_lock, so a long reclaim does not stall stats or
+ *     attach. Fault threads never take it: an eviction waits on them (its
+ *     drop raises an event they must read).
+ *   target->evict_lock (mutex): one eviction, age scan or detach of a
+ *     target at a time; detach and the reaper take it before freeing one.
+ *   engine->worker_lock: the engine's store worker (reclaim, copy back).
  *   target->serve_lock (mutex): reading and handling a target's uffd
  *     messages. Held from read(2) until every message of the batch is
  *     handled, events (remap, remove, unmap, fork) before faults: read(2)
  *     returns faults first, and reading an event lets the target's thread
  *     act on it, so a fault must never be served from a store view that
  *     an event already read has not yet changed.
- *   target->evict_lock (mutex): one eviction (or detach) at a time.
+ *   target->round_store_lock (rwlock): see struct zsw_target.
  *   target->batch_lock (mutex): the state of the eviction in flight,
  *     shared between the evicting thread and the fault threads.
+ *   engine->table_lock: the target list (a fork child is published under
+ *     its parent's serve_lock).
+ *   target->age_stats_lock: the age scans' figures (struct zsw_target).
+ *   store.c: owners_lock (the owner list), owner->lock (an owner's index
+ *     and LRU insertion order), pool_lock (rwlock: pool payload reads
+ *     against the switch to disk), lru->lock (lru.c); entry.c's cache lock.
+ *   pool.c: a size class's lock, then the empty-slab cache, the arena and
+ *     the slab-id table, each a leaf under the class lock.
+ *   swapfile.c: write_lock (one write round), read_lock (the read ring),
+ *     alloc_lock (the block bitmap, freed into under pool_lock).
+ *   writeback.c: its thread's state; condition variables cond and idle.
+ *   parallel.c: the worker pool's jobs; condition variables start and done.
  */
 #pragma once
 
@@ -32,8 +66,8 @@
 #include "store.h"
 #include "vma.h"
 
-/* Pages per eviction round: one ptrace stop and one injected drop. Each stop
- * costs 1-5 ms here (the target must be scheduled to stop), so a round takes
+/* Pages per eviction round: one ptrace stop and one injected drop. A stop
+ * costs milliseconds (the target must be scheduled to stop), so a round takes
  * 16 MiB; its pages are read and stored ZSW_EVICT_CHUNK_PAGES at a time,
  * the next chunk read while the last one is compressed, through the two
  * halves of one 2 MiB buffer. */

@@ -2,14 +2,7 @@
 /*
  * The engine: the set of targets, attach and detach, the reaper that
  * forgets targets that exited or exec'ed, and statistics. Eviction is in
- * evict.c, fault service in fault.c; engine-internal.h has the locking.
- *
- * Control calls (attach, detach, reclaim, stats) are serialized by
- * control_lock; the reaper takes it too, so a target never disappears
- * under a control call. Reclaim holds it only to find its target, then
- * holds the target's evict_lock, which detach and the reaper take before
- * freeing a target: a long reclaim does not stall stats or attach. Fault threads never take control_lock: an
- * eviction waits on them (its drop raises an event they must read).
+ * evict.c, fault service in fault.c. Lock order: engine-internal.h.
  */
 #include <dirent.h>
 #include <errno.h>

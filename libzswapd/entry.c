@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "entry.h"
+#include "lockdep.h"
 #include "util.h"
 
 #define CHUNK_ENTRIES 1024u
@@ -55,12 +56,12 @@ static int cache_grow(struct zsw_entry_cache *c) {
 }
 
 int zsw_entry_alloc_bulk(struct zsw_entry_cache *c, struct zsw_entry **ret, size_t n) {
-        pthread_mutex_lock(&c->lock);
+        zsw_mutex_lock(&c->lock, ZSW_LOCK_ENTRY_CACHE);
         while (c->nfree < n) {
                 int r = cache_grow(c);
 
                 if (r < 0) {
-                        pthread_mutex_unlock(&c->lock);
+                        zsw_mutex_unlock(&c->lock);
                         return r;
                 }
         }
@@ -69,7 +70,7 @@ int zsw_entry_alloc_bulk(struct zsw_entry_cache *c, struct zsw_entry **ret, size
                 c->free = c->free->next;
         }
         c->nfree -= n;
-        pthread_mutex_unlock(&c->lock);
+        zsw_mutex_unlock(&c->lock);
 
         for (size_t i = 0; i < n; i++) {
                 memset(ret[i], 0, sizeof(*ret[i]));
@@ -97,18 +98,18 @@ void zsw_entry_free_chain(struct zsw_entry_cache *c, struct zsw_entry *head) {
                 return;
         for (n = 1; tail->next; n++)
                 tail = tail->next;
-        pthread_mutex_lock(&c->lock);
+        zsw_mutex_lock(&c->lock, ZSW_LOCK_ENTRY_CACHE);
         tail->next = c->free;
         c->free = head;
         c->nfree += n;
-        pthread_mutex_unlock(&c->lock);
+        zsw_mutex_unlock(&c->lock);
 }
 
 uint64_t zsw_entry_cache_bytes(struct zsw_entry_cache *c) {
         uint64_t b;
 
-        pthread_mutex_lock(&c->lock);
+        zsw_mutex_lock(&c->lock, ZSW_LOCK_ENTRY_CACHE);
         b = (uint64_t) c->nchunks * CHUNK_ENTRIES * sizeof(struct zsw_entry);
-        pthread_mutex_unlock(&c->lock);
+        zsw_mutex_unlock(&c->lock);
         return b;
 }

@@ -387,8 +387,8 @@ struct evict_round *evict_round_free(struct evict_round *rd) {
 }
 
 /* The engine's round buffers, made on its first reclaim and kept: a fresh
- * page costs 20-60 us at its first touch on these VMs (the hypervisor
- * fills its shadow page table), 512 of them a reclaim call's worth. The
+ * page's first touch is dear under a hypervisor (it fills its shadow page
+ * table; docs/performance.md), 512 of them a reclaim call's worth. The
  * buffer is one aligned huge page where the kernel has one: one fault per
  * reclaim call, as its memory goes back after each (evict_target()). */
 static int evict_round_get(struct zsw_engine *e, struct evict_round **ret) {

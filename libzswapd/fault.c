@@ -175,7 +175,7 @@ static ssize_t fill_zeros(struct zsw_target *t, uint64_t pgno, uint64_t end, boo
  * Which zeros: the shared zero page costs no memory, and a read of those
  * pages sees the zeros it must; but a write to it is a copy-on-write
  * fault of the kernel's (the zero page's PTE has no uffd-wp bit), which
- * costs 180-250 us on these VMs, far more than a first touch without us.
+ * under a hypervisor can cost far more than a first touch without us.
  * So the page of a write fault is filled with a real zeroed page, and so
  * is the whole window when the write comes right after our last window
  * (a stream filling fresh memory: malloc + memset, a growing heap), which
@@ -249,11 +249,8 @@ static ssize_t zero_fill(struct zsw_target *t, uint64_t pgno, bool window, bool 
  * the target runs. Not when prefetch follows (a sequential reader would
  * fault on the pages about to come), and only to a thread that also
  * raised the previous fault: serve_lock stays held, so other threads of
- * the target would wait for the yielded fault thread (measured, session
- * 9: p50 0.93-0.95x, p99 0.80-0.90x, re-read 1.16-1.18x for one thread;
- * two workload threads yielded to after every copy lost, only the same
- * thread's gain is kept; docs/bench-fault.md; session 10, 128 MiB, three
- * interleaved pairs: p50 0.93x, p99 0.78-0.81x, re-read 1.18-1.23x).
+ * the target would wait for the yielded fault thread (figures in
+ * docs/performance.md, "The wakeup and the CPU after a copy").
  * Returns when the fault was served, for the service time histogram. */
 static uint64_t yield_to_target(struct zsw_target *t, uint64_t pgno, bool sequential,
                                 bool same_thread) {
@@ -473,15 +470,10 @@ int fault_threads_add(struct zsw_engine *e, struct zsw_target *t) {
          * target's messages are handled under its serve_lock anyway, one
          * at a time: more threads on one target only add wakeups (every
          * one of them woke for every fault) and a fight for the lock.
-         * Measured on the 2-vCPU VMs (session 10, bench-fault 128 MiB,
-         * three interleaved pairs): one unpinned thread against one per
-         * CPU, each pinned, both waking for every fault: random fault p50
-         * 40 vs 56 us, p99 98-104 vs 125-146 us, re-read 85 vs 61 MiB/s,
-         * sequential with prefetch 240-254 vs 175-177 MiB/s. Pinning the
-         * thread to the faulting CPU costs too: the target and its
-         * handler then take turns on that CPU while the other idles.
-         * (EPOLLEXCLUSIVE on a shared set, tried before, gave p99 in
-         * milliseconds on a loaded VM: docs/design.md.) */
+         * Not pinned: on the faulting CPU the target and its handler take
+         * turns while the other CPU idles. EPOLLEXCLUSIVE on a shared set
+         * woke the wrong thread (docs/design.md; figures in
+         * docs/performance.md, "One fault thread per target"). */
         struct epoll_event ev = { .events = EPOLLIN, .data.ptr = t };
         unsigned i = atomic_fetch_add_explicit(&e->next_fault_thread, 1, memory_order_relaxed) % e->n_threads;
 

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include "lockdep.h"
 #include "lru.h"
 
 int zsw_lru_new(struct zsw_lru **ret) {
@@ -80,7 +81,7 @@ static bool get_unless_zero(struct zsw_entry *e) {
 size_t zsw_lru_isolate(struct zsw_lru *lru, struct zsw_entry **ret, size_t n) {
         size_t got = 0, budget;
 
-        pthread_mutex_lock(&lru->lock);
+        zsw_mutex_lock(&lru->lock, ZSW_LOCK_LRU);
         budget = lru->count;
         while (got < n && budget-- > 0 && lru->count > 0) {
                 struct zsw_entry *e = lru->head.prev;
@@ -101,14 +102,14 @@ size_t zsw_lru_isolate(struct zsw_lru *lru, struct zsw_entry **ret, size_t n) {
                 lru->count--;
                 ret[got++] = e;
         }
-        pthread_mutex_unlock(&lru->lock);
+        zsw_mutex_unlock(&lru->lock);
         return got;
 }
 
 struct zsw_entry *zsw_lru_putback(struct zsw_lru *lru, struct zsw_entry *const *entries, size_t n) {
         struct zsw_entry *dead = NULL;
 
-        pthread_mutex_lock(&lru->lock);
+        zsw_mutex_lock(&lru->lock, ZSW_LOCK_LRU);
         for (size_t i = 0; i < n; i++) {
                 struct zsw_entry *e = entries[i];
 
@@ -123,6 +124,6 @@ struct zsw_entry *zsw_lru_putback(struct zsw_lru *lru, struct zsw_entry *const *
                 link_after(lru->head.prev, e);
                 lru->count++;
         }
-        pthread_mutex_unlock(&lru->lock);
+        zsw_mutex_unlock(&lru->lock);
         return dead;
 }

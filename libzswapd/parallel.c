@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include "lockdep.h"
 #include "parallel.h"
 #include "util.h"
 
@@ -39,7 +40,7 @@ static void *thread_main(void *userdata) {
         uint64_t seen = 0;
         unsigned me;
 
-        pthread_mutex_lock(&p->lock);
+        zsw_mutex_lock(&p->lock, ZSW_LOCK_PARALLEL);
         me = p->started++;
         w = p->workers[me];
         for (;;) {
@@ -48,13 +49,13 @@ static void *thread_main(void *userdata) {
                 if (p->stop)
                         break;
                 seen = p->generation;
-                pthread_mutex_unlock(&p->lock);
+                zsw_mutex_unlock(&p->lock);
                 drain(p, w);
-                pthread_mutex_lock(&p->lock);
+                zsw_mutex_lock(&p->lock, ZSW_LOCK_PARALLEL);
                 if (--p->busy == 0)
                         pthread_cond_signal(&p->done);
         }
-        pthread_mutex_unlock(&p->lock);
+        zsw_mutex_unlock(&p->lock);
         return NULL;
 }
 
@@ -94,10 +95,10 @@ int zsw_parallel_new(struct zsw_store *store, unsigned n_threads, struct zsw_par
 struct zsw_parallel *zsw_parallel_free(struct zsw_parallel *p) {
         if (!p)
                 return NULL;
-        pthread_mutex_lock(&p->lock);
+        zsw_mutex_lock(&p->lock, ZSW_LOCK_PARALLEL);
         p->stop = true;
         pthread_cond_broadcast(&p->start);
-        pthread_mutex_unlock(&p->lock);
+        zsw_mutex_unlock(&p->lock);
         for (unsigned i = 0; i < p->n_threads; i++)
                 pthread_join(p->threads[i], NULL);
         for (unsigned i = 0; i < p->n_workers; i++)
@@ -112,7 +113,7 @@ struct zsw_parallel *zsw_parallel_free(struct zsw_parallel *p) {
 }
 
 void zsw_parallel_start(struct zsw_parallel *p, zsw_parallel_fn fn, void *arg, size_t n_items) {
-        pthread_mutex_lock(&p->lock);
+        zsw_mutex_lock(&p->lock, ZSW_LOCK_PARALLEL);
         p->fn = fn;
         p->arg = arg;
         p->n_items = n_items;
@@ -124,16 +125,16 @@ void zsw_parallel_start(struct zsw_parallel *p, zsw_parallel_fn fn, void *arg, s
                 p->generation++;
                 pthread_cond_broadcast(&p->start);
         }
-        pthread_mutex_unlock(&p->lock);
+        zsw_mutex_unlock(&p->lock);
 }
 
 void zsw_parallel_join(struct zsw_parallel *p, struct zsw_worker *caller_worker) {
         drain(p, caller_worker);
 
-        pthread_mutex_lock(&p->lock);
+        zsw_mutex_lock(&p->lock, ZSW_LOCK_PARALLEL);
         while (p->busy > 0)
                 pthread_cond_wait(&p->done, &p->lock);
-        pthread_mutex_unlock(&p->lock);
+        zsw_mutex_unlock(&p->lock);
 }
 
 void zsw_parallel_run(struct zsw_parallel *p, struct zsw_worker *caller_worker,

@@ -14,18 +14,17 @@
  * its free objects (their first two bytes); objects never handed out yet are
  * taken from a bump index.
  *
- * The costs of the memory calls shape the rest. Measured on the development
- * VMs: the first access to a fresh 4 KiB page costs 20-60 us (the hypervisor
- * fills its shadow page table even when MADV_POPULATE_WRITE or MAP_POPULATE
- * backed the page beforehand, which only adds ~5 us a page), while a 2 MiB
- * huge page costs 1-4 us per 4 KiB of it in all; an munmap of one small
- * range 130-200 us (the TLB shootdown), while one munmap over many adjacent
- * slabs costs barely more than over one. Hence:
+ * The costs of the memory calls shape the rest (figures in
+ * docs/performance.md): under a hypervisor with shadow paging the first
+ * access to a fresh 4 KiB page costs tens of microseconds even when it was
+ * populated beforehand, a 2 MiB huge page a small fraction of that per
+ * 4 KiB; an munmap of one small range pays a TLB shootdown, one munmap over
+ * many adjacent slabs barely more than over one. Hence:
  * - slabs are carved one after the other out of arenas: 2 MiB-aligned runs
  *   advised MADV_HUGEPAGE and populated at once (one huge page where the
- *   kernel has one, else 512 small ones). Storing 256 MiB of pages reached
- *   ~30k fresh pool pages, most of eviction's time, before. A slab goes back
- *   with munmap as before (the kernel splits the huge page); the arena's
+ *   kernel has one, else 512 small ones): with a slab per mmap, fresh
+ *   pool pages were most of eviction's time. A slab goes back
+ *   with munmap (the kernel splits the huge page); the arena's
  *   uncarved rest goes back when it no longer fits a slab, or with the
  *   cache below. The cost: when memory is fragmented the kernel may compact
  *   to find a huge page (THP defrag=madvise); without one it falls back to
@@ -53,6 +52,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "lockdep.h"
 #include "pool.h"
 #include "util.h"
 
@@ -230,21 +230,21 @@ static int table_new_id_locked(struct zsw_pool *pool, uint32_t *ret_id) {
 static int table_get_id(struct zsw_pool *pool, uint32_t *ret_id) {
         int r = 0;
 
-        pthread_mutex_lock(&pool->table_lock);
+        zsw_mutex_lock(&pool->table_lock, ZSW_LOCK_POOL_TABLE);
         if (pool->n_free_ids > 0)
                 *ret_id = pool->free_ids[--pool->n_free_ids];
         else
                 r = table_new_id_locked(pool, ret_id);
-        pthread_mutex_unlock(&pool->table_lock);
+        zsw_mutex_unlock(&pool->table_lock);
         return r;
 }
 
 static void table_put_id(struct zsw_pool *pool, uint32_t id) {
-        pthread_mutex_lock(&pool->table_lock);
+        zsw_mutex_lock(&pool->table_lock, ZSW_LOCK_POOL_TABLE);
         atomic_store_explicit(table_slot(pool, id), NULL, memory_order_relaxed);
         /* Room was made when the id was first handed out. */
         pool->free_ids[pool->n_free_ids++] = id;
-        pthread_mutex_unlock(&pool->table_lock);
+        zsw_mutex_unlock(&pool->table_lock);
 }
 
 /* Gives the arena's rest back. Called with arena_lock held. */
@@ -290,14 +290,14 @@ static int arena_new_locked(struct zsw_pool *pool) {
 static uint8_t *arena_take(struct zsw_pool *pool, size_t bytes) {
         uint8_t *p = NULL;
 
-        pthread_mutex_lock(&pool->arena_lock);
+        zsw_mutex_lock(&pool->arena_lock, ZSW_LOCK_POOL_ARENA);
         if (pool->arena_left >= bytes || arena_new_locked(pool) >= 0) {
                 p = pool->arena;
                 pool->arena += bytes;
                 pool->arena_left -= bytes;
                 atomic_fetch_sub_explicit(&pool->cached_bytes, bytes, memory_order_relaxed);
         }
-        pthread_mutex_unlock(&pool->arena_lock);
+        zsw_mutex_unlock(&pool->arena_lock);
         return p;
 }
 
@@ -305,10 +305,10 @@ static uint8_t *arena_take(struct zsw_pool *pool, size_t bytes) {
 static uint64_t arena_release(struct zsw_pool *pool) {
         uint64_t left;
 
-        pthread_mutex_lock(&pool->arena_lock);
+        zsw_mutex_lock(&pool->arena_lock, ZSW_LOCK_POOL_ARENA);
         left = pool->arena_left;
         arena_drop_locked(pool);
-        pthread_mutex_unlock(&pool->arena_lock);
+        zsw_mutex_unlock(&pool->arena_lock);
         return left;
 }
 
@@ -382,14 +382,14 @@ static uint64_t empty_cache_release(struct zsw_pool *pool) {
         size_t n = 0, count, cap = ARRAY_SIZE(stack);
         uint64_t bytes;
 
-        pthread_mutex_lock(&pool->empty_lock);
+        zsw_mutex_lock(&pool->empty_lock, ZSW_LOCK_POOL_EMPTY);
         memcpy(lists, pool->empty, sizeof(lists));
         memset(pool->empty, 0, sizeof(pool->empty));
         bytes = pool->empty_bytes;
         count = pool->empty_count;
         pool->empty_bytes = 0;
         pool->empty_count = 0;
-        pthread_mutex_unlock(&pool->empty_lock);
+        zsw_mutex_unlock(&pool->empty_lock);
         atomic_fetch_sub_explicit(&pool->cached_bytes, bytes, memory_order_relaxed);
 
         /* All in one sorted array, so that neighbours of any length merge
@@ -422,7 +422,7 @@ static void empty_cache_put(struct zsw_pool *pool, struct slab *dead) {
 
         if (!dead)
                 return;
-        pthread_mutex_lock(&pool->empty_lock);
+        zsw_mutex_lock(&pool->empty_lock, ZSW_LOCK_POOL_EMPTY);
         for (struct slab *s = dead, *next; s; s = next) {
                 next = s->next;
                 s->next = pool->empty[s->pages];
@@ -432,7 +432,7 @@ static void empty_cache_put(struct zsw_pool *pool, struct slab *dead) {
         }
         pool->empty_bytes += added;
         cached = pool->empty_bytes;
-        pthread_mutex_unlock(&pool->empty_lock);
+        zsw_mutex_unlock(&pool->empty_lock);
         atomic_fetch_add_explicit(&pool->cached_bytes, added, memory_order_relaxed);
 
         bound = MAX(EMPTY_CACHE_MIN,
@@ -445,14 +445,14 @@ static void empty_cache_put(struct zsw_pool *pool, struct slab *dead) {
 static struct slab *empty_cache_get(struct zsw_pool *pool, unsigned pages) {
         struct slab *s;
 
-        pthread_mutex_lock(&pool->empty_lock);
+        zsw_mutex_lock(&pool->empty_lock, ZSW_LOCK_POOL_EMPTY);
         s = pool->empty[pages];
         if (s) {
                 pool->empty[pages] = s->next;
                 pool->empty_bytes -= (uint64_t) s->pages * ZSW_PAGE_SIZE;
                 pool->empty_count--;
         }
-        pthread_mutex_unlock(&pool->empty_lock);
+        zsw_mutex_unlock(&pool->empty_lock);
         if (s)
                 atomic_fetch_sub_explicit(&pool->cached_bytes,
                                           (uint64_t) s->pages * ZSW_PAGE_SIZE,
@@ -533,7 +533,7 @@ static void free_sorted(struct zsw_pool *pool, const zsw_handle_t *handles,
                 struct slab *dead = NULL;
                 uint64_t freed = 0;
 
-                pthread_mutex_lock(&c->lock);
+                zsw_mutex_lock(&c->lock, ZSW_LOCK_POOL_CLASS);
                 for (; i < n; i++) {
                         zsw_handle_t h = handles[order[i]];
                         struct slab *e;
@@ -550,7 +550,7 @@ static void free_sorted(struct zsw_pool *pool, const zsw_handle_t *handles,
                         }
                         freed++;
                 }
-                pthread_mutex_unlock(&c->lock);
+                zsw_mutex_unlock(&c->lock);
 
                 atomic_fetch_sub_explicit(&pool->objects, freed, memory_order_relaxed);
                 atomic_fetch_sub_explicit(&pool->used_bytes, freed * c->size,
@@ -579,7 +579,7 @@ static int class_alloc_run(struct zsw_pool *pool, unsigned cls, const uint16_t *
         size_t first = *i;
         int r = 0;
 
-        pthread_mutex_lock(&c->lock);
+        zsw_mutex_lock(&c->lock, ZSW_LOCK_POOL_CLASS);
         for (; *i < n && classes[order[*i]] == cls; (*i)++) {
                 struct slab *s;
                 uint16_t idx;
@@ -591,7 +591,7 @@ static int class_alloc_run(struct zsw_pool *pool, unsigned cls, const uint16_t *
                 slab_relist(c, s);
                 handles[order[*i]] = ((zsw_handle_t) (s->id + 1) << HANDLE_IDX_BITS) | idx;
         }
-        pthread_mutex_unlock(&c->lock);
+        zsw_mutex_unlock(&c->lock);
 
         atomic_fetch_add_explicit(&pool->objects, *i - first, memory_order_relaxed);
         atomic_fetch_add_explicit(&pool->used_bytes, (*i - first) * c->size,

@@ -30,9 +30,7 @@
  * payloads under pool_lock for reading, so pool memory is never freed under
  * a reader, and everything that reads an entry's state holds one of those.
  *
- * Lock order: owners_lock, owner locks (in list order, only the switch
- * takes more than one), pool_lock, LRU lock; the pool and the entry cache
- * have their own leaf locks.
+ * Lock order: engine-internal.h.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -43,6 +41,7 @@
 
 #include "entry.h"
 #include "index.h"
+#include "lockdep.h"
 #include "lru.h"
 #include "store.h"
 
@@ -229,10 +228,10 @@ static void release_flush(struct release *rel) {
         for (size_t i = 0; i < rel->n && !listed; i++)
                 listed = entry_in_pool(rel->dead[i]);
         if (listed) {
-                pthread_mutex_lock(&rel->owner->lru->lock);
+                zsw_mutex_lock(&rel->owner->lru->lock, ZSW_LOCK_LRU);
                 for (size_t i = 0; i < rel->n; i++)
                         zsw_lru_del_locked(rel->owner->lru, rel->dead[i]);
-                pthread_mutex_unlock(&rel->owner->lru->lock);
+                zsw_mutex_unlock(&rel->owner->lru->lock);
         }
         entries_destroy(rel->owner->store, rel->owner->lru, rel->dead, rel->n);
         rel->n = 0;
@@ -592,9 +591,9 @@ static void batch_account(struct store_batch *b, size_t stored) {
         count(&b->o->counters[C_STORES], (int64_t) stored);
         count(&b->s->counters[C_STORES], (int64_t) stored);
         if (nlru > 0) {
-                pthread_mutex_lock(&b->o->lru->lock);
+                zsw_mutex_lock(&b->o->lru->lock, ZSW_LOCK_LRU);
                 zsw_lru_add_locked(b->o->lru, lru, nlru);
-                pthread_mutex_unlock(&b->o->lru->lock);
+                zsw_mutex_unlock(&b->o->lru->lock);
         }
 }
 
@@ -617,9 +616,9 @@ static int store_batch_abort(struct store_batch *b, enum zsw_reject reason, int 
         if (!b->stale_dropped) {
                 /* As if the index stage had run: the caller keeps the pages,
                  * so what o had at their page numbers is out of date. */
-                pthread_mutex_lock(&b->o->lock);
+                zsw_mutex_lock(&b->o->lock, ZSW_LOCK_OWNER);
                 batch_drop_stale(b);
-                pthread_mutex_unlock(&b->o->lock);
+                zsw_mutex_unlock(&b->o->lock);
         }
         entries_release(b->o, b->old, b->nold);
         count(&b->o->counters[C_REJECT + reason], (int64_t) b->n);
@@ -689,11 +688,11 @@ int zsw_store_pages(struct zsw_worker *w, struct zsw_owner *o, const uint64_t *p
                 return store_batch_abort(&b, ZSW_REJECT_POOL, r);
 
         stored = n - (size_t) __builtin_popcount(b.refused);
-        pthread_mutex_lock(&o->lock);
+        zsw_mutex_lock(&o->lock, ZSW_LOCK_OWNER);
         r = batch_index(&b, &reason);
         if (r >= 0)
                 batch_account(&b, stored);
-        pthread_mutex_unlock(&o->lock);
+        zsw_mutex_unlock(&o->lock);
         if (r < 0) {
                 if (b.wake)
                         b.s->limits.wake(b.s->limits.userdata);
@@ -742,7 +741,7 @@ static int entry_read(struct zsw_worker *w, struct zsw_entry *e, void *buf) {
         int r = -EINVAL;
 
         /* Pool memory is freed by the switch to disk, which waits for us. */
-        pthread_rwlock_rdlock(&s->pool_lock);
+        zsw_rwlock_rdlock(&s->pool_lock, ZSW_LOCK_STORE_POOL);
         switch (e->state) {
         case ZSW_ENTRY_SAME:
                 page_fill(buf, e->value);
@@ -761,11 +760,11 @@ static int entry_read(struct zsw_worker *w, struct zsw_entry *e, void *buf) {
                 uint32_t len = e->length;
                 unsigned compressor = e->compressor;
 
-                pthread_rwlock_unlock(&s->pool_lock);
+                zsw_rwlock_unlock(&s->pool_lock);
                 return entry_read_disk(w, sector, len, compressor, buf);
         }
         }
-        pthread_rwlock_unlock(&s->pool_lock);
+        zsw_rwlock_unlock(&s->pool_lock);
         return r;
 }
 
@@ -776,10 +775,10 @@ int zsw_store_load(struct zsw_worker *w, struct zsw_owner *o, uint64_t pgno, voi
         struct zsw_entry *e;
         int r;
 
-        pthread_mutex_lock(&o->lock);
+        zsw_mutex_lock(&o->lock, ZSW_LOCK_OWNER);
         e = exclusive ? zsw_index_erase(o->index, pgno) : zsw_index_lookup(o->index, pgno);
         if (!e) {
-                pthread_mutex_unlock(&o->lock);
+                zsw_mutex_unlock(&o->lock);
                 return -ENOENT;
         }
         if (exclusive)
@@ -789,18 +788,18 @@ int zsw_store_load(struct zsw_worker *w, struct zsw_owner *o, uint64_t pgno, voi
                 atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
                 atomic_store_explicit(&e->referenced, 1, memory_order_relaxed);
         }
-        pthread_mutex_unlock(&o->lock);
+        zsw_mutex_unlock(&o->lock);
 
         r = entry_read(w, e, buf);
         if (r < 0 && exclusive) {
                 /* Keep the page for another try rather than lose it. */
-                pthread_mutex_lock(&o->lock);
+                zsw_mutex_lock(&o->lock, ZSW_LOCK_OWNER);
                 if (!zsw_index_lookup(o->index, pgno) &&
                     zsw_index_insert(o->index, pgno, e) >= 0) {
                         charge(o->counters, e, 1);
                         e = NULL;
                 }
-                pthread_mutex_unlock(&o->lock);
+                zsw_mutex_unlock(&o->lock);
         }
         if (e)
                 entries_release(o, &e, 1);
@@ -826,14 +825,14 @@ static bool entry_on_disk(struct zsw_store *s, struct zsw_entry *e, uint64_t *re
                           uint32_t *ret_len, unsigned *ret_compressor) {
         bool disk;
 
-        pthread_rwlock_rdlock(&s->pool_lock);
+        zsw_rwlock_rdlock(&s->pool_lock, ZSW_LOCK_STORE_POOL);
         disk = e->state == ZSW_ENTRY_DISK;
         if (disk) {
                 *ret_sector = e->disk_sector;
                 *ret_len = e->length;
                 *ret_compressor = e->compressor;
         }
-        pthread_rwlock_unlock(&s->pool_lock);
+        zsw_rwlock_unlock(&s->pool_lock);
         return disk;
 }
 
@@ -877,7 +876,7 @@ int zsw_store_load_run(struct zsw_worker *w, struct zsw_owner *o, uint64_t first
         if (first > ZSW_INDEX_MAX_PGNO)
                 return 0;
         n = MIN(MIN(n, (size_t) ZSW_STORE_BATCH_MAX), ZSW_INDEX_MAX_PGNO + 1 - first);
-        pthread_mutex_lock(&o->lock);
+        zsw_mutex_lock(&o->lock, ZSW_LOCK_OWNER);
         for (; got < n; got++) {
                 struct zsw_entry *e = zsw_index_lookup(o->index, first + got);
 
@@ -887,7 +886,7 @@ int zsw_store_load_run(struct zsw_worker *w, struct zsw_owner *o, uint64_t first
                 atomic_store_explicit(&e->referenced, 1, memory_order_relaxed);
                 v[got] = e;
         }
-        pthread_mutex_unlock(&o->lock);
+        zsw_mutex_unlock(&o->lock);
 
         /* Pages in memory first; the run stops at the first that fails. */
         for (; ok < got; ok++) {
@@ -925,18 +924,18 @@ int zsw_store_load_run(struct zsw_worker *w, struct zsw_owner *o, uint64_t first
 bool zsw_store_contains(struct zsw_owner *o, uint64_t pgno) {
         bool found;
 
-        pthread_mutex_lock(&o->lock);
+        zsw_mutex_lock(&o->lock, ZSW_LOCK_OWNER);
         found = zsw_index_lookup(o->index, pgno) != NULL;
-        pthread_mutex_unlock(&o->lock);
+        zsw_mutex_unlock(&o->lock);
         return found;
 }
 
 bool zsw_store_next(struct zsw_owner *o, uint64_t from, uint64_t *ret_pgno) {
         bool found;
 
-        pthread_mutex_lock(&o->lock);
+        zsw_mutex_lock(&o->lock, ZSW_LOCK_OWNER);
         found = zsw_index_next(o->index, from, ret_pgno) != NULL;
-        pthread_mutex_unlock(&o->lock);
+        zsw_mutex_unlock(&o->lock);
         return found;
 }
 
@@ -945,9 +944,9 @@ uint64_t zsw_store_invalidate(struct zsw_owner *o, uint64_t start, uint64_t n) {
 
         if (start > ZSW_INDEX_MAX_PGNO || n == 0)
                 return 0;
-        pthread_mutex_lock(&o->lock);
+        zsw_mutex_lock(&o->lock, ZSW_LOCK_OWNER);
         r = invalidate_locked(o, start, start + MIN(n, ZSW_INDEX_MAX_PGNO + 1 - start));
-        pthread_mutex_unlock(&o->lock);
+        zsw_mutex_unlock(&o->lock);
         return r;
 }
 
@@ -989,10 +988,10 @@ int zsw_store_move(struct zsw_owner *o, uint64_t old_start, uint64_t new_start, 
         if (old_start < new_start + n && new_start < old_start + n)
                 return -EINVAL;
 
-        pthread_mutex_lock(&o->lock);
+        zsw_mutex_lock(&o->lock, ZSW_LOCK_OWNER);
         invalidate_locked(o, new_start, new_start + n);
         r = move_locked(o, old_start, new_start, n, &moved);
-        pthread_mutex_unlock(&o->lock);
+        zsw_mutex_unlock(&o->lock);
         if (r < 0)
                 return zsw_log_errno(o->store->cfg.log, LOG_WARNING, r,
                                      "Failed to move %" PRIu64 " pages: %m", n);
@@ -1039,9 +1038,9 @@ static void family_lock(struct zsw_owner *o, bool lock) {
         for (struct zsw_owner *f = o->store->owners; f; f = f->next)
                 if (f->lru == o->lru) {
                         if (lock)
-                                pthread_mutex_lock(&f->lock);
+                                zsw_mutex_lock(&f->lock, ZSW_LOCK_OWNER);
                         else
-                                pthread_mutex_unlock(&f->lock);
+                                zsw_mutex_unlock(&f->lock);
                 }
 }
 
@@ -1056,7 +1055,7 @@ size_t zsw_store_writeback_done(struct zsw_owner *o, struct zsw_entry *const *en
                 size_t m = MIN(n - done, (size_t) ZSW_STORE_BATCH_MAX), nh = 0;
 
                 family_lock(o, true);
-                pthread_rwlock_wrlock(&s->pool_lock);
+                zsw_rwlock_wrlock(&s->pool_lock, ZSW_LOCK_STORE_POOL);
                 for (size_t i = done; i < done + m; i++) {
                         struct zsw_entry *e = entries[i];
 
@@ -1076,7 +1075,7 @@ size_t zsw_store_writeback_done(struct zsw_owner *o, struct zsw_entry *const *en
                         moved++;
                         bytes += e->length;
                 }
-                pthread_rwlock_unlock(&s->pool_lock);
+                zsw_rwlock_unlock(&s->pool_lock);
                 family_lock(o, false);
                 /* No reader can reach the old payloads any more. */
                 zsw_pool_free_bulk(s->pool, handles, nh);
@@ -1095,11 +1094,11 @@ size_t zsw_store_writeback_done(struct zsw_owner *o, struct zsw_entry *const *en
 }
 
 void zsw_store_owners_lock(struct zsw_store *s) {
-        pthread_mutex_lock(&s->owners_lock);
+        zsw_mutex_lock(&s->owners_lock, ZSW_LOCK_OWNERS);
 }
 
 void zsw_store_owners_unlock(struct zsw_store *s) {
-        pthread_mutex_unlock(&s->owners_lock);
+        zsw_mutex_unlock(&s->owners_lock);
 }
 
 struct zsw_owner *zsw_store_owner_next(struct zsw_store *s, uint64_t *cursor) {
@@ -1258,13 +1257,13 @@ static int owner_alloc(struct zsw_store *s, const struct zsw_owner_config *cfg,
 static void owner_link(struct zsw_owner *o) {
         struct zsw_store *s = o->store;
 
-        pthread_mutex_lock(&s->owners_lock);
+        zsw_mutex_lock(&s->owners_lock, ZSW_LOCK_OWNERS);
         o->id = ++s->next_owner_id;
         o->next = s->owners;
         if (s->owners)
                 s->owners->prev = o;
         s->owners = o;
-        pthread_mutex_unlock(&s->owners_lock);
+        zsw_mutex_unlock(&s->owners_lock);
 }
 
 int zsw_store_owner_new(struct zsw_store *s, const struct zsw_owner_config *config,
@@ -1301,9 +1300,9 @@ int zsw_store_owner_new(struct zsw_store *s, const struct zsw_owner_config *conf
 }
 
 static void owner_destroy(struct zsw_owner *o) {
-        pthread_mutex_lock(&o->lock);
+        zsw_mutex_lock(&o->lock, ZSW_LOCK_OWNER);
         invalidate_locked(o, 0, ZSW_INDEX_MAX_PGNO + 1);
-        pthread_mutex_unlock(&o->lock);
+        zsw_mutex_unlock(&o->lock);
         zsw_index_free(o->index);
         zsw_lru_unref(o->lru);
         pthread_mutex_destroy(&o->lock);
@@ -1316,14 +1315,14 @@ struct zsw_owner *zsw_store_owner_free(struct zsw_owner *o) {
         if (!o)
                 return NULL;
         s = o->store;
-        pthread_mutex_lock(&s->owners_lock);
+        zsw_mutex_lock(&s->owners_lock, ZSW_LOCK_OWNERS);
         if (o->prev)
                 o->prev->next = o->next;
         else
                 s->owners = o->next;
         if (o->next)
                 o->next->prev = o->prev;
-        pthread_mutex_unlock(&s->owners_lock);
+        zsw_mutex_unlock(&s->owners_lock);
         owner_destroy(o);
         return NULL;
 }
@@ -1340,7 +1339,7 @@ int zsw_store_owner_clone(struct zsw_owner *parent, struct zsw_owner **ret) {
                 return r;
         }
 
-        pthread_mutex_lock(&parent->lock);
+        zsw_mutex_lock(&parent->lock, ZSW_LOCK_OWNER);
         for (e = zsw_index_next(parent->index, 0, &pgno); e;
              e = pgno < ZSW_INDEX_MAX_PGNO ? zsw_index_next(parent->index, pgno + 1, &pgno) : NULL) {
                 r = zsw_index_insert(child->index, pgno, e);
@@ -1349,7 +1348,7 @@ int zsw_store_owner_clone(struct zsw_owner *parent, struct zsw_owner **ret) {
                 atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
                 charge(child->counters, e, 1);
         }
-        pthread_mutex_unlock(&parent->lock);
+        zsw_mutex_unlock(&parent->lock);
         if (r < 0) {
                 owner_destroy(child);
                 return zsw_log_errno(parent->store->cfg.log, LOG_ERR, r,
@@ -1386,9 +1385,9 @@ static void stats_fill(counters_t c, struct zsw_store_stats *ret) {
 static uint64_t owner_meta_bytes(struct zsw_owner *o) {
         uint64_t b;
 
-        pthread_mutex_lock(&o->lock);
+        zsw_mutex_lock(&o->lock, ZSW_LOCK_OWNER);
         b = zsw_index_mem_bytes(o->index);
-        pthread_mutex_unlock(&o->lock);
+        zsw_mutex_unlock(&o->lock);
         return b;
 }
 
@@ -1401,10 +1400,10 @@ void zsw_store_get_stats(struct zsw_store *s, struct zsw_store_stats *ret) {
         zsw_pool_get_stats(s->pool, &ps);
         st.pool_bytes = ps.pool_bytes;
         st.meta_bytes = ps.meta_bytes + zsw_entry_cache_bytes(&s->entries);
-        pthread_mutex_lock(&s->owners_lock);
+        zsw_mutex_lock(&s->owners_lock, ZSW_LOCK_OWNERS);
         for (struct zsw_owner *o = s->owners; o; o = o->next)
                 st.meta_bytes += sizeof(*o) + owner_meta_bytes(o);
-        pthread_mutex_unlock(&s->owners_lock);
+        zsw_mutex_unlock(&s->owners_lock);
         *ret = st;
 }
 

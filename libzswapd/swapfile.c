@@ -34,6 +34,7 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 
+#include "lockdep.h"
 #include "swapfile.h"
 
 #define BITS_PER_WORD 64u
@@ -268,9 +269,9 @@ static int reserve_more(struct zsw_swapfile *sf, uint64_t need) {
         r = reserve_zero(sf, start, grow);
         if (r < 0)
                 zsw_log_errno(sf->log, LOG_DEBUG, r, "Failed to zero reserved space, ignoring: %m");
-        pthread_mutex_lock(&sf->alloc_lock);
+        zsw_mutex_lock(&sf->alloc_lock, ZSW_LOCK_SWAPFILE_ALLOC);
         sf->reserved_blocks += grow;
-        pthread_mutex_unlock(&sf->alloc_lock);
+        zsw_mutex_unlock(&sf->alloc_lock);
         STAT_ADD(sf, file_bytes_reserved, grow * sf->block);
         return 0;
 }
@@ -307,9 +308,9 @@ static uint64_t run_alloc(struct zsw_swapfile *sf, uint64_t need) {
         more = need - (sf->reserved_blocks - tail);
         if (more >= sf->grow_failed)
                 return UINT64_MAX;
-        pthread_mutex_unlock(&sf->alloc_lock);
+        zsw_mutex_unlock(&sf->alloc_lock);
         r = reserve_more(sf, more);
-        pthread_mutex_lock(&sf->alloc_lock);
+        zsw_mutex_lock(&sf->alloc_lock, ZSW_LOCK_SWAPFILE_ALLOC);
         if (r < 0) {
                 sf->grow_failed = more;
                 sf->grow_err = r;
@@ -328,7 +329,7 @@ static size_t batch_alloc(struct zsw_swapfile *sf, const uint32_t *lens, size_t 
         for (size_t i = 0; i < n; i++)
                 total += blocks_of(sf, lens[i]);
 
-        pthread_mutex_lock(&sf->alloc_lock);
+        zsw_mutex_lock(&sf->alloc_lock, ZSW_LOCK_SWAPFILE_ALLOC);
         sf->grow_failed = UINT64_MAX;
         sf->grow_err = -ENOSPC;
         uint64_t s = run_alloc(sf, total);
@@ -351,7 +352,7 @@ static size_t batch_alloc(struct zsw_swapfile *sf, const uint32_t *lens, size_t 
                         placed += slots[i] != ZSW_SWAPFILE_NO_SLOT;
                 }
         __atomic_store_n(&sf->stats.disk_bytes_in_use, sf->used_blocks * sf->block, __ATOMIC_RELAXED);
-        pthread_mutex_unlock(&sf->alloc_lock);
+        zsw_mutex_unlock(&sf->alloc_lock);
         return placed;
 }
 
@@ -359,7 +360,7 @@ static int blocks_free(struct zsw_swapfile *sf, uint64_t block, uint32_t len) {
         uint64_t count = blocks_of(sf, len);
         int r = 0;
 
-        pthread_mutex_lock(&sf->alloc_lock);
+        zsw_mutex_lock(&sf->alloc_lock, ZSW_LOCK_SWAPFILE_ALLOC);
         if (block >= sf->reserved_blocks || count > sf->reserved_blocks - block ||
             bit_find(sf->bitmap, block, block + count, false) != block + count)
                 r = -EINVAL;
@@ -369,7 +370,7 @@ static int blocks_free(struct zsw_swapfile *sf, uint64_t block, uint32_t len) {
                 __atomic_store_n(&sf->stats.disk_bytes_in_use, sf->used_blocks * sf->block,
                                  __ATOMIC_RELAXED);
         }
-        pthread_mutex_unlock(&sf->alloc_lock);
+        zsw_mutex_unlock(&sf->alloc_lock);
         return r;
 }
 
@@ -529,9 +530,9 @@ int zsw_swapfile_open(const char *path, uint64_t max_bytes, const struct zsw_log
 }
 
 void zsw_swapfile_set_merge(struct zsw_swapfile *sf, bool merge) {
-        pthread_mutex_lock(&sf->write_lock);
+        zsw_mutex_lock(&sf->write_lock, ZSW_LOCK_SWAPFILE_WRITE);
         sf->no_merge = !merge;
-        pthread_mutex_unlock(&sf->write_lock);
+        zsw_mutex_unlock(&sf->write_lock);
 }
 
 int zsw_swapfile_drop_cache(struct zsw_swapfile *sf) {
@@ -738,7 +739,7 @@ int zsw_swapfile_write_batch(struct zsw_swapfile *sf, const void *const *payload
                 if (!payloads[i] || lens[i] == 0 || lens[i] > ZSW_SWAPFILE_ENTRY_MAX)
                         return -EINVAL;
 
-        pthread_mutex_lock(&sf->write_lock);
+        zsw_mutex_lock(&sf->write_lock, ZSW_LOCK_SWAPFILE_WRITE);
         for (size_t done = 0; done < n; done += ZSW_SWAPFILE_BATCH_MAX) {
                 size_t m = MIN(n - done, (size_t) ZSW_SWAPFILE_BATCH_MAX);
 
@@ -748,7 +749,7 @@ int zsw_swapfile_write_batch(struct zsw_swapfile *sf, const void *const *payload
                 if (ret_errors)
                         memcpy(ret_errors + done, errors, m * sizeof(*errors));
         }
-        pthread_mutex_unlock(&sf->write_lock);
+        zsw_mutex_unlock(&sf->write_lock);
         return (int) ok;
 }
 
@@ -826,7 +827,7 @@ int zsw_swapfile_read_batch(struct zsw_swapfile *sf, const uint64_t *slots, cons
                 staged += bytes;
         }
 
-        pthread_mutex_lock(&sf->read_lock);
+        zsw_mutex_lock(&sf->read_lock, ZSW_LOCK_SWAPFILE_READ);
         r = runs_execute(sf, runs, nruns, false);
         for (unsigned i = 0; i < nruns && r == 0; i++)
                 if (runs[i].err < 0 || runs[i].done < runs[i].len)
@@ -840,6 +841,6 @@ int zsw_swapfile_read_batch(struct zsw_swapfile *sf, const uint64_t *slots, cons
                 }
                 STAT_ADD(sf, reads, n);
         }
-        pthread_mutex_unlock(&sf->read_lock);
+        zsw_mutex_unlock(&sf->read_lock);
         return r;
 }

@@ -50,7 +50,7 @@ struct uffdio_poison {
 #endif
 
 /* UFFDIO_MOVE (6.8): remaps pages between two ranges of the same mm. It
- * only works from inside the target (see kernel-facts), which is why the
+ * only works from inside the target (EINVAL on another process's uffd), which is why the
  * daemon does not build on it; kept for agents running in the target. */
 #ifndef _UFFDIO_MOVE
 #define _UFFDIO_MOVE (0x05)

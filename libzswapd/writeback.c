@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "lockdep.h"
 #include "writeback.h"
 
 #define BACKOFF_MIN_NS (10ull * 1000 * 1000)
@@ -187,9 +188,9 @@ static struct zsw_owner *pick_owner(struct zsw_writeback *wb, bool global) {
 static bool stopping(struct zsw_writeback *wb) {
         bool stop;
 
-        pthread_mutex_lock(&wb->lock);
+        zsw_mutex_lock(&wb->lock, ZSW_LOCK_WRITEBACK);
         stop = wb->stop;
-        pthread_mutex_unlock(&wb->lock);
+        zsw_mutex_unlock(&wb->lock);
         return stop;
 }
 
@@ -233,7 +234,7 @@ static void *shrink_thread(void *userdata) {
         struct zsw_writeback *wb = userdata;
         uint64_t backoff = 0;
 
-        pthread_mutex_lock(&wb->lock);
+        zsw_mutex_lock(&wb->lock, ZSW_LOCK_WRITEBACK);
         for (;;) {
                 if (backoff > 0) {
                         struct timespec until = deadline_after(backoff);
@@ -248,24 +249,24 @@ static void *shrink_thread(void *userdata) {
                 if (wb->stop)
                         break;
                 wb->pending = false;
-                pthread_mutex_unlock(&wb->lock);
+                zsw_mutex_unlock(&wb->lock);
 
                 add(&wb->wakeups, 1);
                 backoff = shrink_pass(wb) < 0 ? MIN(MAX(backoff * 2, BACKOFF_MIN_NS), BACKOFF_MAX_NS) : 0;
 
-                pthread_mutex_lock(&wb->lock);
+                zsw_mutex_lock(&wb->lock, ZSW_LOCK_WRITEBACK);
                 wb->passes++;
                 pthread_cond_broadcast(&wb->idle);
         }
-        pthread_mutex_unlock(&wb->lock);
+        zsw_mutex_unlock(&wb->lock);
         return NULL;
 }
 
 void zsw_writeback_wake(struct zsw_writeback *wb) {
-        pthread_mutex_lock(&wb->lock);
+        zsw_mutex_lock(&wb->lock, ZSW_LOCK_WRITEBACK);
         wb->pending = true;
         pthread_cond_signal(&wb->cond);
-        pthread_mutex_unlock(&wb->lock);
+        zsw_mutex_unlock(&wb->lock);
 }
 
 static void store_wake(void *userdata) {
@@ -275,13 +276,13 @@ static void store_wake(void *userdata) {
 void zsw_writeback_settle(struct zsw_writeback *wb) {
         uint64_t pass;
 
-        pthread_mutex_lock(&wb->lock);
+        zsw_mutex_lock(&wb->lock, ZSW_LOCK_WRITEBACK);
         wb->pending = true;
         pthread_cond_signal(&wb->cond);
         pass = wb->passes;
         while (wb->passes == pass && !wb->stop)
                 pthread_cond_wait(&wb->idle, &wb->lock);
-        pthread_mutex_unlock(&wb->lock);
+        zsw_mutex_unlock(&wb->lock);
 }
 
 int zsw_writeback_new(struct zsw_store *s, struct zsw_swapfile *sf,
@@ -328,11 +329,11 @@ struct zsw_writeback *zsw_writeback_free(struct zsw_writeback *wb) {
         if (!wb)
                 return NULL;
         if (wb->started) {
-                pthread_mutex_lock(&wb->lock);
+                zsw_mutex_lock(&wb->lock, ZSW_LOCK_WRITEBACK);
                 wb->stop = true;
                 pthread_cond_broadcast(&wb->cond);
                 pthread_cond_broadcast(&wb->idle);
-                pthread_mutex_unlock(&wb->lock);
+                zsw_mutex_unlock(&wb->lock);
                 pthread_join(wb->thread, NULL);
         }
         /* Stores must not wake a freed object (none runs now). */

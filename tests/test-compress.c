@@ -5,6 +5,7 @@
 #include <zstd.h>
 
 #include "compress.h"
+#include "pool.h"
 #include "corpus.h"
 #include "test.h"
 

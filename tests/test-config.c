@@ -28,8 +28,8 @@ static int load(const char *global, const char *policy, struct zsw_config **ret)
         struct zsw_config_source p = { POLICY_PATH, policy, policy ? strlen(policy) : 0 };
 
         n_messages = 0;
-        return zsw_config_load_sources(global ? &g : NULL, policy ? &p : NULL, policy ? 1 : 0,
-                                       &test_log, ret);
+        return config_load_sources(global ? &g : NULL, policy ? &p : NULL, policy ? 1 : 0,
+                                   &test_log, ret);
 }
 
 static bool logged(const char *msg) {
@@ -71,9 +71,9 @@ static void assert_global_error(const char *text, const char *msg) {
 }
 
 TEST(defaults_without_any_file) {
-        _cleanup_(zsw_config_freep) struct zsw_config *c = NULL;
+        _cleanup_(config_freep) struct zsw_config *c = NULL;
 
-        ASSERT_OK(zsw_config_load("/nonexistent/zswapd", &test_log, &c));
+        ASSERT_OK(config_load("/nonexistent/zswapd", &test_log, &c));
         ASSERT_STREQ(c->socket_path, "/run/zswapd/zswapd.sock");
         ASSERT_EQ(c->log_level, LOG_INFO);
         ASSERT_EQ(c->compressor, ZSW_COMPRESSOR_LZ4);
@@ -93,7 +93,7 @@ TEST(defaults_without_any_file) {
 }
 
 TEST(every_global_key) {
-        _cleanup_(zsw_config_freep) struct zsw_config *c = NULL;
+        _cleanup_(config_freep) struct zsw_config *c = NULL;
 
         ASSERT_OK(load("[Daemon]\n"
                        "Socket=/run/z.sock\n"
@@ -129,7 +129,7 @@ TEST(every_global_key) {
 }
 
 TEST(every_policy_key) {
-        _cleanup_(zsw_config_freep) struct zsw_config *c = NULL;
+        _cleanup_(config_freep) struct zsw_config *c = NULL;
         const struct zsw_policy *p;
 
         ASSERT_OK(load(NULL,
@@ -183,7 +183,7 @@ TEST(every_policy_key) {
 }
 
 TEST(policy_defaults_and_inheritance) {
-        _cleanup_(zsw_config_freep) struct zsw_config *c = NULL;
+        _cleanup_(config_freep) struct zsw_config *c = NULL;
         const struct zsw_policy *p;
 
         ASSERT_OK(load("[Store]\nCompressor=zstd\nCompressionLevel=9\n"
@@ -204,20 +204,20 @@ TEST(policy_defaults_and_inheritance) {
         ASSERT_EQ(p->zero_window, 64);
         ASSERT_EQ(p->refault_limit.kind, ZSW_LIMIT_RELATIVE);
         ASSERT_EQ(p->refault_limit.value, 500);
-        c = zsw_config_free(c);
+        c = config_free(c);
 
         /* A policy choosing zstd over a global lz4 gets zstd's default level;
          * one only raising the level keeps the global compressor. */
         ASSERT_OK(load(NULL, MATCH "[Policy]\nCompressor=zstd\n", &c));
         ASSERT_EQ(c->policies[0].compression_level, 3);
-        c = zsw_config_free(c);
+        c = config_free(c);
         ASSERT_OK(load("[Store]\nCompressor=zstd\n", MATCH "[Policy]\nCompressionLevel=12\n", &c));
         ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_ZSTD);
         ASSERT_EQ(c->policies[0].compression_level, 12);
-        c = zsw_config_free(c);
+        c = config_free(c);
         ASSERT_OK(load("[Store]\nCompressor=zstd\nCompressionLevel=8\n", MATCH "[Policy]\nCompressor=zstd\n", &c));
         ASSERT_EQ(c->policies[0].compression_level, 8);
-        c = zsw_config_free(c);
+        c = config_free(c);
         ASSERT_OK(load("[Store]\nCompressor=zstd\nCompressionLevel=5\n",
                        MATCH "[Policy]\nCompressor=lz4\n", &c));
         ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_LZ4);
@@ -225,7 +225,7 @@ TEST(policy_defaults_and_inheritance) {
 }
 
 TEST(syntax) {
-        _cleanup_(zsw_config_freep) struct zsw_config *c = NULL;
+        _cleanup_(config_freep) struct zsw_config *c = NULL;
         const struct zsw_policy *p;
 
         ASSERT_OK(load(NULL,
@@ -262,12 +262,12 @@ TEST(syntax) {
         ASSERT_FALSE(p->writeback);
         ASSERT_EQ(p->refault_limit.kind, ZSW_LIMIT_ABSOLUTE);
         ASSERT_EQ(p->refault_limit.value, 10);
-        c = zsw_config_free(c);
+        c = config_free(c);
 
         /* An empty list assignment clears what came before. */
         ASSERT_OK(load(NULL, "[Match]\nUnit=a.service\nUnit=\nExecutable=x\n", &c));
         ASSERT_TRUE(c->policies[0].units == NULL);
-        c = zsw_config_free(c);
+        c = config_free(c);
 
         /* A continuation on the last line ends with the file. */
         ASSERT_OK(load(NULL, "[Match]\nUnit=a.service \\", &c));
@@ -303,21 +303,21 @@ TEST(value_formats) {
         char text[256];
 
         for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
-                _cleanup_(zsw_config_freep) struct zsw_config *c = NULL;
+                _cleanup_(config_freep) struct zsw_config *c = NULL;
 
                 snprintf(text, sizeof(text), MATCH "[Policy]\n%s\n", sizes[i].assignment);
                 ASSERT_OK(load(NULL, text, &c));
                 ASSERT_EQ_U(c->policies[0].memory_budget.value, sizes[i].bytes);
         }
         for (size_t i = 0; i < ARRAY_SIZE(spans); i++) {
-                _cleanup_(zsw_config_freep) struct zsw_config *c = NULL;
+                _cleanup_(config_freep) struct zsw_config *c = NULL;
 
                 snprintf(text, sizeof(text), MATCH "[Policy]\n%s\n", spans[i].assignment);
                 ASSERT_OK(load(NULL, text, &c));
                 ASSERT_EQ_U(c->policies[0].min_cold_age_usec, spans[i].usec);
         }
 
-        _cleanup_(zsw_config_freep) struct zsw_config *c = NULL;
+        _cleanup_(config_freep) struct zsw_config *c = NULL;
         ASSERT_OK(load(NULL,
                        MATCH "[Policy]\nMaxReclaimRate=infinity\nMemoryBudget=33.33%\n"
                              "RefaultLimit=2.5%\nPressureThreshold=full 300ms\nPoolLimit=infinity\n",
@@ -363,7 +363,7 @@ TEST(nul_byte) {
         struct zsw_config *c = NULL;
 
         n_messages = 0;
-        ASSERT_ERRNO(zsw_config_load_sources(NULL, &p, 1, &test_log, &c), EINVAL);
+        ASSERT_ERRNO(config_load_sources(NULL, &p, 1, &test_log, &c), EINVAL);
         ASSERT_TRUE(c == NULL);
         ASSERT_TRUE(logged(POLICY_PATH ":4: line contains a NUL byte"));
 }
@@ -491,7 +491,7 @@ TEST(every_error_is_reported) {
         p[0].size = strlen(p[0].text);
         p[1].size = strlen(p[1].text);
         n_messages = 0;
-        ASSERT_ERRNO(zsw_config_load_sources(&g, p, 2, &test_log, &c), EINVAL);
+        ASSERT_ERRNO(config_load_sources(&g, p, 2, &test_log, &c), EINVAL);
         ASSERT_TRUE(c == NULL);
         ASSERT_EQ(n_messages, 8);
         ASSERT_TRUE(logged(GLOBAL_PATH ":2: Compressor=zlib: unknown compressor (use lz4, zstd)"));
@@ -531,13 +531,13 @@ static void remove_fixture(char *dir) {
 
 TEST(load_directory) {
         char *dir = make_fixture(), path[256];
-        _cleanup_(zsw_config_freep) struct zsw_config *c = NULL;
+        _cleanup_(config_freep) struct zsw_config *c = NULL;
         _cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), pfd = -EBADF;
 
         /* An empty directory: defaults. */
-        ASSERT_OK(zsw_config_load(dir, &test_log, &c));
+        ASSERT_OK(config_load(dir, &test_log, &c));
         ASSERT_EQ(c->n_policies, 0);
-        c = zsw_config_free(c);
+        c = config_free(c);
 
         write_file(fd, "zswapd.conf", "[Store]\nCompressor=zstd\n");
         ASSERT_EQ(mkdirat(fd, "policy.d", 0755), 0);
@@ -549,7 +549,7 @@ TEST(load_directory) {
         write_file(pfd, "README", "not a config");
         write_file(pfd, "30-old.conf.bak", "not a config");
         write_file(pfd, ".40-hidden.conf", "not a config");
-        ASSERT_OK(zsw_config_load_at(fd, dir, &test_log, &c));
+        ASSERT_OK(config_load_at(fd, dir, &test_log, &c));
         ASSERT_EQ(c->compressor, ZSW_COMPRESSOR_ZSTD);
         ASSERT_EQ(c->n_policies, 3);
         ASSERT_STREQ(c->policies[0].name, "10-browser");
@@ -558,7 +558,7 @@ TEST(load_directory) {
         snprintf(path, sizeof(path), "%s/policy.d/10-browser.conf", dir);
         ASSERT_STREQ(c->policies[0].path, path);
         ASSERT_EQ(c->policies[0].compression_level, 3);
-        c = zsw_config_free(c);
+        c = config_free(c);
 
         /* Oversized files are refused, and the error is the read error. */
         {
@@ -568,7 +568,7 @@ TEST(load_directory) {
                 ASSERT_EQ(ftruncate(big, 2 * ZSW_CONFIG_FILE_MAX), 0);
                 close(big);
                 n_messages = 0;
-                ASSERT_ERRNO(zsw_config_load(dir, &test_log, &c), EFBIG);
+                ASSERT_ERRNO(config_load(dir, &test_log, &c), EFBIG);
                 snprintf(path, sizeof(path), "%s/policy.d/54-big.conf: larger than 1048576 bytes", dir);
                 ASSERT_TRUE(logged(path));
                 ASSERT_EQ(n_messages, 1);
@@ -578,7 +578,7 @@ TEST(load_directory) {
         /* A FIFO does not hang the reader; it is refused like a directory. */
         ASSERT_EQ(mkfifoat(pfd, "55-fifo.conf", 0644), 0);
         n_messages = 0;
-        ASSERT_ERRNO(zsw_config_load(dir, &test_log, &c), EINVAL);
+        ASSERT_ERRNO(config_load(dir, &test_log, &c), EINVAL);
         snprintf(path, sizeof(path), "%s/policy.d/55-fifo.conf: not a regular file", dir);
         ASSERT_TRUE(logged(path));
         ASSERT_EQ(unlinkat(pfd, "55-fifo.conf", 0), 0);
@@ -586,7 +586,7 @@ TEST(load_directory) {
         /* A directory where a file should be is an error naming it. */
         ASSERT_EQ(mkdirat(pfd, "60-dir.conf", 0755), 0);
         n_messages = 0;
-        ASSERT_ERRNO(zsw_config_load(dir, &test_log, &c), EINVAL);
+        ASSERT_ERRNO(config_load(dir, &test_log, &c), EINVAL);
         snprintf(path, sizeof(path), "%s/policy.d/60-dir.conf: not a regular file", dir);
         ASSERT_TRUE(logged(path));
         ASSERT_TRUE(c == NULL);
@@ -601,30 +601,30 @@ TEST(reload_keeps_nothing_of_a_bad_config) {
 
         ASSERT_GE(fd, 0);
         write_file(fd, "zswapd.conf", "[Pool]\nLimit=1G\n");
-        ASSERT_OK(zsw_config_load(dir, &test_log, &old));
+        ASSERT_OK(config_load(dir, &test_log, &old));
         ASSERT_EQ_U(old->pool_limit.value, 1ull << 30);
 
         /* The new file is half good: nothing of it comes through. */
         write_file(fd, "zswapd.conf", "[Pool]\nLimit=2G\nAcceptThreshold=x\n");
         new = (struct zsw_config *) 0x1;
         n_messages = 0;
-        ASSERT_ERRNO(zsw_config_load(dir, &test_log, &new), EINVAL);
+        ASSERT_ERRNO(config_load(dir, &test_log, &new), EINVAL);
         ASSERT_TRUE(new == (struct zsw_config *) 0x1);
         ASSERT_EQ(n_messages, 1);
         ASSERT_EQ_U(old->pool_limit.value, 1ull << 30);
 
         write_file(fd, "zswapd.conf", "[Pool]\nLimit=2G\n");
-        ASSERT_OK(zsw_config_load(dir, &test_log, &new));
+        ASSERT_OK(config_load(dir, &test_log, &new));
         ASSERT_EQ_U(new->pool_limit.value, 2ull << 30);
-        zsw_config_free(old);
-        zsw_config_free(new);
+        config_free(old);
+        config_free(new);
         remove_fixture(dir);
 }
 
 /* ---- matching ---------------------------------------------------------------- */
 
 static const char *match_name(const struct zsw_config *c, const char *cgroup, const char *exe) {
-        const struct zsw_policy *p = zsw_config_match(c, cgroup, exe);
+        const struct zsw_policy *p = config_match(c, cgroup, exe);
 
         return p ? p->name : "(none)";
 }
@@ -636,7 +636,7 @@ static struct zsw_config *load_policies(size_t n, const char *const *paths, cons
         for (size_t i = 0; i < n; i++)
                 src[i] = (struct zsw_config_source) { paths[i], texts[i], strlen(texts[i]) };
         n_messages = 0;
-        ASSERT_OK(zsw_config_load_sources(NULL, src, n, &test_log, &c));
+        ASSERT_OK(config_load_sources(NULL, src, n, &test_log, &c));
         return c;
 }
 
@@ -654,7 +654,7 @@ TEST(match_precedence_and_kinds) {
                 "[Match]\nExecutable=java node\n",
                 "[Match]\nUnit=user@1000.service\n",
         };
-        _cleanup_(zsw_config_freep) struct zsw_config *c = load_policies(7, paths, texts);
+        _cleanup_(config_freep) struct zsw_config *c = load_policies(7, paths, texts);
         static const char user[] = "/user.slice/user-1000.slice/user@1000.service/app.slice/";
 
         ASSERT_STREQ(match_name(c, "/system.slice/nginx.service", "/usr/sbin/nginx"), "20-nginx");
@@ -670,7 +670,7 @@ TEST(match_precedence_and_kinds) {
                      "60-user");
         /* A disabled policy is a match too: it excludes. */
         ASSERT_STREQ(match_name(c, "/system.slice/nginx.service", "/usr/bin/secret-agent"), "00-off");
-        ASSERT_FALSE(zsw_config_match(c, "/", "secret-agent")->enabled);
+        ASSERT_FALSE(config_match(c, "/", "secret-agent")->enabled);
         /* CgroupPath: the group and below, one glob per component. */
         ASSERT_STREQ(match_name(c, "/system.slice/build-42.service/jobs", NULL), "30-tree");
         ASSERT_STREQ(match_name(c, "/system.slice/build-42.service/jobs/cc1", NULL), "30-tree");
@@ -696,7 +696,7 @@ TEST(match_precedence_and_kinds) {
 TEST(match_cgroup_root) {
         static const char *const paths[] = { "p/all.conf" };
         static const char *const texts[] = { "[Match]\nCgroupPath=/\n" };
-        _cleanup_(zsw_config_freep) struct zsw_config *c = load_policies(1, paths, texts);
+        _cleanup_(config_freep) struct zsw_config *c = load_policies(1, paths, texts);
 
         ASSERT_STREQ(match_name(c, "/", NULL), "all");
         ASSERT_STREQ(match_name(c, "/a/b", NULL), "all");
@@ -708,7 +708,7 @@ TEST(match_cgroup_root) {
 static void assert_cgroup(const char *text, const char *expected) {
         _cleanup_free_ char *path = NULL;
 
-        ASSERT_OK(zsw_proc_cgroup_parse(text, strlen(text), &path));
+        ASSERT_OK(proc_cgroup_parse(text, strlen(text), &path));
         ASSERT_STREQ(path, expected);
 }
 
@@ -726,12 +726,12 @@ TEST(proc_cgroup_parse) {
         assert_cgroup("1:cpu,name=systemd:/a.slice\n", "/a.slice");
         assert_cgroup("4:memory:/x\n0::/\n", "/");
         assert_cgroup("0::/with:colon.service", "/with:colon.service");
-        ASSERT_ERRNO(zsw_proc_cgroup_parse("4:memory:/x\n", 12, &path), ENODATA);
-        ASSERT_ERRNO(zsw_proc_cgroup_parse("", 0, &path), ENODATA);
-        ASSERT_ERRNO(zsw_proc_cgroup_parse("0:/x\n", 5, &path), EBADMSG);
-        ASSERT_ERRNO(zsw_proc_cgroup_parse("x::/x\n", 6, &path), EBADMSG);
-        ASSERT_ERRNO(zsw_proc_cgroup_parse("0::x\n", 5, &path), EBADMSG);
-        ASSERT_ERRNO(zsw_proc_cgroup_parse("0::/a\0b\n", 8, &path), EBADMSG);
+        ASSERT_ERRNO(proc_cgroup_parse("4:memory:/x\n", 12, &path), ENODATA);
+        ASSERT_ERRNO(proc_cgroup_parse("", 0, &path), ENODATA);
+        ASSERT_ERRNO(proc_cgroup_parse("0:/x\n", 5, &path), EBADMSG);
+        ASSERT_ERRNO(proc_cgroup_parse("x::/x\n", 6, &path), EBADMSG);
+        ASSERT_ERRNO(proc_cgroup_parse("0::x\n", 5, &path), EBADMSG);
+        ASSERT_ERRNO(proc_cgroup_parse("0::/a\0b\n", 8, &path), EBADMSG);
         ASSERT_TRUE(path == (char *) 0x1);
 }
 
@@ -741,13 +741,13 @@ TEST(proc_cgroup_read) {
         _cleanup_close_ int self = open("/proc/self", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         _cleanup_free_ char *path = NULL, *real = NULL;
 
-        ASSERT_ERRNO(zsw_proc_cgroup_read(fd, &path), ENOENT);
+        ASSERT_ERRNO(proc_cgroup_read(fd, &path), ENOENT);
         write_file(fd, "cgroup", "1:name=systemd:/system.slice/x.service\n0::/\n");
-        ASSERT_OK(zsw_proc_cgroup_read(fd, &path));
+        ASSERT_OK(proc_cgroup_read(fd, &path));
         ASSERT_STREQ(path, "/system.slice/x.service");
         /* The real file of this process parses, whatever the layout here. */
         ASSERT_GE(self, 0);
-        ASSERT_OK(zsw_proc_cgroup_read(self, &real));
+        ASSERT_OK(proc_cgroup_read(self, &real));
         ASSERT_TRUE(real[0] == '/');
         remove_fixture(dir);
 }
@@ -774,15 +774,15 @@ TEST(dump_parses_back_to_the_same) {
                 "[Match]\nUnit=a.service \"b*.scope\"\nExecutable=\"/opt/my app/x\" y\n"
                 "[Policy]\nMemoryBudget=1536M\nMinColdAge=90s\nMaxReclaimRate=1000/s\n"
                 "RefaultLimit=50/s\nPoolLimit=7.5%\n";
-        _cleanup_(zsw_config_freep) struct zsw_config *c = NULL, *c2 = NULL;
+        _cleanup_(config_freep) struct zsw_config *c = NULL, *c2 = NULL;
         _cleanup_free_ char *g1 = NULL, *p1 = NULL, *g2 = NULL, *p2 = NULL, *all = NULL;
 
         ASSERT_OK(load(global, policy, &c));
-        g1 = dump_to_string((int (*)(const void *, FILE *)) zsw_config_dump_global, c);
-        p1 = dump_to_string((int (*)(const void *, FILE *)) zsw_policy_dump, &c->policies[0]);
+        g1 = dump_to_string((int (*)(const void *, FILE *)) config_dump_global, c);
+        p1 = dump_to_string((int (*)(const void *, FILE *)) policy_dump, &c->policies[0]);
         ASSERT_OK(load(g1, p1, &c2));
-        g2 = dump_to_string((int (*)(const void *, FILE *)) zsw_config_dump_global, c2);
-        p2 = dump_to_string((int (*)(const void *, FILE *)) zsw_policy_dump, &c2->policies[0]);
+        g2 = dump_to_string((int (*)(const void *, FILE *)) config_dump_global, c2);
+        p2 = dump_to_string((int (*)(const void *, FILE *)) policy_dump, &c2->policies[0]);
         ASSERT_STREQ(g1, g2);
         ASSERT_STREQ(p1, p2);
         ASSERT_TRUE(strstr(g1, "Limit=12.5%\n"));
@@ -794,7 +794,7 @@ TEST(dump_parses_back_to_the_same) {
         ASSERT_TRUE(strstr(p1, "MaxReclaimRate=1000/s\n"));
         ASSERT_TRUE(strstr(p1, "RefaultLimit=50/s\n"));
         ASSERT_TRUE(strstr(p1, "CompressionLevel=11\n"));
-        all = dump_to_string((int (*)(const void *, FILE *)) zsw_config_dump, c);
+        all = dump_to_string((int (*)(const void *, FILE *)) config_dump, c);
         ASSERT_TRUE(strstr(all, "# Policy test (" POLICY_PATH ")\n[Match]\n"));
 }
 
@@ -802,10 +802,10 @@ TEST(limit_resolve) {
         struct zsw_limit none = { ZSW_LIMIT_NONE, 0 }, abs = { ZSW_LIMIT_ABSOLUTE, 4096 },
                          rel = { ZSW_LIMIT_RELATIVE, 2500 };
 
-        ASSERT_EQ_U(zsw_limit_resolve(&none, 100), UINT64_MAX);
-        ASSERT_EQ_U(zsw_limit_resolve(&abs, 100), 4096);
-        ASSERT_EQ_U(zsw_limit_resolve(&rel, 1000), 250);
-        ASSERT_EQ_U(zsw_limit_resolve(&rel, UINT64_MAX), UINT64_MAX / 4);
+        ASSERT_EQ_U(limit_resolve(&none, 100), UINT64_MAX);
+        ASSERT_EQ_U(limit_resolve(&abs, 100), 4096);
+        ASSERT_EQ_U(limit_resolve(&rel, 1000), 250);
+        ASSERT_EQ_U(limit_resolve(&rel, UINT64_MAX), UINT64_MAX / 4);
         ASSERT_STREQ(zsw_compressor_to_string(ZSW_COMPRESSOR_ZSTD), "zstd");
         ASSERT_TRUE(zsw_compressor_to_string(ZSW_COMPRESSOR_INHERIT) == NULL);
 }
@@ -816,7 +816,7 @@ TEST(limit_resolve) {
 TEST(examples_load) {
         char dir[4096], *slash;
         _cleanup_close_ int fd = -EBADF;
-        _cleanup_(zsw_config_freep) struct zsw_config *c = NULL;
+        _cleanup_(config_freep) struct zsw_config *c = NULL;
         struct zsw_config_source src[2];
         static const char *const names[] = { "browser.conf", "build-service.conf" };
         char *texts[2] = {};
@@ -840,7 +840,7 @@ TEST(examples_load) {
                 src[i] = (struct zsw_config_source) { names[i], texts[i], (size_t) n };
         }
         n_messages = 0;
-        if (zsw_config_load_sources(NULL, src, 2, &test_log, &c) < 0) {
+        if (config_load_sources(NULL, src, 2, &test_log, &c) < 0) {
                 dump_messages();
                 TEST_FAIL("examples do not load");
         }

@@ -1265,9 +1265,9 @@ TEST(pressure_makes_the_policy_back_off) {
         target_start(&t);
         target_cgroup = NULL;
         /* Room for 8 MiB of page cache beside the target: the file is 16
-         * times that. (16 MiB of room left too little pressure in 3 of
-         * about 15 runs in session 10: the group's usage also shrinks as
-         * the policy takes the target's pages, which widens the room.) */
+         * times that. (16 MiB of room can leave too little pressure: the
+         * group's usage also shrinks as the policy takes the target's
+         * pages, which widens the room.) */
         test_cgroup_limit_to_usage(g, 8u << 20);
         daemon_start_config(&d, c.dir);
         (void) wait_evicted(d.sock, t.pid, 1);

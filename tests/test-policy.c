@@ -109,7 +109,7 @@ static struct zsw_config *config_of(const char *const *texts, const char *const 
 
         for (size_t i = 0; i < n; i++)
                 src[i] = (struct zsw_config_source) { names[i], texts[i], strlen(texts[i]) };
-        ASSERT_OK(zsw_config_load_sources(NULL, src, n, log_get(), &c));
+        ASSERT_OK(config_load_sources(NULL, src, n, log_get(), &c));
         return c;
 }
 

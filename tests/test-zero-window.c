@@ -346,9 +346,9 @@ static void first_touch_next_to_evicted(unsigned w) {
         struct zsw_reclaim_result res;
         struct zsw_target_stats s0, s1, s2;
 
-        /* No read of the fresh pages before: a read fault of the kernel's
-         * own maps no zero page on this VM (pvm_no_zero_page=1), it
-         * allocates; UFFDIO_ZEROPAGE does map the zero page. */
+        /* No read of the fresh pages before: on some guests
+         * (pvm_no_zero_page=1) a read fault of the kernel's own maps no
+         * zero page, it allocates; UFFDIO_ZEROPAGE does map the zero page. */
         ASSERT_OK(zsw_engine_attach(e, ch.pid, &err));
         if (zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err) < 0)
                 TEST_FAIL("reclaim: %s", err.message);
@@ -416,7 +416,7 @@ TEST(first_touch_next_to_evicted_window_max) {
 
 /* A stream writing fresh memory gets real zeroed pages for its windows
  * after the first: without them every page it writes would take a
- * copy-on-write fault of the zero page (180-250 us each on these VMs). */
+ * copy-on-write fault of the zero page, dear under a hypervisor. */
 TEST(write_stream_fills_real_pages) {
         struct test_child ch = child_start();
         struct zsw_engine *e = engine_start(64);

@@ -32,8 +32,8 @@ static char *dump(const struct zsw_config *c, size_t policy) {
 
         if (!f)
                 abort();
-        if ((policy == SIZE_MAX ? zsw_config_dump_global(c, f)
-                                : zsw_policy_dump(&c->policies[policy], f)) < 0)
+        if ((policy == SIZE_MAX ? config_dump_global(c, f)
+                                : policy_dump(&c->policies[policy], f)) < 0)
                 abort();
         fclose(f);
         return buf;
@@ -50,7 +50,7 @@ static void round_trip(const struct zsw_config *c) {
                 p.text = p1;
                 p.size = strlen(p1);
         }
-        if (zsw_config_load_sources(&g, p1 ? &p : NULL, p1 ? 1 : 0, &log_all, &c2) < 0) {
+        if (config_load_sources(&g, p1 ? &p : NULL, p1 ? 1 : 0, &log_all, &c2) < 0) {
                 fprintf(stderr, "dump does not parse back:\n%s\n%s\n", g1, p1 ?: "");
                 abort();
         }
@@ -64,7 +64,7 @@ static void round_trip(const struct zsw_config *c) {
         free(g2);
         free(p1);
         free(p2);
-        zsw_config_free(c2);
+        config_free(c2);
 }
 
 static void match_some(const struct zsw_config *c) {
@@ -77,7 +77,7 @@ static void match_some(const struct zsw_config *c) {
 
         for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++)
                 for (size_t j = 0; j < sizeof(exes) / sizeof(exes[0]); j++)
-                        zsw_config_match(c, groups[i], exes[j]);
+                        config_match(c, groups[i], exes[j]);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -94,20 +94,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         switch (data[0] % 4) {
         case 0:
                 g.text = text, g.size = n;
-                r = zsw_config_load_sources(&g, NULL, 0, &log_all, &c);
+                r = config_load_sources(&g, NULL, 0, &log_all, &c);
                 break;
         case 1:
                 p.text = text, p.size = n;
-                r = zsw_config_load_sources(NULL, &p, 1, &log_all, &c);
+                r = config_load_sources(NULL, &p, 1, &log_all, &c);
                 break;
         case 2:
                 nul = memchr(text, '\0', n);
                 g.text = text, g.size = nul ? (size_t) (nul - text) : n;
                 p.text = nul ? nul + 1 : "", p.size = nul ? n - g.size - 1 : 0;
-                r = zsw_config_load_sources(&g, &p, 1, &log_all, &c);
+                r = config_load_sources(&g, &p, 1, &log_all, &c);
                 break;
         case 3:
-                if (zsw_proc_cgroup_parse(text, n, &path) >= 0 && path[0] != '/')
+                if (proc_cgroup_parse(text, n, &path) >= 0 && path[0] != '/')
                         abort();
                 free(path);
                 return 0;
@@ -115,7 +115,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (r >= 0) {
                 round_trip(c);
                 match_some(c);
-                zsw_config_free(c);
+                config_free(c);
         } else if (c)
                 abort(); /* a failed load hands nothing out */
         return 0;

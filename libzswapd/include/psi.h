@@ -24,7 +24,7 @@
 #define ZSW_PSI_WINDOW_MIN_USEC UINT64_C(500000)
 #define ZSW_PSI_WINDOW_MAX_USEC UINT64_C(10000000)
 /* Without CAP_SYS_RESOURCE the window must be a multiple of this (even for
- * root: the development machines' sandbox drops that capability). */
+ * root: containers often drop that capability). */
 #define ZSW_PSI_WINDOW_UNPRIV_USEC UINT64_C(2000000)
 
 struct zsw_psi_line {

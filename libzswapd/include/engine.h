@@ -149,8 +149,8 @@ int zsw_engine_reclaim_cold(struct zsw_engine *engine, pid_t pid,
  * (after re-reading smaps, to register new mappings), ages the ones still
  * write-protected since the last scan, and write-protects the others
  * again: its cost is a walk of the target's page tables plus one
- * userfaultfd write-protect fault (20-200 us here, served by a
- * fault thread) on the first write to each page after it was protected;
+ * userfaultfd write-protect fault (a round trip to a fault thread;
+ * docs/performance.md) on the first write to each page after it was protected;
  * a page found written twice in a row is protected only every fourth
  * scan. -ENOENT if not attached. */
 int zsw_engine_age_scan(struct zsw_engine *engine, pid_t pid, struct zsw_engine_error *err);
@@ -248,8 +248,8 @@ struct zsw_engine_stats {
 
 /* While on, first touches of the target (pages zswapd never took) are
  * filled one page per fault of ours, without the zero-fill window: a
- * process filling fresh memory slows down (to ~50 MiB/s on the
- * development VMs, a round trip per page) so that reclaim can keep up,
+ * process filling fresh memory slows down (a round trip per page) so
+ * that reclaim can keep up,
  * as the kernel's allocations wait for reclaim over a memory limit. For
  * a group over its memory budget. -ENOENT if pid is not attached. */
 int zsw_engine_set_throttle(struct zsw_engine *engine, pid_t pid, bool on);

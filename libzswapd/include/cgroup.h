@@ -6,7 +6,7 @@
  *
  *  - pure cgroup v2 (real workstations): one hierarchy, usually at
  *    /sys/fs/cgroup, where memory.current and memory.pressure live together;
- *  - hybrid (the development machines): the v1 memory controller at
+ *  - hybrid (older distributions, some containers): the v1 memory controller at
  *    /sys/fs/cgroup/memory holds limits and memory.usage_in_bytes, the
  *    name=systemd hierarchy names units, and a controller-less v2 hierarchy
  *    at /sys/fs/cgroup/unified still has a memory.pressure in every group.

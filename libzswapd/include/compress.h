@@ -18,7 +18,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "pool.h"
 #include "util.h"
 
 enum zsw_compressor {
