@@ -14,6 +14,13 @@ struct policy_target {
         pid_t pid;
         uint64_t refaults_prev; /* faults on pages the engine had taken */
         uint64_t evicted_prev;
+
+        /* Why discovery attached it, for `zswapctl targets`: the names of
+         * its executable then, and the pattern of each [Match] key of its
+         * policy that matched (copies: a reload frees the config's). */
+        struct zsw_proc_exe exe;
+        char *match_unit, *match_cgroup_path, *match_executable;
+        enum zsw_exe_form match_form;
 };
 
 /* The processes of one policy in one cgroup: the unit of control. */
@@ -81,6 +88,11 @@ struct policy_manager {
         uint64_t global_events;
         unsigned ticks;
 };
+
+/* Writes why a target matched, e.g. "Unit=a.service Executable=redis-server
+ * (argv0-name)", from the pattern of each key (NULL: not set), or "-". */
+void policy_match_format(char *buf, size_t size, const char *unit, const char *cgroup_path,
+                         const char *executable, enum zsw_exe_form form);
 
 static inline char *strjoin2(const char *a, const char *b) {
         char *s = malloc(strlen(a) + strlen(b) + 1);

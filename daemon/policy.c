@@ -31,11 +31,26 @@ static uint64_t now_usec(void) {
 
 /* ---- groups ----------------------------------------------------------------- */
 
+static void target_done(struct policy_target *t) {
+        zsw_proc_exe_done(&t->exe);
+        free(t->match_unit);
+        free(t->match_cgroup_path);
+        free(t->match_executable);
+}
+
+/* Forgets the group's I-th target; the last one takes its place. */
+static void group_drop_target(struct policy_group *g, size_t i) {
+        target_done(&g->pids[i]);
+        g->pids[i] = g->pids[--g->n_pids];
+}
+
 static struct policy_group *group_free(struct policy_group *g) {
         if (!g)
                 return NULL;
         if (g->reclaiming)
                 reclaim_request_orphan(g->reclaiming);
+        while (g->n_pids > 0)
+                group_drop_target(g, 0);
         safe_close(g->trigger_fd);
         safe_close(g->psi_dir_fd);
         safe_close(g->memory_fd);
@@ -177,14 +192,35 @@ static int group_new(struct policy_manager *m, const struct zsw_policy *p, const
         return 0;
 }
 
-static int group_add_pid(struct policy_group *g, pid_t pid) {
-        struct policy_target *t;
+static char *strdup_or_null(const char *s, bool *oom) {
+        char *d = s ? strdup(s) : NULL;
 
-        t = realloc(g->pids, (g->n_pids + 1) * sizeof(*t));
-        if (!t)
+        if (s && !d)
+                *oom = true;
+        return d;
+}
+
+/* Adds PID, matched as MATCH says, taking over the names in *EXE. */
+static int group_add_pid(struct policy_group *g, pid_t pid, struct zsw_proc_exe *exe,
+                         const struct zsw_match *match) {
+        struct policy_target *t, n = {
+                .pid = pid,
+                .match_form = match->executable_form,
+        };
+        bool oom = false;
+
+        n.match_unit = strdup_or_null(match->unit, &oom);
+        n.match_cgroup_path = strdup_or_null(match->cgroup_path, &oom);
+        n.match_executable = strdup_or_null(match->executable, &oom);
+        t = oom ? NULL : realloc(g->pids, (g->n_pids + 1) * sizeof(*t));
+        if (!t) {
+                target_done(&n);
                 return -ENOMEM;
+        }
+        n.exe = *exe;
+        *exe = (struct zsw_proc_exe) {};
         g->pids = t;
-        g->pids[g->n_pids++] = (struct policy_target) { .pid = pid };
+        g->pids[g->n_pids++] = n;
         return 0;
 }
 
@@ -204,7 +240,8 @@ static void group_detach_all(struct policy_manager *m, struct policy_group *g, c
                         log_info("Detached from %d: policy %s %s.", g->pids[i].pid,
                                  g->policy_name, why);
         }
-        g->n_pids = 0;
+        while (g->n_pids > 0)
+                group_drop_target(g, 0);
 }
 
 static void group_remove(struct policy_manager *m, size_t i) {
@@ -252,32 +289,6 @@ int policy_process_eligible(int pid_dir_fd, pid_t pid) {
         return 1;
 }
 
-int policy_process_executable(int pid_dir_fd, char **ret) {
-        char buf[4096];
-        ssize_t n;
-        char *s;
-
-        n = readlinkat(pid_dir_fd, "exe", buf, sizeof(buf) - 1);
-        if (n < 0) {
-                int fd = openat(pid_dir_fd, "comm", O_RDONLY | O_CLOEXEC);
-
-                if (fd < 0)
-                        return -errno;
-                n = read(fd, buf, sizeof(buf) - 1);
-                safe_close(fd);
-                if (n <= 0)
-                        return n == 0 ? -ENODATA : -errno;
-                if (buf[n - 1] == '\n')
-                        n--;
-        }
-        buf[n] = 0;
-        s = strdup(buf);
-        if (!s)
-                return -ENOMEM;
-        *ret = s;
-        return 0;
-}
-
 static bool pid_listed(const pid_t *l, size_t n, pid_t pid) {
         for (size_t i = 0; i < n; i++)
                 if (l[i] == pid)
@@ -309,8 +320,7 @@ void policy_manager_forget(struct policy_manager *m, pid_t pid) {
                         if (m->groups[i]->pids[k].pid == pid) {
                                 log_info("Policy %s lets go of %d, detached by hand.",
                                          m->groups[i]->policy_name, pid);
-                                m->groups[i]->pids[k] =
-                                        m->groups[i]->pids[--m->groups[i]->n_pids];
+                                group_drop_target(m->groups[i], k);
                                 ignore_pid(m, pid);
                                 return;
                         }
@@ -338,12 +348,17 @@ static void policy_target_config(struct policy_manager *m, const struct zsw_poli
         };
 }
 
-/* Attaches to PID for policy P in its group; 1 attached, 0 not. */
+/* Attaches to PID for policy P in its group; 1 attached, 0 not. Takes
+ * over the names in *EXE when it attaches. */
 static int scan_attach(struct policy_manager *m, const struct zsw_policy *p, pid_t pid,
-                       const char *cgroup, const struct zsw_proc_cgroups *cg, const char *exe) {
+                       const char *cgroup, const struct zsw_proc_cgroups *cg,
+                       struct zsw_proc_exe *exe, const struct zsw_match *match) {
+        const char *name = exe->path ?: exe->comm ?: "?";
         struct zsw_engine_error err = {};
         struct zsw_target_config tc;
         struct policy_group *g;
+        char why[512];
+        bool started;
         int r;
         LOG_FIELDS(.target_pid = pid, .policy = p->name, .cgroup = cgroup);
 
@@ -352,35 +367,41 @@ static int scan_attach(struct policy_manager *m, const struct zsw_policy *p, pid
         if (r == -EALREADY) {
                 log_debug("Process %d (%s) matches policy %s but is attached already (by "
                           "hand, or followed through a fork); leaving it as it is.",
-                          pid, exe, p->name);
+                          pid, name, p->name);
                 ignore_pid(m, pid);
                 return 0;
         }
         if (r < 0) {
                 log_debug_errno(r, "Process %d (%s) matches policy %s, cannot attach: %s", pid,
-                                exe, p->name, err.message[0] ? err.message : "%m");
+                                name, p->name, err.message[0] ? err.message : "%m");
                 ignore_pid(m, pid);
                 return 0;
         }
+        policy_match_format(why, sizeof(why), match->unit, match->cgroup_path,
+                            match->executable, match->executable_form);
+        started = exe->argv0 && (!exe->path || strcmp(exe->argv0, exe->path) != 0);
+        log_info("Attached to %d (%s%s%s; cgroup %s): policy %s, by %s.", pid, name,
+                 started ? ", started as " : "", started ? exe->argv0 : "", cgroup, p->name, why);
         g = group_find(m, p->name, cgroup);
         if (!g && group_new(m, p, cgroup, cg, &g) < 0) {
                 (void) zsw_engine_detach(m->engine, pid, NULL);
                 return log_oom();
         }
-        if (group_add_pid(g, pid) < 0) {
+        if (group_add_pid(g, pid, exe, match) < 0) {
                 (void) zsw_engine_detach(m->engine, pid, NULL);
                 return log_oom();
         }
-        log_info("Attached to %d (%s in %s): policy %s.", pid, exe, cgroup, p->name);
         return 1;
 }
 
 /* Looks at one /proc entry: matches it and attaches when it should. */
 static int scan_one(struct policy_manager *m, int proc_fd, pid_t pid) {
+        _cleanup_(zsw_proc_exe_done) struct zsw_proc_exe exe = {};
         struct zsw_proc_cgroups cg = {};
-        _cleanup_free_ char *unit_path = NULL, *exe = NULL;
+        _cleanup_free_ char *unit_path = NULL;
         _cleanup_close_ int fd = -EBADF;
         const struct zsw_policy *p;
+        struct zsw_match match;
         char name[16];
         int r;
 
@@ -392,14 +413,14 @@ static int scan_one(struct policy_manager *m, int proc_fd, pid_t pid) {
                 return 0;
         if (zsw_proc_cgroup_read(fd, &unit_path) < 0)
                 unit_path = NULL;
-        if (policy_process_executable(fd, &exe) < 0)
+        if (zsw_proc_exe_read(fd, &exe) < 0)
                 return 0;
-        p = zsw_config_match(m->config, unit_path, exe);
+        p = zsw_config_match(m->config, unit_path, &exe, &match);
         if (!p || !p->enabled)
                 return 0;
         if (zsw_proc_cgroups_read(fd, &cg) < 0)
                 return 0;
-        r = scan_attach(m, p, pid, unit_path ?: "/", &cg, exe);
+        r = scan_attach(m, p, pid, unit_path ?: "/", &cg, &exe, &match);
         zsw_proc_cgroups_done(&cg);
         return r;
 }
@@ -467,7 +488,7 @@ static uint64_t group_collect(struct policy_manager *m, struct policy_group *g,
 
                 if (zsw_engine_get_target_stats(m->engine, t->pid, &s) < 0) {
                         log_debug("Target %d of policy %s is gone.", t->pid, g->policy_name);
-                        *t = g->pids[--g->n_pids];
+                        group_drop_target(g, i);
                         continue;
                 }
                 /* Pages the engine took that came back; first touches of

@@ -1073,6 +1073,7 @@ TEST(config_errors_refuse_start) {
  * the target back and reclaim stops. */
 TEST(policy_attach_reclaim_reload) {
         _cleanup_free_ char *out = NULL, *err = NULL;
+        char why[256];
         struct test_cgroup *g;
         struct confdir c;
         struct daemon d;
@@ -1101,6 +1102,17 @@ TEST(policy_attach_reclaim_reload) {
         free(TAKE_PTR(out));
         out = ctl_ok(d.sock, CTL_ARGS(d.sock, "status"));
         ASSERT_TRUE(strstr(out, "50-test") && strstr(out, "POLICY") && strstr(out, "PID"));
+        free(TAKE_PTR(out));
+        /* Why the policy took it: the key and its pattern. */
+        snprintf(why, sizeof(why), "\"match\":[{\"key\":\"CgroupPath\",\"pattern\":\"%s\"}]",
+                 g->name);
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "targets", "--json"));
+        if (!strstr(targets_entry(out, t.pid), why))
+                TEST_FAIL("no %s in %s", why, out);
+        free(TAKE_PTR(out));
+        snprintf(why, sizeof(why), "CgroupPath=%s", g->name);
+        out = ctl_ok(d.sock, CTL_ARGS(d.sock, "targets"));
+        ASSERT_TRUE(strstr(out, "MATCH") && strstr(out, why));
         free(TAKE_PTR(out));
         out = ctl_ok(d.sock, CTL_ARGS(d.sock, "top", "-n", "2", "-d", "0.1"));
         ASSERT_TRUE(strstr(out, "50-test") && strstr(strstr(out, "50-test") + 1, "zswapd:"));
