@@ -23,6 +23,7 @@ static unsigned threshold_pm(const struct zsw_pressure *p) {
 }
 
 static void group_json(struct json *j, const struct policy_group *g) {
+        struct policy_step_limits l = policy_group_limits(g);
         char file[512];
 
         snprintf(file, sizeof(file), "%s/%s", g->psi_path ?: "", g->psi_name ?: "");
@@ -39,8 +40,9 @@ static void group_json(struct json *j, const struct policy_group *g) {
                 json_bool(j, "throttled", g->throttled);
                 json_u64(j, "throttle_checks", g->throttle_checks);
         }
-        json_u64(j, "step_bytes", g->step_bytes);
-        json_u64(j, "pause_periods", g->pause_periods);
+        json_u64(j, "step_bytes", g->step.step_bytes);
+        json_u64(j, "step_max_bytes", policy_step_max(&l, g->usage_bytes));
+        json_u64(j, "pause_periods", g->step.pause_periods);
         json_u64(j, "refaults_last", g->refaults_last);
         json_u64(j, "refault_limit_last", g->refault_limit_last == UINT64_MAX ? 0 :
                                                                                   g->refault_limit_last);

@@ -169,7 +169,7 @@ static int group_new(struct policy_manager *m, const struct zsw_policy *p, const
                 group_free(g);
                 return -ENOMEM;
         }
-        g->backoff_pause = 1;
+        policy_step_init(&g->step);
         g->decision = "new";
         group_open_files(m, g, cg);
         if (g->psi_dir_fd >= 0) {
@@ -471,9 +471,6 @@ int policy_manager_scan(struct policy_manager *m) {
 
 /* ---- control -------------------------------------------------------------------- */
 
-#define STEP_MIN_BYTES (256u * 1024u)
-#define PAUSE_MAX_PERIODS 16u
-
 /* Sums the engine's view of the group's targets and forgets the ones the
  * engine reaped (exit, exec). Returns resident bytes; refaults and evicted
  * pages of this period through the pointers. */
@@ -522,17 +519,21 @@ static uint64_t refault_limit(const struct policy_group *g, uint64_t elapsed_use
         }
 }
 
-static void group_backoff(struct policy_group *g, const char *why) {
-        g->step_bytes = MAX(g->step_bytes / 2, (uint64_t) STEP_MIN_BYTES);
-        g->pause_periods = g->backoff_pause;
-        g->backoff_pause = MIN(g->backoff_pause * 2, PAUSE_MAX_PERIODS);
+static void group_backed_off(struct policy_group *g, const char *why) {
         g->backoffs++;
         g->decision = why;
         log_debug("Policy %s, group %s: backing off (%s): step %" PRIu64 " KiB, pausing %u "
                   "periods; stall %u.%02u%%, refaults %" PRIu64 " (limit %" PRIu64 ").",
-                  g->policy_name, g->cgroup, why, g->step_bytes / 1024, g->pause_periods,
-                  g->pressure_pm / 100, g->pressure_pm % 100, g->refaults_last,
-                  g->refault_limit_last);
+                  g->policy_name, g->cgroup, why, g->step.step_bytes / 1024,
+                  g->step.pause_periods, g->pressure_pm / 100, g->pressure_pm % 100,
+                  g->refaults_last, g->refault_limit_last);
+}
+
+static void group_backoff(struct policy_group *g, const char *why) {
+        struct policy_step_limits l = policy_group_limits(g);
+
+        policy_step_backoff(&g->step, &l);
+        group_backed_off(g, why);
 }
 
 /* The group's targets in the order a reclaim tries them; returns how many
@@ -548,25 +549,18 @@ static size_t group_reclaim_order(struct policy_group *g, pid_t *pids) {
         return n;
 }
 
-/* MaxReclaimRate as a token bucket: the rate's share of the time since the
- * last call is added (at most a second's worth is kept, so a calm spell
- * does not build up a burst) and what was reclaimed is taken off; the next
- * reclaim, a period's step or a budget check, may take what is left.
- * UINT64_MAX without a cap. */
+/* The rate credit now (policy_step_credit()). */
 static uint64_t group_rate_credit(struct policy_group *g, uint64_t now) {
-        uint64_t rate = g->policy->max_reclaim_rate, add;
+        struct policy_step_limits l = policy_group_limits(g);
 
-        if (rate == UINT64_MAX)
-                return UINT64_MAX;
-        add = (uint64_t) ((unsigned __int128) rate * (now - g->credit_usec) / ZSW_USEC_PER_SEC);
-        g->credit_usec = now;
-        g->rate_credit = MIN(g->rate_credit + add, MAX(rate, (uint64_t) getpagesize()));
-        return g->rate_credit;
+        return policy_step_credit(&g->step, &l, now);
 }
 
 /* What a reclaim of the group took: the listings and the debug log. */
 static void group_reclaimed(struct policy_group *g, uint64_t got) {
-        g->rate_credit -= MIN(got, g->rate_credit);
+        struct policy_step_limits l = policy_group_limits(g);
+
+        policy_step_reclaimed(&g->step, &l, g->reclaim_want, got);
         g->reclaimed_last = got;
         g->reclaimed_total += got;
         g->decision = got > 0 ? "reclaimed" : "nothing to reclaim";
@@ -578,30 +572,10 @@ static void group_reclaimed(struct policy_group *g, uint64_t got) {
  * between periods: a process can allocate hundreds of MiB within one
  * period, and a budget looked at once a period is exceeded by that much.
  * A check is one read of the group's usage; it reclaims only while the
- * group is above its low mark and not backing off, within MaxReclaimRate.
- * Groups whose usage cannot be read (no memory group) wait for the period.
- *
- * Marks, as kswapd's watermarks: reclaim starts once the group is above
- * budget - budget/BUDGET_LOW_SHARE, while it is still under its budget,
- * and goes down to budget - budget/BUDGET_TARGET_SHARE, so that a process
- * filling memory meets the throttle (over the budget itself) only when it
- * outruns reclaim, not at every reclaim's start. */
+ * group is above its low mark (policy_budget_low_mark()) and not backing
+ * off, within MaxReclaimRate. Groups whose usage cannot be read (no memory
+ * group) wait for the period. */
 #define BUDGET_CHECK_USEC (20 * 1000ull)
-#define BUDGET_LOW_SHARE 16
-#define BUDGET_TARGET_SHARE 8
-
-static uint64_t budget_low_mark(uint64_t budget) {
-        return budget - budget / BUDGET_LOW_SHARE;
-}
-
-/* What a reclaim that starts at usage should take: down to the target
- * mark, and at least a step's worth (not past half a tiny budget). */
-static uint64_t budget_want(uint64_t usage, uint64_t budget) {
-        uint64_t margin = MAX(budget / BUDGET_TARGET_SHARE, MIN((uint64_t) STEP_MIN_BYTES, budget / 2));
-        uint64_t target = budget - margin;
-
-        return usage > target ? usage - target : 0;
-}
 
 static void group_check_budget(struct policy_manager *m, struct policy_group *g);
 
@@ -702,7 +676,9 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
         const struct zsw_policy *p = g->policy;
         uint64_t now = now_usec(), elapsed = now - g->time_prev, refaults, evicted, resident;
         uint64_t threshold = p->pressure.stall_usec * ZSW_PERMYRIAD_MAX / p->pressure.window_usec;
-        uint64_t cap, want;
+        struct policy_step_limits l = policy_group_limits(g);
+        struct policy_period period;
+        uint64_t want;
         LOG_FIELDS(.policy = g->policy_name, .cgroup = g->cgroup);
 
         g->time_prev = now;
@@ -728,59 +704,36 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
                 g->trigger_fired = false;
                 return;
         }
-        if (global_fired || g->pressure_pm >= threshold || refaults > g->refault_limit_last) {
-                group_backoff(g, global_fired ? "system pressure" :
-                                 g->pressure_pm >= threshold ? "pressure" : "refaults");
+        period = (struct policy_period) {
+                .now_usec = now,
+                .usage_bytes = g->usage_bytes,
+                .budget_bytes = g->budget_bytes,
+                .backoff = global_fired ? "system pressure" :
+                           g->pressure_pm >= threshold ? "pressure" :
+                           refaults > g->refault_limit_last ? "refaults" : NULL,
+                .reclaiming = g->reclaiming != NULL,
+        };
+        want = policy_step_period(&g->step, &l, &period, &g->decision);
+        if (period.backoff) {
+                group_backed_off(g, period.backoff);
                 return;
         }
-        if (g->pause_periods > 0) {
-                g->pause_periods--;
-                g->decision = "paused";
-                log_debug("Policy %s, group %s: paused, %u periods left.", g->policy_name,
-                          g->cgroup, g->pause_periods);
+        if (want == 0) {
+                log_debug("Policy %s, group %s: %s (%u periods of pause left, usage %" PRIu64
+                          " KiB, budget %" PRIu64 " KiB).", g->policy_name, g->cgroup,
+                          g->decision, g->step.pause_periods, g->usage_bytes / 1024,
+                          group_has_budget(g) ? g->budget_bytes / 1024 : 0);
                 return;
         }
-        g->backoff_pause = MAX(g->backoff_pause / 2, 1u);
-        cap = group_rate_credit(g, now);
-        if (g->reclaiming) {
-                /* The last step is still running on the worker: one at a
-                 * time, so the rate cap holds. */
-                log_debug("Policy %s, group %s: the last reclaim is still running.",
-                          g->policy_name, g->cgroup);
-                return;
-        }
-
-        if (p->memory_budget.kind != ZSW_LIMIT_NONE) {
-                if (g->usage_bytes <= budget_low_mark(g->budget_bytes)) {
-                        g->decision = "at budget";
-                        log_debug("Policy %s, group %s: at budget (%" PRIu64 " KiB of %" PRIu64
-                                  " KiB).", g->policy_name, g->cgroup, g->usage_bytes / 1024,
-                                  g->budget_bytes / 1024);
-                        return;
-                }
-                want = MIN(budget_want(g->usage_bytes, g->budget_bytes), cap);
-        } else {
-                /* Probing: a small step that grows by a quarter each calm
-                 * period, as Senpai does, so the cold set is found without
-                 * a burst of refaults. */
-                if (g->step_bytes == 0)
-                        g->step_bytes = MAX(g->usage_bytes / 64, (uint64_t) STEP_MIN_BYTES);
-                else
-                        g->step_bytes += g->step_bytes / 4;
-                want = MIN(g->step_bytes, cap);
-        }
-        if (cap < (uint64_t) getpagesize()) {
-                g->decision = "rate limited";
-                return;
-        }
-        want = MAX(want, (uint64_t) getpagesize());
-        g->rate_cap_last = cap;
+        g->rate_cap_last = p->max_reclaim_rate == UINT64_MAX ? UINT64_MAX : g->step.rate_credit;
         log_debug("Policy %s, group %s: stall %u.%02u%% < %u.%02u%%, refaults %" PRIu64 " <= %" PRIu64
-                  ", usage %" PRIu64 " KiB: reclaiming %" PRIu64 " KiB (rate cap %" PRIu64 " KiB).",
+                  ", usage %" PRIu64 " KiB: reclaiming %" PRIu64 " KiB (step %" PRIu64 " KiB, "
+                  "rate cap %" PRIu64 " KiB).",
                   g->policy_name, g->cgroup, g->pressure_pm / 100, g->pressure_pm % 100,
                   (unsigned) threshold / 100, (unsigned) threshold % 100, refaults,
                   g->refault_limit_last, g->usage_bytes / 1024, want / 1024,
-                  cap == UINT64_MAX ? 0 : cap / 1024);
+                  g->step.step_bytes / 1024,
+                  g->rate_cap_last == UINT64_MAX ? 0 : g->rate_cap_last / 1024);
         group_reclaim(m, g, want);
 }
 
@@ -794,7 +747,7 @@ static void group_check_budget(struct policy_manager *m, struct policy_group *g)
                 return;
         budget = zsw_limit_resolve(&p->memory_budget, g->budget_base);
         group_throttle(m, g, usage > budget);
-        if (usage <= budget_low_mark(budget) || g->pause_periods > 0 || g->trigger_fired ||
+        if (usage <= policy_budget_low_mark(budget) || g->step.pause_periods > 0 || g->trigger_fired ||
             g->reclaiming)
                 return;
         cap = group_rate_credit(g, now_usec());
@@ -802,7 +755,7 @@ static void group_check_budget(struct policy_manager *m, struct policy_group *g)
                 return;
         /* Down to the target mark: each reclaim stops the targets a
          * moment, fewer and larger ones cost them less than one per check. */
-        want = budget_want(usage, budget);
+        want = policy_budget_want(usage, budget);
         log_debug("Policy %s, group %s: near or over budget (%" PRIu64 " KiB of %" PRIu64 " KiB): "
                   "reclaiming %" PRIu64 " KiB.", g->policy_name, g->cgroup,
                   usage / 1024, budget / 1024, MIN(want, cap) / 1024);
