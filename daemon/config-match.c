@@ -239,12 +239,34 @@ static int open_as_process(int pid_dir_fd, const char *path) {
         return fd < 0 ? -errno : fd;
 }
 
-/* The file a process runs, as its names are checked against it. */
+/* The file a process runs, as its names are checked against it, and the
+ * config whose patterns they are for (NULL: any). */
 struct exe_id {
         const struct stat *st; /* NULL if it cannot be stat()ed */
         const char *path;
         bool deleted;
+        const struct zsw_config *config;
 };
+
+/* Whether C has Executable= patterns at all. */
+static bool has_executables(const struct zsw_config *c) {
+        for (size_t i = 0; c && i < c->n_policies; i++)
+                if (c->policies[i].executables)
+                        return true;
+        return !c;
+}
+
+/* Whether a path whose file name is NAME could match an Executable=
+ * pattern of C (any, for C NULL): a name pattern, or the last component of
+ * a path pattern, matches NAME. Paths no pattern can match are not looked
+ * up: most processes match no Executable= at all. */
+static bool name_wanted(const struct zsw_config *c, const char *name) {
+        for (size_t i = 0; c && i < c->n_policies; i++)
+                for (char **e = c->policies[i].executables; e && *e; e++)
+                        if (fnmatch(file_name(*e), name, 0) == 0)
+                                return true;
+        return !c;
+}
 
 /* Whether FD is the process's executable: the same file, or for one that
  * was replaced since (an upgrade), a file now at its path. */
@@ -263,10 +285,13 @@ static bool is_executable(int fd, const struct exe_id *id) {
 /* The absolute path CANDIDATE names (a relative one from the process's
  * current directory), if it leads to the executable; NULL otherwise. */
 static char *started_as(int pid_dir_fd, const char *candidate, const struct exe_id *id) {
-        _cleanup_close_ int fd = open_as_process(pid_dir_fd, candidate);
+        _cleanup_close_ int fd = -EBADF;
         char cwd[CONF_PATH_MAX] = "";
         char *s;
 
+        if (!name_wanted(id->config, file_name(candidate)))
+                return NULL;
+        fd = open_as_process(pid_dir_fd, candidate);
         if (fd < 0 || !is_executable(fd, id))
                 return NULL;
         if (candidate[0] != '/' && readlink_at(pid_dir_fd, "cwd", cwd) < 0)
@@ -286,7 +311,7 @@ static char *path_search(int pid_dir_fd, const char *name, const struct exe_id *
         char *s = NULL;
         ssize_t n;
 
-        if (!env || strlen(name) > NAME_MAX)
+        if (!env || strlen(name) > NAME_MAX || !name_wanted(id->config, name))
                 return NULL;
         n = read_at(pid_dir_fd, "environ", env, ENVIRON_MAX);
         if (n <= 0)
@@ -340,13 +365,14 @@ static char *argv0_path(int pid_dir_fd, const struct exe_id *id) {
         return s;
 }
 
-int zsw_proc_exe_read(int pid_dir_fd, struct zsw_proc_exe *ret) {
+int zsw_proc_exe_read(int pid_dir_fd, const struct zsw_config *config,
+                      struct zsw_proc_exe *ret) {
         static const char deleted_suffix[] = " (deleted)";
         _cleanup_free_ char *path = NULL, *comm = NULL;
         char buf[CONF_PATH_MAX], *argv0;
         struct stat exe_st;
-        bool deleted = false, have_st;
-        ssize_t n;
+        bool deleted = false, have_st, names = has_executables(config);
+        ssize_t n = 0;
         int r;
 
         r = readlink_at(pid_dir_fd, "exe", buf);
@@ -358,7 +384,8 @@ int zsw_proc_exe_read(int pid_dir_fd, struct zsw_proc_exe *ret) {
                 if (!path)
                         return -ENOMEM;
         }
-        n = read_at(pid_dir_fd, "comm", buf, sizeof(buf) - 1);
+        if (names || !path)
+                n = read_at(pid_dir_fd, "comm", buf, sizeof(buf) - 1);
         if (n > 0) {
                 buf[n] = '\0';
                 buf[strcspn(buf, "\n")] = '\0';
@@ -367,10 +394,10 @@ int zsw_proc_exe_read(int pid_dir_fd, struct zsw_proc_exe *ret) {
                         return -ENOMEM;
         } else if (!path)
                 return r;
-        have_st = path && fstatat(pid_dir_fd, "exe", &exe_st, 0) == 0;
-        argv0 = path ? argv0_path(pid_dir_fd, &(struct exe_id) { have_st ? &exe_st : NULL, path,
-                                                                 deleted }) :
-                       NULL;
+        have_st = path && names && fstatat(pid_dir_fd, "exe", &exe_st, 0) == 0;
+        argv0 = path && names ? argv0_path(pid_dir_fd, &(struct exe_id) {
+                                                   have_st ? &exe_st : NULL, path, deleted, config }) :
+                                NULL;
         *ret = (struct zsw_proc_exe) {
                 .path = TAKE_PTR(path),
                 .argv0 = argv0,

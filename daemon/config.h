@@ -253,10 +253,16 @@ bool zsw_policy_matches(const struct zsw_policy *p, const char *cgroup_path,
  * has it), it leads to the file "exe" names, or, once that was replaced,
  * to a file at its path. A program that rewrote its command line as a
  * title ("/usr/bin/redis-server *:6379") is tried at each space as well.
- * Returns 0, or a negative errno when neither "exe" nor "comm" can be
- * read (-ENOENT, -ESRCH: the process is gone); *ret is then untouched.
+ * With CONFIG, only what its Executable= patterns could match is read:
+ * without any, neither comm (unless exe cannot be read) nor argv0; with
+ * some, argv0 only when its file name matches a name pattern or the last
+ * component of a path pattern (most processes are not looked up at all).
+ * CONFIG NULL reads everything. Returns 0, or a negative errno when
+ * neither "exe" nor "comm" can be read (-ENOENT, -ESRCH: the process is
+ * gone); *ret is then untouched.
  */
-int zsw_proc_exe_read(int pid_dir_fd, struct zsw_proc_exe *ret);
+int zsw_proc_exe_read(int pid_dir_fd, const struct zsw_config *config,
+                      struct zsw_proc_exe *ret);
 
 /* Frees the names; the struct may be reused. */
 void zsw_proc_exe_done(struct zsw_proc_exe *e);

@@ -413,10 +413,14 @@ static int scan_one(struct policy_manager *m, int proc_fd, pid_t pid) {
                 return 0;
         if (zsw_proc_cgroup_read(fd, &unit_path) < 0)
                 unit_path = NULL;
-        if (zsw_proc_exe_read(fd, &exe) < 0)
+        if (zsw_proc_exe_read(fd, m->config, &exe) < 0)
                 return 0;
         p = zsw_config_match(m->config, unit_path, &exe, &match);
         if (!p || !p->enabled)
+                return 0;
+        /* All its names, for `zswapctl targets`; what matched is in them. */
+        zsw_proc_exe_done(&exe);
+        if (zsw_proc_exe_read(fd, NULL, &exe) < 0)
                 return 0;
         if (zsw_proc_cgroups_read(fd, &cg) < 0)
                 return 0;

@@ -838,7 +838,7 @@ static char *argv0_of(int pid_fd, const char *cmdline, size_t size) {
         char *s;
 
         write_bytes(pid_fd, "cmdline", cmdline, size);
-        ASSERT_OK(zsw_proc_exe_read(pid_fd, &e));
+        ASSERT_OK(zsw_proc_exe_read(pid_fd, NULL, &e));
         s = strdup(e.argv0 ?: "(none)");
         zsw_proc_exe_done(&e);
         return s;
@@ -868,9 +868,9 @@ TEST(proc_exe_read) {
         snprintf(real, sizeof(real), "%s/bin/real", dir);
         snprintf(other, sizeof(other), "%s/other", dir);
 
-        ASSERT_ERRNO(zsw_proc_exe_read(pid, &e), ENOENT); /* nothing to read */
+        ASSERT_ERRNO(zsw_proc_exe_read(pid, NULL, &e), ENOENT); /* nothing to read */
         write_file(pid, "comm", "renamed\n");
-        ASSERT_OK(zsw_proc_exe_read(pid, &e)); /* a kernel thread: comm only */
+        ASSERT_OK(zsw_proc_exe_read(pid, NULL, &e)); /* a kernel thread: comm only */
         ASSERT_TRUE(!e.path && !e.argv0);
         ASSERT_STREQ(e.comm, "renamed");
         zsw_proc_exe_done(&e);
@@ -881,7 +881,7 @@ TEST(proc_exe_read) {
         relink(pid, "cwd", p);
         snprintf(cmd, sizeof(cmd), "%s%c-x%c", link, 0, 0);
         write_bytes(pid, "cmdline", cmd, strlen(link) + 4);
-        ASSERT_OK(zsw_proc_exe_read(pid, &e));
+        ASSERT_OK(zsw_proc_exe_read(pid, NULL, &e));
         ASSERT_STREQ(e.path, real);
         ASSERT_STREQ(e.argv0, link); /* the link it was started through */
         ASSERT_STREQ(e.comm, "renamed");
@@ -913,6 +913,38 @@ TEST(proc_exe_read) {
                                       0, dir, 0));
         ASSERT_ARGV0(pid, "link\0", link);
         ASSERT_ARGV0(pid, "other\0", "(none)");
+        /* With a config, only names its patterns could match are looked
+         * up: the link's name must fit a name or a path's last part. */
+        write_bytes(pid, "cmdline", "./link", 7);
+        {
+                static const char *const files[] = { "p/a.conf", "p/b.conf" };
+                static const char *const unit[] = { "[Match]\nUnit=a.service\n" };
+                static const char *const other_name[] = { "[Match]\nExecutable=redis-*\n" };
+                static const char *const by_path[] = { "[Match]\nUnit=a.service\n",
+                                                       "[Match]\nExecutable=/opt/*/l?nk\n" };
+                _cleanup_(zsw_config_freep) struct zsw_config *c1 = load_policies(1, files, unit);
+                _cleanup_(zsw_config_freep) struct zsw_config *c2 = load_policies(1, files, other_name);
+                _cleanup_(zsw_config_freep) struct zsw_config *c3 = load_policies(2, files, by_path);
+
+                ASSERT_OK(zsw_proc_exe_read(pid, c1, &e));
+                ASSERT_TRUE(e.argv0 == NULL && e.comm == NULL);
+                ASSERT_STREQ(e.path, real);
+                zsw_proc_exe_done(&e);
+                ASSERT_OK(zsw_proc_exe_read(pid, c2, &e));
+                ASSERT_TRUE(e.argv0 == NULL);
+                ASSERT_STREQ(e.comm, "renamed");
+                zsw_proc_exe_done(&e);
+                ASSERT_OK(zsw_proc_exe_read(pid, c3, &e));
+                ASSERT_STREQ(e.argv0, link);
+                zsw_proc_exe_done(&e);
+                write_bytes(pid, "cmdline", "link", 5); /* through PATH */
+                ASSERT_OK(zsw_proc_exe_read(pid, c3, &e));
+                ASSERT_STREQ(e.argv0, link);
+                zsw_proc_exe_done(&e);
+                ASSERT_OK(zsw_proc_exe_read(pid, c2, &e));
+                ASSERT_TRUE(e.argv0 == NULL);
+                zsw_proc_exe_done(&e);
+        }
 
         /* Replaced by an upgrade: the path it ran from still counts, and
          * so does a link that leads there now. */
@@ -920,7 +952,7 @@ TEST(proc_exe_read) {
         relink(pid, "exe", p);
         snprintf(cmd, sizeof(cmd), "%s", link);
         write_bytes(pid, "cmdline", cmd, strlen(cmd) + 1);
-        ASSERT_OK(zsw_proc_exe_read(pid, &e));
+        ASSERT_OK(zsw_proc_exe_read(pid, NULL, &e));
         ASSERT_STREQ(e.path, real);
         ASSERT_TRUE(e.deleted);
         ASSERT_STREQ(e.argv0, link);
