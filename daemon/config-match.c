@@ -97,7 +97,8 @@ static bool match_executable(const char *pattern, const struct zsw_proc_exe *e,
                 bool is_path = f == ZSW_EXE_PATH || f == ZSW_EXE_ARGV0;
                 const char *name = zsw_proc_exe_name(e, f);
 
-                if (is_path == path && name && fnmatch(pattern, name, path ? FNM_PATHNAME : 0) == 0) {
+                if (is_path == path && name &&
+                    fnmatch(pattern, name, path ? FNM_PATHNAME : 0) == 0) {
                         *ret_form = f;
                         return true;
                 }
@@ -369,7 +370,7 @@ int zsw_proc_exe_read(int pid_dir_fd, const struct zsw_config *config,
                       struct zsw_proc_exe *ret) {
         static const char deleted_suffix[] = " (deleted)";
         _cleanup_free_ char *path = NULL, *comm = NULL;
-        char buf[CONF_PATH_MAX], *argv0;
+        char buf[CONF_PATH_MAX], *argv0 = NULL;
         struct stat exe_st;
         bool deleted = false, have_st, names = has_executables(config);
         ssize_t n = 0;
@@ -395,9 +396,9 @@ int zsw_proc_exe_read(int pid_dir_fd, const struct zsw_config *config,
         } else if (!path)
                 return r;
         have_st = path && names && fstatat(pid_dir_fd, "exe", &exe_st, 0) == 0;
-        argv0 = path && names ? argv0_path(pid_dir_fd, &(struct exe_id) {
-                                                   have_st ? &exe_st : NULL, path, deleted, config }) :
-                                NULL;
+        if (path && names)
+                argv0 = argv0_path(pid_dir_fd, &(struct exe_id) { have_st ? &exe_st : NULL, path,
+                                                                  deleted, config });
         *ret = (struct zsw_proc_exe) {
                 .path = TAKE_PTR(path),
                 .argv0 = argv0,

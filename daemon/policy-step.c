@@ -28,7 +28,8 @@ uint64_t policy_step_max(const struct policy_step_limits *l, uint64_t usage) {
 }
 
 void policy_step_backoff(struct policy_step *s, const struct policy_step_limits *l) {
-        uint64_t floor = MIN((uint64_t) POLICY_STEP_MIN_BYTES, MAX(rate_per_period(l), l->page_size));
+        uint64_t floor = MIN((uint64_t) POLICY_STEP_MIN_BYTES,
+                             MAX(rate_per_period(l), l->page_size));
 
         s->step_bytes = MAX(s->step_bytes / 2, floor);
         s->grow = false;

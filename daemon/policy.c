@@ -751,8 +751,8 @@ static void group_check_budget(struct policy_manager *m, struct policy_group *g)
                 return;
         budget = zsw_limit_resolve(&p->memory_budget, g->budget_base);
         group_throttle(m, g, usage > budget);
-        if (usage <= policy_budget_low_mark(budget) || g->step.pause_periods > 0 || g->trigger_fired ||
-            g->reclaiming)
+        if (usage <= policy_budget_low_mark(budget) || g->step.pause_periods > 0 ||
+            g->trigger_fired || g->reclaiming)
                 return;
         cap = group_rate_credit(g, now_usec());
         if (cap < (uint64_t) getpagesize())
