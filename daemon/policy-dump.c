@@ -176,6 +176,7 @@ void policy_match_format(char *buf, size_t size, const char *unit, const char *c
         if (!unit && !cgroup_path && !executable)
                 fputc('-', f);
         fclose(f);
+        buf[size - 1] = '\0'; /* fmemopen() adds none to a full buffer */
 }
 
 static void match_json(struct json *j, const char *key, const char *pattern, const char *form,
