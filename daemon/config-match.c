@@ -217,6 +217,8 @@ static void path_simplify(char *p) {
 #define ARGV0_TRIES 8
 #define PATH_DIRS_MAX 32
 #define ENVIRON_MAX (64 * 1024)
+/* systemd's, which its units and most shells start with. */
+#define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 /* Opens PATH as the process sees it: an absolute one in its root (symlinks
  * too, as a chroot or container has them), a relative one from its current
@@ -305,7 +307,8 @@ static char *started_as(int pid_dir_fd, const char *candidate, const struct exe_
 
 /* Where a bare argv[0] was found: the first directory of the PATH in the
  * process's environment (which its starter, a shell, usually passed on)
- * that holds it. */
+ * that holds it; DEFAULT_PATH when its environment has none (a program
+ * that wrote its title over it, as redis-server does). */
 static char *path_search(int pid_dir_fd, const char *name, const struct exe_id *id) {
         _cleanup_free_ char *env = malloc(ENVIRON_MAX + 1);
         const char *path = NULL;
@@ -315,12 +318,12 @@ static char *path_search(int pid_dir_fd, const char *name, const struct exe_id *
         if (!env || strlen(name) > NAME_MAX || !name_wanted(id->config, name))
                 return NULL;
         n = read_at(pid_dir_fd, "environ", env, ENVIRON_MAX);
-        if (n <= 0)
-                return NULL;
-        env[n] = '\0';
-        for (const char *e = env; !path && e < env + n; e += strlen(e) + 1)
+        env[MAX(n, 0)] = '\0';
+        for (const char *e = env; !path && e < env + MAX(n, 0); e += strlen(e) + 1)
                 if (strncmp(e, "PATH=", 5) == 0)
                         path = e + 5;
+        if (!path)
+                path = DEFAULT_PATH;
         for (unsigned dirs = 0; path && !s && dirs < PATH_DIRS_MAX; dirs++) {
                 size_t len = strcspn(path, ":"), name_len = strlen(name);
                 char candidate[CONF_PATH_MAX], *w = candidate;
@@ -340,8 +343,9 @@ static char *path_search(int pid_dir_fd, const char *name, const struct exe_id *
 }
 
 /* The path argv[0] names, or the longest part of it before a space that
- * does: a title such as "/usr/bin/redis-server *:6379" starts with it. A
- * bare name is looked up in the process's PATH. */
+ * does: a title such as "/usr/bin/redis-server *:6379" or "redis-server
+ * unixsocket:/run/r.sock" starts with it. A bare name is looked up in the
+ * process's PATH. */
 static char *argv0_path(int pid_dir_fd, const struct exe_id *id) {
         char cmdline[CONF_PATH_MAX], *end;
         ssize_t n = read_at(pid_dir_fd, "cmdline", cmdline, sizeof(cmdline) - 1);
@@ -350,16 +354,11 @@ static char *argv0_path(int pid_dir_fd, const struct exe_id *id) {
         if (n <= 0)
                 return NULL;
         cmdline[n] = '\0';
-        if (!cmdline[0])
-                return NULL;
-        if (!strchr(cmdline, '/'))
-                return path_search(pid_dir_fd, cmdline, id);
         end = cmdline + strlen(cmdline);
         for (unsigned tries = 0; !s && tries < ARGV0_TRIES && end > cmdline; tries++) {
                 *end = '\0';
-                if (!strchr(cmdline, '/'))
-                        break;
-                s = started_as(pid_dir_fd, cmdline, id);
+                s = strchr(cmdline, '/') ? started_as(pid_dir_fd, cmdline, id) :
+                                           path_search(pid_dir_fd, cmdline, id);
                 while (--end > cmdline && *end != ' ')
                         ;
         }

@@ -249,8 +249,9 @@ bool zsw_policy_matches(const struct zsw_policy *p, const char *cgroup_path,
  * as PID_DIR_FD: "exe", "comm" and the first string of "cmdline". argv[0]
  * counts as the path the process was started as only if, resolved in the
  * process's root (a relative one against its current directory, a bare
- * name in the directories of the PATH in its "environ", the first that
- * has it), it leads to the file "exe" names, or, once that was replaced,
+ * name in the directories of the PATH in its "environ", or systemd's
+ * default PATH when that has none, the first that has it), it leads to
+ * the file "exe" names, or, once that was replaced,
  * to a file at its path. A program that rewrote its command line as a
  * title ("/usr/bin/redis-server *:6379") is tried at each space as well.
  * With CONFIG, only what its Executable= patterns could match is read:

@@ -913,6 +913,21 @@ TEST(proc_exe_read) {
                                       0, dir, 0));
         ASSERT_ARGV0(pid, "link\0", link);
         ASSERT_ARGV0(pid, "other\0", "(none)");
+        /* Titles of programs started that way (redis-server from a shell). */
+        ASSERT_ARGV0(pid, "link *:6379", link);
+        ASSERT_ARGV0(pid, "link unixsocket:/run/redis.sock\0", link);
+        /* An environment without PATH (redis-server overwrites it): the
+         * default one, here for a real file found there. */
+        write_bytes(pid, "environ", "\0\0\0\0", 4);
+        ASSERT_ARGV0(pid, "link\0", "(none)");
+        if (access("/usr/bin/env", X_OK) == 0 && access("/usr/local/bin/env", F_OK) < 0 &&
+            access("/usr/local/sbin/env", F_OK) < 0 && access("/usr/sbin/env", F_OK) < 0) {
+                relink(pid, "exe", "/usr/bin/env");
+                ASSERT_ARGV0(pid, "env --version\0", "/usr/bin/env");
+                relink(pid, "exe", real);
+        }
+        write_bytes(pid, "environ", cmd,
+                    (size_t) snprintf(cmd, sizeof(cmd), "PATH=%s/bin%c", dir, 0));
         /* With a config, only names its patterns could match are looked
          * up: the link's name must fit a name or a path's last part. */
         write_bytes(pid, "cmdline", "./link", 7);
