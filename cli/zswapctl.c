@@ -54,7 +54,7 @@ static void help(void) {
                "  stats [PID] [--json]        Show memory saved and fault latency\n"
                "  status [--json]             One screen: store, pressure, policies, targets\n"
                "  policies [--json]           Policies, their groups and control decisions\n"
-               "  targets [--json]            Attached processes and the policy of each\n"
+               "  targets [--json]            Attached processes, the policy of each and why\n"
                "  top [-n N] [-d SECONDS]     status, refreshed every second (N times)\n"
                "  reload                      Re-read the configuration (as SIGHUP does)\n\n"
                "Options:\n"

@@ -187,19 +187,86 @@ int policy_dump(const struct zsw_policy *p, FILE *f);
 int config_dump(const struct zsw_config *c, FILE *f);
 
 /*
+ * The names a process's executable goes by, which Executable= patterns are
+ * compared with; zsw_proc_exe_read() fills them in from /proc/PID.
+ */
+struct zsw_proc_exe {
+        char *path;   /* "exe": the file the kernel runs, symlinks resolved and
+                       * " (deleted)" removed; NULL if unreadable (kernel threads) */
+        char *argv0;  /* the absolute path it was started as (argv[0]), only
+                       * when that path leads to the same file; else NULL */
+        char *comm;   /* the kernel's name of it (the file name of the path given
+                       * to execve(), at most 15 bytes), or NULL */
+        bool deleted; /* the file was replaced or removed since it started */
+};
+
+/* Which of those names an Executable= pattern matched. */
+enum zsw_exe_form {
+        ZSW_EXE_PATH,       /* path */
+        ZSW_EXE_PATH_NAME,  /* the file name of path */
+        ZSW_EXE_ARGV0,      /* argv0 */
+        ZSW_EXE_ARGV0_NAME, /* the file name of argv0 */
+        ZSW_EXE_COMM,       /* comm */
+        _ZSW_EXE_FORM_MAX,
+};
+
+/* "exe", "exe-name", "argv0", "argv0-name", "comm"; NULL if out of range. */
+const char *zsw_exe_form_to_string(enum zsw_exe_form f);
+
+/* The name of E in form F (the file name for the *_NAME forms), or NULL. */
+const char *zsw_proc_exe_name(const struct zsw_proc_exe *e, enum zsw_exe_form f);
+
+/* Why a policy matched: for each [Match] key the policy sets, the pattern
+ * that matched; NULL for keys it does not set. Points into the config. */
+struct zsw_match {
+        const char *unit;
+        const char *cgroup_path;
+        const char *executable;
+        enum zsw_exe_form executable_form; /* when executable is set */
+};
+
+/*
  * Returns the first policy, in file order, that matches a process in cgroup
  * CGROUP_PATH (as in /proc/PID/cgroup, e.g. "/system.slice/nginx.service")
- * running EXECUTABLE (an absolute path, as /proc/PID/exe reads, or a bare
- * name), or NULL. Either may be NULL when unknown; conditions on it then do
- * not match. A disabled policy is returned too: it tells the caller to
- * leave the process alone.
+ * whose executable goes by the names in EXE, or NULL. Either may be NULL
+ * when unknown, as may any name in EXE; conditions on them then do not
+ * match. An Executable= path matches EXE's path or argv0, a name the file
+ * name of either or its comm, tried in that order. A disabled policy is
+ * returned too: it tells the caller to leave the process alone. With a
+ * match, *RET_MATCH (may be NULL) says why.
  */
 const struct zsw_policy *config_match(const struct zsw_config *c, const char *cgroup_path,
-                                      const char *executable);
+                                          const struct zsw_proc_exe *exe,
+                                          struct zsw_match *ret_match);
 
-/* Whether policy P matches, by the rules of config_match(). */
+/* Whether policy P matches, by the rules of config_match(); *ret_match
+ * (may be NULL) is set only when it does. */
 bool policy_matches(const struct zsw_policy *p, const char *cgroup_path,
-                    const char *executable);
+                        const struct zsw_proc_exe *exe, struct zsw_match *ret_match);
+
+/*
+ * Reads the names of the executable of the process whose /proc/PID is open
+ * as PID_DIR_FD: "exe", "comm" and the first string of "cmdline". argv[0]
+ * counts as the path the process was started as only if, resolved in the
+ * process's root (a relative one against its current directory, a bare
+ * name in the directories of the PATH in its "environ", or systemd's
+ * default PATH when that has none, the first that has it), it leads to
+ * the file "exe" names, or, once that was replaced,
+ * to a file at its path. A program that rewrote its command line as a
+ * title ("/usr/bin/redis-server *:6379") is tried at each space as well.
+ * With CONFIG, only what its Executable= patterns could match is read:
+ * without any, neither comm (unless exe cannot be read) nor argv0; with
+ * some, argv0 only when its file name matches a name pattern or the last
+ * component of a path pattern (most processes are not looked up at all).
+ * CONFIG NULL reads everything. Returns 0, or a negative errno when
+ * neither "exe" nor "comm" can be read (-ENOENT, -ESRCH: the process is
+ * gone); *ret is then untouched.
+ */
+int zsw_proc_exe_read(int pid_dir_fd, const struct zsw_config *config,
+                      struct zsw_proc_exe *ret);
+
+/* Frees the names; the struct may be reused. */
+void zsw_proc_exe_done(struct zsw_proc_exe *e);
 
 /*
  * Finds the cgroup path that names a process's systemd unit in the text of

@@ -23,6 +23,7 @@ static unsigned threshold_pm(const struct zsw_pressure *p) {
 }
 
 static void group_json(struct json *j, const struct policy_group *g) {
+        struct policy_step_limits l = policy_group_limits(g);
         char file[512];
 
         snprintf(file, sizeof(file), "%s/%s", g->psi_path ?: "", g->psi_name ?: "");
@@ -39,8 +40,9 @@ static void group_json(struct json *j, const struct policy_group *g) {
                 json_bool(j, "throttled", g->throttled);
                 json_u64(j, "throttle_checks", g->throttle_checks);
         }
-        json_u64(j, "step_bytes", g->step_bytes);
-        json_u64(j, "pause_periods", g->pause_periods);
+        json_u64(j, "step_bytes", g->step.step_bytes);
+        json_u64(j, "step_max_bytes", policy_step_max(&l, g->usage_bytes));
+        json_u64(j, "pause_periods", g->step.pause_periods);
         json_u64(j, "refaults_last", g->refaults_last);
         json_u64(j, "refault_limit_last", g->refault_limit_last == UINT64_MAX ? 0 :
                                                                                   g->refault_limit_last);
@@ -144,12 +146,68 @@ static int list_targets(struct policy_manager *m, pid_t **ret, size_t *ret_n) {
         return 0;
 }
 
-static const char *target_cgroup(struct policy_manager *m, pid_t pid) {
+/* The group and policy target of PID, if a policy attached it. */
+static const struct policy_target *find_target(struct policy_manager *m, pid_t pid,
+                                               const struct policy_group **ret_group) {
         for (size_t i = 0; i < m->n_groups; i++)
                 for (size_t k = 0; k < m->groups[i]->n_pids; k++)
-                        if (m->groups[i]->pids[k].pid == pid)
-                                return m->groups[i]->cgroup;
+                        if (m->groups[i]->pids[k].pid == pid) {
+                                *ret_group = m->groups[i];
+                                return &m->groups[i]->pids[k];
+                        }
         return NULL;
+}
+
+void policy_match_format(char *buf, size_t size, const char *unit, const char *cgroup_path,
+                         const char *executable, enum zsw_exe_form form) {
+        FILE *f = fmemopen(buf, size, "w");
+
+        if (!f) {
+                snprintf(buf, size, "-");
+                return;
+        }
+        if (unit)
+                fprintf(f, "Unit=%s", unit);
+        if (cgroup_path)
+                fprintf(f, "%sCgroupPath=%s", unit ? " " : "", cgroup_path);
+        if (executable)
+                fprintf(f, "%sExecutable=%s (%s)", unit || cgroup_path ? " " : "", executable,
+                        zsw_exe_form_to_string(form));
+        if (!unit && !cgroup_path && !executable)
+                fputc('-', f);
+        fclose(f);
+        buf[size - 1] = '\0'; /* fmemopen() adds none to a full buffer */
+}
+
+static void match_json(struct json *j, const char *key, const char *pattern, const char *form,
+                       const char *value) {
+        if (!pattern)
+                return;
+        json_object_open(j, NULL);
+        json_string(j, "key", key);
+        json_string(j, "pattern", pattern);
+        if (form) {
+                json_string(j, "form", form);
+                json_string(j, "value", value ?: "");
+        }
+        json_object_close(j);
+}
+
+/* Why the policy attached T, and the names of its executable then. */
+static void target_match_json(struct json *j, const struct policy_target *t) {
+        const char *form = t && t->match_executable ? zsw_exe_form_to_string(t->match_form) : NULL;
+
+        json_string(j, "exe", t && t->exe.path ? t->exe.path : "");
+        json_string(j, "argv0", t && t->exe.argv0 ? t->exe.argv0 : "");
+        json_string(j, "comm", t && t->exe.comm ? t->exe.comm : "");
+        json_array_open(j, "match");
+        if (t) {
+                match_json(j, "Unit", t->match_unit, NULL, NULL);
+                match_json(j, "CgroupPath", t->match_cgroup_path, NULL, NULL);
+                match_json(j, "Executable", t->match_executable, form,
+                           zsw_proc_exe_name(&t->exe, t->match_form));
+        }
+        json_array_close(j);
 }
 
 int policy_manager_dump_targets(struct policy_manager *m, FILE *f, bool json) {
@@ -167,12 +225,14 @@ int policy_manager_dump_targets(struct policy_manager *m, FILE *f, bool json) {
                 json_object_open(&j, NULL);
                 json_array_open(&j, "targets");
         } else
-                fprintf(f, "%8s %-16s %-28s %10s %10s %10s %9s %9s\n", "PID", "POLICY", "CGROUP",
-                        "RESIDENT", "STORED", "EVICTED", "FAULTS", "P99(us)");
+                fprintf(f, "%8s %-16s %-28s %10s %10s %10s %9s %9s %s\n", "PID", "POLICY",
+                        "CGROUP", "RESIDENT", "STORED", "EVICTED", "FAULTS", "P99(us)", "MATCH");
         for (size_t i = 0; i < n; i++) {
-                const char *policy = policy_manager_target_policy(m, pids[i]);
-                const char *cg = target_cgroup(m, pids[i]);
+                const struct policy_group *g = NULL;
+                const struct policy_target *t = find_target(m, pids[i], &g);
+                const char *policy = g ? g->policy_name : NULL, *cg = g ? g->cgroup : NULL;
                 struct zsw_target_stats s;
+                char why[512] = "-";
 
                 if (zsw_engine_get_target_stats(m->engine, pids[i], &s) < 0)
                         continue; /* exited meanwhile */
@@ -190,13 +250,17 @@ int policy_manager_dump_targets(struct policy_manager *m, FILE *f, bool json) {
                         json_u64(&j, "refaults", s.refaults);
                         json_u64(&j, "idle_pages", s.age_idle_pages);
                         json_u64(&j, "fault_ns_p99", s.fault_ns_p99);
+                        target_match_json(&j, t);
                         json_object_close(&j);
-                } else
-                        fprintf(f, "%8d %-16s %-28s %9.1fM %9.1fM %10" PRIu64 " %9" PRIu64
-                                   " %9.1f\n",
-                                s.pid, policy ?: "(by hand)", cg ?: "-", s.resident_bytes / MIB,
-                                s.stored_pages * page / MIB, s.evicted_pages, s.faults,
-                                s.fault_ns_p99 / 1e3);
+                        continue;
+                }
+                if (t)
+                        policy_match_format(why, sizeof(why), t->match_unit, t->match_cgroup_path,
+                                            t->match_executable, t->match_form);
+                fprintf(f, "%8d %-16s %-28s %9.1fM %9.1fM %10" PRIu64 " %9" PRIu64 " %9.1f %s\n",
+                        s.pid, policy ?: "(by hand)", cg ?: "-", s.resident_bytes / MIB,
+                        s.stored_pages * page / MIB, s.evicted_pages, s.faults,
+                        s.fault_ns_p99 / 1e3, why);
         }
         if (json) {
                 json_array_close(&j);

@@ -6,14 +6,23 @@
 #pragma once
 
 #include <string.h>
+#include <unistd.h>
 
 #include "cgroup.h"
+#include "policy-step.h"
 #include "policy.h"
 
 struct policy_target {
         pid_t pid;
         uint64_t refaults_prev; /* faults on pages the engine had taken */
         uint64_t evicted_prev;
+
+        /* Why discovery attached it, for `zswapctl targets`: the names of
+         * its executable then, and the pattern of each [Match] key of its
+         * policy that matched (copies: a reload frees the config's). */
+        struct zsw_proc_exe exe;
+        char *match_unit, *match_cgroup_path, *match_executable;
+        enum zsw_exe_form match_form;
 };
 
 /* The processes of one policy in one cgroup: the unit of control. */
@@ -34,9 +43,7 @@ struct policy_group {
 
         /* The control loop. */
         uint64_t time_prev, psi_total_prev;
-        uint64_t step_bytes;     /* next reclaim, before the rate cap */
-        unsigned pause_periods;  /* left before reclaiming again */
-        unsigned backoff_pause;  /* the next backoff pauses this long */
+        struct policy_step step; /* step, pauses, rate credit */
         uint64_t evicted_recent; /* pages, decaying: halves each period */
         bool trigger_fired;      /* since the last period */
 
@@ -47,8 +54,6 @@ struct policy_group {
         uint64_t usage_bytes, budget_bytes;
         uint64_t refaults_last, refault_limit_last;
         uint64_t reclaimed_last, reclaimed_total; /* bytes */
-        uint64_t rate_credit;    /* bytes MaxReclaimRate lets it take now */
-        uint64_t credit_usec;    /* when rate_credit was last topped up */
         uint64_t rate_cap_last;  /* the credit when the last reclaim started */
         uint64_t reclaim_want;   /* what the last reclaim asked for */
         struct reclaim_request *reclaiming; /* on the reclaim worker, or NULL */
@@ -81,6 +86,21 @@ struct policy_manager {
         uint64_t global_events;
         unsigned ticks;
 };
+
+/* What the group's policy allows its control loop. */
+static inline struct policy_step_limits policy_group_limits(const struct policy_group *g) {
+        return (struct policy_step_limits) {
+                .max_reclaim_rate = g->policy->max_reclaim_rate,
+                .period_usec = POLICY_PERIOD_USEC,
+                .page_size = (uint64_t) getpagesize(),
+                .budget = g->policy->memory_budget.kind != ZSW_LIMIT_NONE,
+        };
+}
+
+/* Writes why a target matched, e.g. "Unit=a.service Executable=redis-server
+ * (argv0-name)", from the pattern of each key (NULL: not set), or "-". */
+void policy_match_format(char *buf, size_t size, const char *unit, const char *cgroup_path,
+                         const char *executable, enum zsw_exe_form form);
 
 static inline char *strjoin2(const char *a, const char *b) {
         char *s = malloc(strlen(a) + strlen(b) + 1);

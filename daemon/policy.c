@@ -31,11 +31,26 @@ static uint64_t now_usec(void) {
 
 /* ---- groups ----------------------------------------------------------------- */
 
+static void target_done(struct policy_target *t) {
+        zsw_proc_exe_done(&t->exe);
+        free(t->match_unit);
+        free(t->match_cgroup_path);
+        free(t->match_executable);
+}
+
+/* Forgets the group's I-th target; the last one takes its place. */
+static void group_drop_target(struct policy_group *g, size_t i) {
+        target_done(&g->pids[i]);
+        g->pids[i] = g->pids[--g->n_pids];
+}
+
 static struct policy_group *group_free(struct policy_group *g) {
         if (!g)
                 return NULL;
         if (g->reclaiming)
                 reclaim_request_orphan(g->reclaiming);
+        while (g->n_pids > 0)
+                group_drop_target(g, 0);
         safe_close(g->trigger_fd);
         safe_close(g->psi_dir_fd);
         safe_close(g->memory_fd);
@@ -154,7 +169,7 @@ static int group_new(struct policy_manager *m, const struct zsw_policy *p, const
                 group_free(g);
                 return -ENOMEM;
         }
-        g->backoff_pause = 1;
+        policy_step_init(&g->step);
         g->decision = "new";
         group_open_files(m, g, cg);
         if (g->psi_dir_fd >= 0) {
@@ -177,14 +192,35 @@ static int group_new(struct policy_manager *m, const struct zsw_policy *p, const
         return 0;
 }
 
-static int group_add_pid(struct policy_group *g, pid_t pid) {
-        struct policy_target *t;
+static char *strdup_or_null(const char *s, bool *oom) {
+        char *d = s ? strdup(s) : NULL;
 
-        t = realloc(g->pids, (g->n_pids + 1) * sizeof(*t));
-        if (!t)
+        if (s && !d)
+                *oom = true;
+        return d;
+}
+
+/* Adds PID, matched as MATCH says, taking over the names in *EXE. */
+static int group_add_pid(struct policy_group *g, pid_t pid, struct zsw_proc_exe *exe,
+                         const struct zsw_match *match) {
+        struct policy_target *t, n = {
+                .pid = pid,
+                .match_form = match->executable_form,
+        };
+        bool oom = false;
+
+        n.match_unit = strdup_or_null(match->unit, &oom);
+        n.match_cgroup_path = strdup_or_null(match->cgroup_path, &oom);
+        n.match_executable = strdup_or_null(match->executable, &oom);
+        t = oom ? NULL : realloc(g->pids, (g->n_pids + 1) * sizeof(*t));
+        if (!t) {
+                target_done(&n);
                 return -ENOMEM;
+        }
+        n.exe = *exe;
+        *exe = (struct zsw_proc_exe) {};
         g->pids = t;
-        g->pids[g->n_pids++] = (struct policy_target) { .pid = pid };
+        g->pids[g->n_pids++] = n;
         return 0;
 }
 
@@ -204,7 +240,8 @@ static void group_detach_all(struct policy_manager *m, struct policy_group *g, c
                         log_info("Detached from %d: policy %s %s.", g->pids[i].pid,
                                  g->policy_name, why);
         }
-        g->n_pids = 0;
+        while (g->n_pids > 0)
+                group_drop_target(g, 0);
 }
 
 static void group_remove(struct policy_manager *m, size_t i) {
@@ -252,32 +289,6 @@ int policy_process_eligible(int pid_dir_fd, pid_t pid) {
         return 1;
 }
 
-int policy_process_executable(int pid_dir_fd, char **ret) {
-        char buf[4096];
-        ssize_t n;
-        char *s;
-
-        n = readlinkat(pid_dir_fd, "exe", buf, sizeof(buf) - 1);
-        if (n < 0) {
-                int fd = openat(pid_dir_fd, "comm", O_RDONLY | O_CLOEXEC);
-
-                if (fd < 0)
-                        return -errno;
-                n = read(fd, buf, sizeof(buf) - 1);
-                safe_close(fd);
-                if (n <= 0)
-                        return n == 0 ? -ENODATA : -errno;
-                if (buf[n - 1] == '\n')
-                        n--;
-        }
-        buf[n] = 0;
-        s = strdup(buf);
-        if (!s)
-                return -ENOMEM;
-        *ret = s;
-        return 0;
-}
-
 static bool pid_listed(const pid_t *l, size_t n, pid_t pid) {
         for (size_t i = 0; i < n; i++)
                 if (l[i] == pid)
@@ -309,8 +320,7 @@ void policy_manager_forget(struct policy_manager *m, pid_t pid) {
                         if (m->groups[i]->pids[k].pid == pid) {
                                 log_info("Policy %s lets go of %d, detached by hand.",
                                          m->groups[i]->policy_name, pid);
-                                m->groups[i]->pids[k] =
-                                        m->groups[i]->pids[--m->groups[i]->n_pids];
+                                group_drop_target(m->groups[i], k);
                                 ignore_pid(m, pid);
                                 return;
                         }
@@ -338,12 +348,17 @@ static void policy_target_config(struct policy_manager *m, const struct zsw_poli
         };
 }
 
-/* Attaches to PID for policy P in its group; 1 attached, 0 not. */
+/* Attaches to PID for policy P in its group; 1 attached, 0 not. Takes
+ * over the names in *EXE when it attaches. */
 static int scan_attach(struct policy_manager *m, const struct zsw_policy *p, pid_t pid,
-                       const char *cgroup, const struct zsw_proc_cgroups *cg, const char *exe) {
+                       const char *cgroup, const struct zsw_proc_cgroups *cg,
+                       struct zsw_proc_exe *exe, const struct zsw_match *match) {
+        const char *name = exe->path ?: exe->comm ?: "?";
         struct zsw_engine_error err = {};
         struct zsw_target_config tc;
         struct policy_group *g;
+        char why[512];
+        bool started;
         int r;
         LOG_FIELDS(.target_pid = pid, .policy = p->name, .cgroup = cgroup);
 
@@ -352,35 +367,41 @@ static int scan_attach(struct policy_manager *m, const struct zsw_policy *p, pid
         if (r == -EALREADY) {
                 log_debug("Process %d (%s) matches policy %s but is attached already (by "
                           "hand, or followed through a fork); leaving it as it is.",
-                          pid, exe, p->name);
+                          pid, name, p->name);
                 ignore_pid(m, pid);
                 return 0;
         }
         if (r < 0) {
                 log_debug_errno(r, "Process %d (%s) matches policy %s, cannot attach: %s", pid,
-                                exe, p->name, err.message[0] ? err.message : "%m");
+                                name, p->name, err.message[0] ? err.message : "%m");
                 ignore_pid(m, pid);
                 return 0;
         }
+        policy_match_format(why, sizeof(why), match->unit, match->cgroup_path,
+                            match->executable, match->executable_form);
+        started = exe->argv0 && (!exe->path || strcmp(exe->argv0, exe->path) != 0);
+        log_info("Attached to %d (%s%s%s; cgroup %s): policy %s, by %s.", pid, name,
+                 started ? ", started as " : "", started ? exe->argv0 : "", cgroup, p->name, why);
         g = group_find(m, p->name, cgroup);
         if (!g && group_new(m, p, cgroup, cg, &g) < 0) {
                 (void) zsw_engine_detach(m->engine, pid, NULL);
                 return log_oom();
         }
-        if (group_add_pid(g, pid) < 0) {
+        if (group_add_pid(g, pid, exe, match) < 0) {
                 (void) zsw_engine_detach(m->engine, pid, NULL);
                 return log_oom();
         }
-        log_info("Attached to %d (%s in %s): policy %s.", pid, exe, cgroup, p->name);
         return 1;
 }
 
 /* Looks at one /proc entry: matches it and attaches when it should. */
 static int scan_one(struct policy_manager *m, int proc_fd, pid_t pid) {
+        _cleanup_(zsw_proc_exe_done) struct zsw_proc_exe exe = {};
         struct zsw_proc_cgroups cg = {};
-        _cleanup_free_ char *unit_path = NULL, *exe = NULL;
+        _cleanup_free_ char *unit_path = NULL;
         _cleanup_close_ int fd = -EBADF;
         const struct zsw_policy *p;
+        struct zsw_match match;
         char name[16];
         int r;
 
@@ -392,14 +413,18 @@ static int scan_one(struct policy_manager *m, int proc_fd, pid_t pid) {
                 return 0;
         if (proc_cgroup_read(fd, &unit_path) < 0)
                 unit_path = NULL;
-        if (policy_process_executable(fd, &exe) < 0)
+        if (zsw_proc_exe_read(fd, m->config, &exe) < 0)
                 return 0;
-        p = config_match(m->config, unit_path, exe);
+        p = config_match(m->config, unit_path, &exe, &match);
         if (!p || !p->enabled)
+                return 0;
+        /* All its names, for `zswapctl targets`; what matched is in them. */
+        zsw_proc_exe_done(&exe);
+        if (zsw_proc_exe_read(fd, NULL, &exe) < 0)
                 return 0;
         if (zsw_proc_cgroups_read(fd, &cg) < 0)
                 return 0;
-        r = scan_attach(m, p, pid, unit_path ?: "/", &cg, exe);
+        r = scan_attach(m, p, pid, unit_path ?: "/", &cg, &exe, &match);
         zsw_proc_cgroups_done(&cg);
         return r;
 }
@@ -450,9 +475,6 @@ int policy_manager_scan(struct policy_manager *m) {
 
 /* ---- control -------------------------------------------------------------------- */
 
-#define STEP_MIN_BYTES (256u * 1024u)
-#define PAUSE_MAX_PERIODS 16u
-
 /* Sums the engine's view of the group's targets and forgets the ones the
  * engine reaped (exit, exec). Returns resident bytes; refaults and evicted
  * pages of this period through the pointers. */
@@ -467,7 +489,7 @@ static uint64_t group_collect(struct policy_manager *m, struct policy_group *g,
 
                 if (zsw_engine_get_target_stats(m->engine, t->pid, &s) < 0) {
                         log_debug("Target %d of policy %s is gone.", t->pid, g->policy_name);
-                        *t = g->pids[--g->n_pids];
+                        group_drop_target(g, i);
                         continue;
                 }
                 /* Pages the engine took that came back; first touches of
@@ -501,17 +523,21 @@ static uint64_t refault_limit(const struct policy_group *g, uint64_t elapsed_use
         }
 }
 
-static void group_backoff(struct policy_group *g, const char *why) {
-        g->step_bytes = MAX(g->step_bytes / 2, (uint64_t) STEP_MIN_BYTES);
-        g->pause_periods = g->backoff_pause;
-        g->backoff_pause = MIN(g->backoff_pause * 2, PAUSE_MAX_PERIODS);
+static void group_backed_off(struct policy_group *g, const char *why) {
         g->backoffs++;
         g->decision = why;
         log_debug("Policy %s, group %s: backing off (%s): step %" PRIu64 " KiB, pausing %u "
                   "periods; stall %u.%02u%%, refaults %" PRIu64 " (limit %" PRIu64 ").",
-                  g->policy_name, g->cgroup, why, g->step_bytes / 1024, g->pause_periods,
-                  g->pressure_pm / 100, g->pressure_pm % 100, g->refaults_last,
-                  g->refault_limit_last);
+                  g->policy_name, g->cgroup, why, g->step.step_bytes / 1024,
+                  g->step.pause_periods, g->pressure_pm / 100, g->pressure_pm % 100,
+                  g->refaults_last, g->refault_limit_last);
+}
+
+static void group_backoff(struct policy_group *g, const char *why) {
+        struct policy_step_limits l = policy_group_limits(g);
+
+        policy_step_backoff(&g->step, &l);
+        group_backed_off(g, why);
 }
 
 /* The group's targets in the order a reclaim tries them; returns how many
@@ -527,25 +553,18 @@ static size_t group_reclaim_order(struct policy_group *g, pid_t *pids) {
         return n;
 }
 
-/* MaxReclaimRate as a token bucket: the rate's share of the time since the
- * last call is added (at most a second's worth is kept, so a calm spell
- * does not build up a burst) and what was reclaimed is taken off; the next
- * reclaim, a period's step or a budget check, may take what is left.
- * UINT64_MAX without a cap. */
+/* The rate credit now (policy_step_credit()). */
 static uint64_t group_rate_credit(struct policy_group *g, uint64_t now) {
-        uint64_t rate = g->policy->max_reclaim_rate, add;
+        struct policy_step_limits l = policy_group_limits(g);
 
-        if (rate == UINT64_MAX)
-                return UINT64_MAX;
-        add = (uint64_t) ((unsigned __int128) rate * (now - g->credit_usec) / ZSW_USEC_PER_SEC);
-        g->credit_usec = now;
-        g->rate_credit = MIN(g->rate_credit + add, MAX(rate, (uint64_t) getpagesize()));
-        return g->rate_credit;
+        return policy_step_credit(&g->step, &l, now);
 }
 
 /* What a reclaim of the group took: the listings and the debug log. */
 static void group_reclaimed(struct policy_group *g, uint64_t got) {
-        g->rate_credit -= MIN(got, g->rate_credit);
+        struct policy_step_limits l = policy_group_limits(g);
+
+        policy_step_reclaimed(&g->step, &l, g->reclaim_want, got);
         g->reclaimed_last = got;
         g->reclaimed_total += got;
         g->decision = got > 0 ? "reclaimed" : "nothing to reclaim";
@@ -557,30 +576,10 @@ static void group_reclaimed(struct policy_group *g, uint64_t got) {
  * between periods: a process can allocate hundreds of MiB within one
  * period, and a budget looked at once a period is exceeded by that much.
  * A check is one read of the group's usage; it reclaims only while the
- * group is above its low mark and not backing off, within MaxReclaimRate.
- * Groups whose usage cannot be read (no memory group) wait for the period.
- *
- * Marks, as kswapd's watermarks: reclaim starts once the group is above
- * budget - budget/BUDGET_LOW_SHARE, while it is still under its budget,
- * and goes down to budget - budget/BUDGET_TARGET_SHARE, so that a process
- * filling memory meets the throttle (over the budget itself) only when it
- * outruns reclaim, not at every reclaim's start. */
+ * group is above its low mark (policy_budget_low_mark()) and not backing
+ * off, within MaxReclaimRate. Groups whose usage cannot be read (no memory
+ * group) wait for the period. */
 #define BUDGET_CHECK_USEC (20 * 1000ull)
-#define BUDGET_LOW_SHARE 16
-#define BUDGET_TARGET_SHARE 8
-
-static uint64_t budget_low_mark(uint64_t budget) {
-        return budget - budget / BUDGET_LOW_SHARE;
-}
-
-/* What a reclaim that starts at usage should take: down to the target
- * mark, and at least a step's worth (not past half a tiny budget). */
-static uint64_t budget_want(uint64_t usage, uint64_t budget) {
-        uint64_t margin = MAX(budget / BUDGET_TARGET_SHARE, MIN((uint64_t) STEP_MIN_BYTES, budget / 2));
-        uint64_t target = budget - margin;
-
-        return usage > target ? usage - target : 0;
-}
 
 static void group_check_budget(struct policy_manager *m, struct policy_group *g);
 
@@ -681,7 +680,9 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
         const struct zsw_policy *p = g->policy;
         uint64_t now = now_usec(), elapsed = now - g->time_prev, refaults, evicted, resident;
         uint64_t threshold = p->pressure.stall_usec * ZSW_PERMYRIAD_MAX / p->pressure.window_usec;
-        uint64_t cap, want;
+        struct policy_step_limits l = policy_group_limits(g);
+        struct policy_period period;
+        uint64_t want;
         LOG_FIELDS(.policy = g->policy_name, .cgroup = g->cgroup);
 
         g->time_prev = now;
@@ -707,59 +708,36 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
                 g->trigger_fired = false;
                 return;
         }
-        if (global_fired || g->pressure_pm >= threshold || refaults > g->refault_limit_last) {
-                group_backoff(g, global_fired ? "system pressure" :
-                                 g->pressure_pm >= threshold ? "pressure" : "refaults");
+        period = (struct policy_period) {
+                .now_usec = now,
+                .usage_bytes = g->usage_bytes,
+                .budget_bytes = g->budget_bytes,
+                .backoff = global_fired ? "system pressure" :
+                           g->pressure_pm >= threshold ? "pressure" :
+                           refaults > g->refault_limit_last ? "refaults" : NULL,
+                .reclaiming = g->reclaiming != NULL,
+        };
+        want = policy_step_period(&g->step, &l, &period, &g->decision);
+        if (period.backoff) {
+                group_backed_off(g, period.backoff);
                 return;
         }
-        if (g->pause_periods > 0) {
-                g->pause_periods--;
-                g->decision = "paused";
-                log_debug("Policy %s, group %s: paused, %u periods left.", g->policy_name,
-                          g->cgroup, g->pause_periods);
+        if (want == 0) {
+                log_debug("Policy %s, group %s: %s (%u periods of pause left, usage %" PRIu64
+                          " KiB, budget %" PRIu64 " KiB).", g->policy_name, g->cgroup,
+                          g->decision, g->step.pause_periods, g->usage_bytes / 1024,
+                          group_has_budget(g) ? g->budget_bytes / 1024 : 0);
                 return;
         }
-        g->backoff_pause = MAX(g->backoff_pause / 2, 1u);
-        cap = group_rate_credit(g, now);
-        if (g->reclaiming) {
-                /* The last step is still running on the worker: one at a
-                 * time, so the rate cap holds. */
-                log_debug("Policy %s, group %s: the last reclaim is still running.",
-                          g->policy_name, g->cgroup);
-                return;
-        }
-
-        if (p->memory_budget.kind != ZSW_LIMIT_NONE) {
-                if (g->usage_bytes <= budget_low_mark(g->budget_bytes)) {
-                        g->decision = "at budget";
-                        log_debug("Policy %s, group %s: at budget (%" PRIu64 " KiB of %" PRIu64
-                                  " KiB).", g->policy_name, g->cgroup, g->usage_bytes / 1024,
-                                  g->budget_bytes / 1024);
-                        return;
-                }
-                want = MIN(budget_want(g->usage_bytes, g->budget_bytes), cap);
-        } else {
-                /* Probing: a small step that grows by a quarter each calm
-                 * period, as Senpai does, so the cold set is found without
-                 * a burst of refaults. */
-                if (g->step_bytes == 0)
-                        g->step_bytes = MAX(g->usage_bytes / 64, (uint64_t) STEP_MIN_BYTES);
-                else
-                        g->step_bytes += g->step_bytes / 4;
-                want = MIN(g->step_bytes, cap);
-        }
-        if (cap < (uint64_t) getpagesize()) {
-                g->decision = "rate limited";
-                return;
-        }
-        want = MAX(want, (uint64_t) getpagesize());
-        g->rate_cap_last = cap;
+        g->rate_cap_last = p->max_reclaim_rate == UINT64_MAX ? UINT64_MAX : g->step.rate_credit;
         log_debug("Policy %s, group %s: stall %u.%02u%% < %u.%02u%%, refaults %" PRIu64 " <= %" PRIu64
-                  ", usage %" PRIu64 " KiB: reclaiming %" PRIu64 " KiB (rate cap %" PRIu64 " KiB).",
+                  ", usage %" PRIu64 " KiB: reclaiming %" PRIu64 " KiB (step %" PRIu64 " KiB, "
+                  "rate cap %" PRIu64 " KiB).",
                   g->policy_name, g->cgroup, g->pressure_pm / 100, g->pressure_pm % 100,
                   (unsigned) threshold / 100, (unsigned) threshold % 100, refaults,
                   g->refault_limit_last, g->usage_bytes / 1024, want / 1024,
-                  cap == UINT64_MAX ? 0 : cap / 1024);
+                  g->step.step_bytes / 1024,
+                  g->rate_cap_last == UINT64_MAX ? 0 : g->rate_cap_last / 1024);
         group_reclaim(m, g, want);
 }
 
@@ -773,15 +751,15 @@ static void group_check_budget(struct policy_manager *m, struct policy_group *g)
                 return;
         budget = limit_resolve(&p->memory_budget, g->budget_base);
         group_throttle(m, g, usage > budget);
-        if (usage <= budget_low_mark(budget) || g->pause_periods > 0 || g->trigger_fired ||
-            g->reclaiming)
+        if (usage <= policy_budget_low_mark(budget) || g->step.pause_periods > 0 ||
+            g->trigger_fired || g->reclaiming)
                 return;
         cap = group_rate_credit(g, now_usec());
         if (cap < (uint64_t) getpagesize())
                 return;
         /* Down to the target mark: each reclaim stops the targets a
          * moment, fewer and larger ones cost them less than one per check. */
-        want = budget_want(usage, budget);
+        want = policy_budget_want(usage, budget);
         log_debug("Policy %s, group %s: near or over budget (%" PRIu64 " KiB of %" PRIu64 " KiB): "
                   "reclaiming %" PRIu64 " KiB.", g->policy_name, g->cgroup,
                   usage / 1024, budget / 1024, MIN(want, cap) / 1024);

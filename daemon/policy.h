@@ -97,7 +97,3 @@ int policy_manager_dump_status(struct policy_manager *m, FILE *f, bool json);
  * a kernel thread, not a zombie or dead. Reads PID_DIR_FD's "stat"; 1 yes,
  * 0 no, negative errno if it cannot tell. */
 int policy_process_eligible(int pid_dir_fd, pid_t pid);
-
-/* The name policies match a process's executable by: the target of
- * PID_DIR_FD's "exe", or "comm" when that cannot be read. */
-int policy_process_executable(int pid_dir_fd, char **ret);

@@ -623,8 +623,13 @@ TEST(reload_keeps_nothing_of_a_bad_config) {
 
 /* ---- matching ---------------------------------------------------------------- */
 
+/* EXE as /proc/PID/exe reads (a path) or, for a bare name, as comm. */
 static const char *match_name(const struct zsw_config *c, const char *cgroup, const char *exe) {
-        const struct zsw_policy *p = config_match(c, cgroup, exe);
+        struct zsw_proc_exe e = {
+                .path = exe && exe[0] == '/' ? (char *) exe : NULL,
+                .comm = exe && exe[0] != '/' ? (char *) exe : NULL,
+        };
+        const struct zsw_policy *p = config_match(c, cgroup, exe ? &e : NULL, NULL);
 
         return p ? p->name : "(none)";
 }
@@ -670,7 +675,8 @@ TEST(match_precedence_and_kinds) {
                      "60-user");
         /* A disabled policy is a match too: it excludes. */
         ASSERT_STREQ(match_name(c, "/system.slice/nginx.service", "/usr/bin/secret-agent"), "00-off");
-        ASSERT_FALSE(config_match(c, "/", "secret-agent")->enabled);
+        ASSERT_FALSE(config_match(c, "/", &(struct zsw_proc_exe) { .comm = (char *) "secret-agent" },
+                                      NULL)->enabled);
         /* CgroupPath: the group and below, one glob per component. */
         ASSERT_STREQ(match_name(c, "/system.slice/build-42.service/jobs", NULL), "30-tree");
         ASSERT_STREQ(match_name(c, "/system.slice/build-42.service/jobs/cc1", NULL), "30-tree");
@@ -684,9 +690,8 @@ TEST(match_precedence_and_kinds) {
         /* '*' in a path pattern does not cross '/'. */
         ASSERT_STREQ(match_name(c, "/system.slice/postgresql.service", "/usr/lib/postgresql/15/x/bin/postgres"),
                      "(none)");
-        /* Executable names compare with the file name; a replaced binary still matches. */
+        /* Executable names compare with the file name. */
         ASSERT_STREQ(match_name(c, "/", "/usr/bin/node"), "50-exe");
-        ASSERT_STREQ(match_name(c, "/", "/usr/lib/jvm/bin/java (deleted)"), "50-exe");
         ASSERT_STREQ(match_name(c, "/", "node"), "50-exe");
         ASSERT_STREQ(match_name(c, "/", "/usr/bin/nodejs"), "(none)");
         ASSERT_STREQ(match_name(c, NULL, NULL), "(none)");
@@ -749,6 +754,229 @@ TEST(proc_cgroup_read) {
         ASSERT_GE(self, 0);
         ASSERT_OK(proc_cgroup_read(self, &real));
         ASSERT_TRUE(real[0] == '/');
+        remove_fixture(dir);
+}
+
+/* ---- executables ------------------------------------------------------------- */
+
+/* Debian's redis-server: a symlink to redis-check-rdb, which /proc/PID/exe
+ * names. A user writes the link's name or path; each form matches and says
+ * which it was. */
+TEST(match_executable_forms) {
+        static const char *const paths[] = {
+                "p/10-svc.conf", "p/20-path.conf", "p/30-glob.conf", "p/40-comm.conf",
+        };
+        static const char *const texts[] = {
+                "[Match]\nUnit=redis.service\nExecutable=redis-server\n",
+                "[Match]\nExecutable=/usr/bin/redis-server\n",
+                "[Match]\nExecutable=redis-*\n",
+                "[Match]\nExecutable=myscript\n",
+        };
+        _cleanup_(config_freep) struct zsw_config *c = load_policies(4, paths, texts);
+        struct zsw_proc_exe redis = {
+                .path = (char *) "/usr/bin/redis-check-rdb",
+                .argv0 = (char *) "/usr/bin/redis-server",
+                .comm = (char *) "redis-server",
+        };
+        struct zsw_proc_exe no_argv0 = { .path = redis.path, .comm = redis.comm };
+        struct zsw_proc_exe script = { .path = (char *) "/usr/bin/python3.11",
+                                       .argv0 = (char *) "/usr/bin/python3",
+                                       .comm = (char *) "myscript" };
+        struct zsw_match m;
+
+        ASSERT_STREQ(config_match(c, "/system.slice/redis.service", &redis, &m)->name, "10-svc");
+        ASSERT_STREQ(m.unit, "redis.service");
+        ASSERT_TRUE(m.cgroup_path == NULL);
+        ASSERT_STREQ(m.executable, "redis-server");
+        ASSERT_EQ(m.executable_form, ZSW_EXE_ARGV0_NAME);
+        ASSERT_STREQ(zsw_proc_exe_name(&redis, m.executable_form), "redis-server");
+
+        ASSERT_STREQ(config_match(c, "/", &redis, &m)->name, "20-path");
+        ASSERT_TRUE(m.unit == NULL);
+        ASSERT_EQ(m.executable_form, ZSW_EXE_ARGV0);
+        ASSERT_STREQ(zsw_exe_form_to_string(m.executable_form), "argv0");
+
+        /* Not started through the link's path: the name still is its comm. */
+        ASSERT_STREQ(config_match(c, "/system.slice/redis.service", &no_argv0, &m)->name,
+                     "10-svc");
+        ASSERT_EQ(m.executable_form, ZSW_EXE_COMM);
+        /* A path pattern is not compared with names; the glob finds the
+         * resolved file first. */
+        ASSERT_STREQ(config_match(c, "/", &no_argv0, &m)->name, "30-glob");
+        ASSERT_EQ(m.executable_form, ZSW_EXE_PATH_NAME);
+        ASSERT_STREQ(zsw_proc_exe_name(&no_argv0, m.executable_form), "redis-check-rdb");
+
+        /* A script: the kernel names the process after it. */
+        ASSERT_STREQ(config_match(c, "/", &script, &m)->name, "40-comm");
+        ASSERT_EQ(m.executable_form, ZSW_EXE_COMM);
+
+        ASSERT_TRUE(config_match(c, "/", NULL, &m) == NULL);
+        ASSERT_TRUE(config_match(c, "/", &(struct zsw_proc_exe) {}, NULL) == NULL);
+        ASSERT_STREQ(zsw_exe_form_to_string(ZSW_EXE_PATH), "exe");
+        ASSERT_STREQ(zsw_exe_form_to_string(ZSW_EXE_PATH_NAME), "exe-name");
+        ASSERT_STREQ(zsw_exe_form_to_string(ZSW_EXE_ARGV0_NAME), "argv0-name");
+        ASSERT_TRUE(zsw_exe_form_to_string(_ZSW_EXE_FORM_MAX) == NULL);
+}
+
+static void write_bytes(int dir_fd, const char *name, const char *data, size_t size) {
+        int fd = openat(dir_fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+        ASSERT_GE(fd, 0);
+        ASSERT_EQ(write(fd, data, size), (ssize_t) size);
+        close(fd);
+}
+
+static void relink(int dir_fd, const char *name, const char *target) {
+        (void) unlinkat(dir_fd, name, 0);
+        ASSERT_OK(symlinkat(target, dir_fd, name));
+}
+
+/* argv[0] as CMDLINE (SIZE bytes, NULs included) read from the fixture
+ * process PID_FD: the path it names, or "(none)". */
+static char *argv0_of(int pid_fd, const char *cmdline, size_t size) {
+        struct zsw_proc_exe e = {};
+        char *s;
+
+        write_bytes(pid_fd, "cmdline", cmdline, size);
+        ASSERT_OK(zsw_proc_exe_read(pid_fd, NULL, &e));
+        s = strdup(e.argv0 ?: "(none)");
+        zsw_proc_exe_done(&e);
+        return s;
+}
+
+#define ASSERT_ARGV0(fd, cmdline, expected)                                             \
+        do {                                                                            \
+                _cleanup_free_ char *_a = argv0_of(fd, cmdline, sizeof(cmdline) - 1);   \
+                ASSERT_STREQ(_a, expected);                                             \
+        } while (0)
+
+/* A /proc/PID-like directory: "exe" and "cwd" symlinks into the fixture,
+ * "root" to "/", the files "comm", "cmdline" and "environ". */
+TEST(proc_exe_read) {
+        char *dir = make_fixture(), p[512], link[256], real[256], other[256], cmd[512];
+        _cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), pid = -EBADF;
+        struct zsw_proc_exe e = {};
+
+        ASSERT_OK(mkdirat(fd, "bin", 0755));
+        ASSERT_OK(mkdirat(fd, "pid", 0755));
+        pid = openat(fd, "pid", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        ASSERT_GE(pid, 0);
+        write_file(fd, "bin/real", "#!/bin/true\n");
+        write_file(fd, "other", "#!/bin/true\n");
+        ASSERT_OK(symlinkat("real", fd, "bin/link"));
+        snprintf(link, sizeof(link), "%s/bin/link", dir);
+        snprintf(real, sizeof(real), "%s/bin/real", dir);
+        snprintf(other, sizeof(other), "%s/other", dir);
+
+        ASSERT_ERRNO(zsw_proc_exe_read(pid, NULL, &e), ENOENT); /* nothing to read */
+        write_file(pid, "comm", "renamed\n");
+        ASSERT_OK(zsw_proc_exe_read(pid, NULL, &e)); /* a kernel thread: comm only */
+        ASSERT_TRUE(!e.path && !e.argv0);
+        ASSERT_STREQ(e.comm, "renamed");
+        zsw_proc_exe_done(&e);
+
+        relink(pid, "exe", real);
+        relink(pid, "root", "/");
+        snprintf(p, sizeof(p), "%s/bin", dir);
+        relink(pid, "cwd", p);
+        snprintf(cmd, sizeof(cmd), "%s%c-x%c", link, 0, 0);
+        write_bytes(pid, "cmdline", cmd, strlen(link) + 4);
+        ASSERT_OK(zsw_proc_exe_read(pid, NULL, &e));
+        ASSERT_STREQ(e.path, real);
+        ASSERT_STREQ(e.argv0, link); /* the link it was started through */
+        ASSERT_STREQ(e.comm, "renamed");
+        ASSERT_FALSE(e.deleted);
+        zsw_proc_exe_done(&e);
+
+        /* Relative to the current directory, shown simplified. */
+        ASSERT_ARGV0(pid, "./link\0-x\0", link);
+        ASSERT_ARGV0(pid, "../bin/./link\0", link);
+        ASSERT_ARGV0(pid, "..//bin/../bin/link\0", link);
+        /* A title written over the command line. */
+        snprintf(cmd, sizeof(cmd), "%s *:6379 [cluster]", link);
+        {
+                _cleanup_free_ char *a = argv0_of(pid, cmd, strlen(cmd));
+                ASSERT_STREQ(a, link);
+        }
+        /* Paths to another file or to none are not what it was started as. */
+        snprintf(cmd, sizeof(cmd), "%s", other);
+        {
+                _cleanup_free_ char *a = argv0_of(pid, cmd, strlen(cmd) + 1);
+                ASSERT_STREQ(a, "(none)");
+        }
+        ASSERT_ARGV0(pid, "/nonexistent/link\0", "(none)");
+        ASSERT_ARGV0(pid, "\0", "(none)");
+        /* A bare name: found in the PATH of its environment, or not at all. */
+        ASSERT_ARGV0(pid, "link\0", "(none)");
+        write_bytes(pid, "environ", cmd,
+                    (size_t) snprintf(cmd, sizeof(cmd), "HOME=/%cPATH=/nonexistent:%s/bin:/usr/bin%c",
+                                      0, dir, 0));
+        ASSERT_ARGV0(pid, "link\0", link);
+        ASSERT_ARGV0(pid, "other\0", "(none)");
+        /* Titles of programs started that way (redis-server from a shell). */
+        ASSERT_ARGV0(pid, "link *:6379", link);
+        ASSERT_ARGV0(pid, "link unixsocket:/run/redis.sock\0", link);
+        /* An environment without PATH (redis-server overwrites it): the
+         * default one, here for a real file found there. */
+        write_bytes(pid, "environ", "\0\0\0\0", 4);
+        ASSERT_ARGV0(pid, "link\0", "(none)");
+        if (access("/usr/bin/env", X_OK) == 0 && access("/usr/local/bin/env", F_OK) < 0 &&
+            access("/usr/local/sbin/env", F_OK) < 0 && access("/usr/sbin/env", F_OK) < 0) {
+                relink(pid, "exe", "/usr/bin/env");
+                ASSERT_ARGV0(pid, "env --version\0", "/usr/bin/env");
+                relink(pid, "exe", real);
+        }
+        write_bytes(pid, "environ", cmd,
+                    (size_t) snprintf(cmd, sizeof(cmd), "PATH=%s/bin%c", dir, 0));
+        /* With a config, only names its patterns could match are looked
+         * up: the link's name must fit a name or a path's last part. */
+        write_bytes(pid, "cmdline", "./link", 7);
+        {
+                static const char *const files[] = { "p/a.conf", "p/b.conf" };
+                static const char *const unit[] = { "[Match]\nUnit=a.service\n" };
+                static const char *const other_name[] = { "[Match]\nExecutable=redis-*\n" };
+                static const char *const by_path[] = { "[Match]\nUnit=a.service\n",
+                                                       "[Match]\nExecutable=/opt/*/l?nk\n" };
+                _cleanup_(config_freep) struct zsw_config *c1 = load_policies(1, files, unit);
+                _cleanup_(config_freep) struct zsw_config *c2 = load_policies(1, files, other_name);
+                _cleanup_(config_freep) struct zsw_config *c3 = load_policies(2, files, by_path);
+
+                ASSERT_OK(zsw_proc_exe_read(pid, c1, &e));
+                ASSERT_TRUE(e.argv0 == NULL && e.comm == NULL);
+                ASSERT_STREQ(e.path, real);
+                zsw_proc_exe_done(&e);
+                ASSERT_OK(zsw_proc_exe_read(pid, c2, &e));
+                ASSERT_TRUE(e.argv0 == NULL);
+                ASSERT_STREQ(e.comm, "renamed");
+                zsw_proc_exe_done(&e);
+                ASSERT_OK(zsw_proc_exe_read(pid, c3, &e));
+                ASSERT_STREQ(e.argv0, link);
+                zsw_proc_exe_done(&e);
+                write_bytes(pid, "cmdline", "link", 5); /* through PATH */
+                ASSERT_OK(zsw_proc_exe_read(pid, c3, &e));
+                ASSERT_STREQ(e.argv0, link);
+                zsw_proc_exe_done(&e);
+                ASSERT_OK(zsw_proc_exe_read(pid, c2, &e));
+                ASSERT_TRUE(e.argv0 == NULL);
+                zsw_proc_exe_done(&e);
+        }
+
+        /* Replaced by an upgrade: the path it ran from still counts, and
+         * so does a link that leads there now. */
+        snprintf(p, sizeof(p), "%s (deleted)", real);
+        relink(pid, "exe", p);
+        snprintf(cmd, sizeof(cmd), "%s", link);
+        write_bytes(pid, "cmdline", cmd, strlen(cmd) + 1);
+        ASSERT_OK(zsw_proc_exe_read(pid, NULL, &e));
+        ASSERT_STREQ(e.path, real);
+        ASSERT_TRUE(e.deleted);
+        ASSERT_STREQ(e.argv0, link);
+        zsw_proc_exe_done(&e);
+        snprintf(cmd, sizeof(cmd), "%s", other);
+        {
+                _cleanup_free_ char *a = argv0_of(pid, cmd, strlen(cmd) + 1);
+                ASSERT_STREQ(a, "(none)");
+        }
         remove_fixture(dir);
 }
 

@@ -17,9 +17,18 @@
 
 static char sleeper[64];
 
+/* How a child starts the sleeper: FILE (searched in PATH if set and FILE
+ * has no '/') with ARGV0 from directory CWD; NULL means the sleeper's own
+ * path, the test's directory and environment. */
+struct start {
+        const char *file, *argv0, *cwd, *path;
+        bool no_env;
+};
+
 /* A child that enters G (if any; only its name=systemd group if SD_ONLY)
- * and runs the sleeper until killed. */
-static pid_t spawn_in(const struct test_cgroup *g, bool sd_only) {
+ * and runs the sleeper until killed, started as HOW says. */
+static pid_t spawn_how(const struct test_cgroup *g, bool sd_only, const struct start *how) {
+        const char *file = how->file ?: sleeper;
         int ready[2];
         pid_t pid;
 
@@ -27,10 +36,18 @@ static pid_t spawn_in(const struct test_cgroup *g, bool sd_only) {
         pid = fork();
         ASSERT_GE(pid, 0);
         if (pid == 0) {
+                char *argv[] = { (char *) (how->argv0 ?: file), (char *) "1000", NULL };
+
                 if (g && (sd_only ? test_cgroup_enter_systemd(g) : test_cgroup_enter(g)) < 0)
                         _exit(2);
+                if ((how->cwd && chdir(how->cwd) < 0) ||
+                    (how->path && setenv("PATH", how->path, 1) < 0))
+                        _exit(2);
                 (void) !write(ready[1], "r", 1);
-                execl(sleeper, sleeper, "1000", NULL);
+                if (how->no_env)
+                        execve(file, argv, (char *[]) { NULL });
+                else
+                        execvp(file, argv);
                 _exit(3);
         }
         close(ready[1]);
@@ -46,6 +63,10 @@ static pid_t spawn_in(const struct test_cgroup *g, bool sd_only) {
                 usleep(1000);
         }
         TEST_FAIL("child %d never ran %s", pid, sleeper);
+}
+
+static pid_t spawn_in(const struct test_cgroup *g, bool sd_only) {
+        return spawn_how(g, sd_only, &(struct start) {});
 }
 
 static pid_t spawn(const struct test_cgroup *g) {
@@ -70,7 +91,7 @@ static int proc_dir(pid_t pid) {
 }
 
 TEST(eligible_and_executable) {
-        _cleanup_free_ char *exe = NULL;
+        struct zsw_proc_exe exe = {};
         pid_t child, zombie;
         int fd;
 
@@ -79,16 +100,20 @@ TEST(eligible_and_executable) {
         close(fd);
         fd = proc_dir(2);
         ASSERT_EQ(policy_process_eligible(fd, 2), 0); /* kthreadd */
-        ASSERT_OK(policy_process_executable(fd, &exe)); /* no exe: comm */
-        ASSERT_STREQ(exe, "kthreadd");
-        free(TAKE_PTR(exe));
+        ASSERT_OK(zsw_proc_exe_read(fd, NULL, &exe)); /* no exe: comm */
+        ASSERT_TRUE(!exe.path && !exe.argv0);
+        ASSERT_STREQ(exe.comm, "kthreadd");
+        zsw_proc_exe_done(&exe);
         close(fd);
 
         child = spawn(NULL);
         fd = proc_dir(child);
         ASSERT_EQ(policy_process_eligible(fd, child), 1);
-        ASSERT_OK(policy_process_executable(fd, &exe));
-        ASSERT_STREQ(exe, sleeper);
+        ASSERT_OK(zsw_proc_exe_read(fd, NULL, &exe));
+        ASSERT_STREQ(exe.path, sleeper);
+        ASSERT_STREQ(exe.argv0, sleeper);
+        ASSERT_TRUE(strncmp(exe.comm, strrchr(sleeper, '/') + 1, 15) == 0);
+        zsw_proc_exe_done(&exe);
         close(fd);
         reap(child);
 
@@ -188,6 +213,97 @@ TEST(match_by_path_unit_and_executable) {
         test_cgroup_free(by_path);
         test_cgroup_free(by_unit);
         test_cgroup_free(off);
+}
+
+static char *dump_targets(struct policy_manager *m, bool json) {
+        char *buf = NULL;
+        size_t size = 0;
+        FILE *f = open_memstream(&buf, &size);
+
+        ASSERT_TRUE(f);
+        ASSERT_OK(policy_manager_dump_targets(m, f, json));
+        ASSERT_EQ(fclose(f), 0);
+        return buf;
+}
+
+/* The listing's entry for PID: from its "pid" to the next one's. */
+static char *json_entry(const char *json, pid_t pid) {
+        char pat[32];
+        const char *s, *e;
+
+        snprintf(pat, sizeof(pat), "{\"pid\":%d,", pid);
+        s = strstr(json, pat);
+        ASSERT_TRUE(s);
+        e = strstr(s + 1, "{\"pid\":");
+        return strndup(s, e ? (size_t) (e - s) : strlen(s));
+}
+
+/* A program started through a symlink (as Debian's /usr/bin/redis-server,
+ * a link to redis-check-rdb) runs the link's target, and /proc/PID/exe
+ * names that; policies naming the link's path or its name match it all
+ * the same, however it was started, and the listing says why. */
+TEST(match_executable_started_through_a_symlink) {
+        char dir[] = "/tmp/zswapd-test-link-XXXXXX", link[128], name[16], rel[32];
+        char t_path[256], t_name[256], pat[512];
+        _cleanup_free_ char *json = NULL, *text = NULL, *ea = NULL, *ed = NULL;
+        struct zsw_engine *e = NULL;
+        struct policy_manager *m = NULL;
+        pid_t a, b, c, d, x;
+
+        ASSERT_TRUE(mkdtemp(dir));
+        /* Short enough for comm (15 bytes). */
+        snprintf(name, sizeof(name), "zln-%d", getpid());
+        snprintf(link, sizeof(link), "%s/%s", dir, name);
+        snprintf(rel, sizeof(rel), "./%s", name);
+        ASSERT_OK(symlink(sleeper, link));
+        snprintf(t_path, sizeof(t_path), "[Match]\nExecutable=%s\n", link);
+        snprintf(t_name, sizeof(t_name), "[Match]\nExecutable=%s\n", name);
+
+        a = spawn_how(NULL, false, &(struct start) { .file = link });
+        b = spawn_how(NULL, false, &(struct start) { .file = rel, .cwd = dir });
+        c = spawn_how(NULL, false, &(struct start) { .file = name, .path = dir });
+        /* argv[0] tells nothing; the kernel's comm still has the link's name. */
+        d = spawn_how(NULL, false, &(struct start) { .file = link, .argv0 = "renamed",
+                                                      .no_env = true });
+        x = spawn(NULL); /* the same file, not started through the link */
+
+        ASSERT_OK(zsw_engine_new(&(struct zsw_engine_config) { .log = log_get() }, &e));
+        ASSERT_OK(policy_manager_new(e, config_of((const char *[]) { t_path, t_name },
+                                                  (const char *[]) { "/p/10-path.conf",
+                                                                     "/p/20-name.conf" }, 2),
+                                     &m));
+        ASSERT_EQ(policy_manager_scan(m), 4);
+        ASSERT_STREQ(policy_manager_target_policy(m, a), "10-path");
+        ASSERT_STREQ(policy_manager_target_policy(m, b), "10-path");
+        ASSERT_STREQ(policy_manager_target_policy(m, c), "10-path");
+        ASSERT_STREQ(policy_manager_target_policy(m, d), "20-name");
+        ASSERT_TRUE(policy_manager_target_policy(m, x) == NULL);
+
+        json = dump_targets(m, true);
+        ea = json_entry(json, a);
+        snprintf(pat, sizeof(pat), "\"exe\":\"%s\",\"argv0\":\"%s\"", sleeper, link);
+        if (!strstr(ea, pat))
+                TEST_FAIL("no %s in %s", pat, ea);
+        snprintf(pat, sizeof(pat),
+                 "\"match\":[{\"key\":\"Executable\",\"pattern\":\"%s\",\"form\":\"argv0\","
+                 "\"value\":\"%s\"}]", link, link);
+        if (!strstr(ea, pat))
+                TEST_FAIL("no %s in %s", pat, ea);
+        ed = json_entry(json, d);
+        snprintf(pat, sizeof(pat), "\"form\":\"comm\",\"value\":\"%s\"", name);
+        if (!strstr(ed, pat) || !strstr(ed, "\"argv0\":\"\""))
+                TEST_FAIL("no %s and no argv0 in %s", pat, ed);
+        text = dump_targets(m, false);
+        snprintf(pat, sizeof(pat), "Executable=%s (argv0)", link);
+        ASSERT_TRUE(strstr(text, "MATCH") && strstr(text, pat));
+        snprintf(pat, sizeof(pat), "Executable=%s (comm)", name);
+        ASSERT_TRUE(strstr(text, pat));
+
+        policy_manager_free(m);
+        zsw_engine_free(e);
+        reap(a), reap(b), reap(c), reap(d), reap(x);
+        ASSERT_OK(unlink(link));
+        ASSERT_OK(rmdir(dir));
 }
 
 /* Hybrid systems: systemd names units in its v1 name=systemd hierarchy,

@@ -73,11 +73,23 @@ static void match_some(const struct zsw_config *c) {
                 "/user.slice/user-1000.slice/user@1000.service/app.slice/app-firefox-1.scope",
                 "//a//b.service/", NULL,
         };
-        static const char *const exes[] = { "/usr/bin/firefox", "java", "/x (deleted)", "", NULL };
+        static const struct zsw_proc_exe exes[] = {
+                { .path = (char *) "/usr/bin/firefox", .comm = (char *) "firefox" },
+                { .path = (char *) "/usr/bin/redis-check-rdb",
+                  .argv0 = (char *) "/usr/bin/redis-server", .comm = (char *) "redis-server" },
+                { .comm = (char *) "java" },
+                { .path = (char *) "", .argv0 = (char *) "/", .comm = (char *) "" },
+                {},
+        };
+        struct zsw_match m;
 
-        for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++)
+        for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++) {
                 for (size_t j = 0; j < sizeof(exes) / sizeof(exes[0]); j++)
-                        config_match(c, groups[i], exes[j]);
+                        if (config_match(c, groups[i], &exes[j], &m) && m.executable &&
+                            !zsw_proc_exe_name(&exes[j], m.executable_form))
+                                abort(); /* a match names what it matched */
+                config_match(c, groups[i], NULL, NULL);
+        }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
