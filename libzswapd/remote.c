@@ -28,20 +28,41 @@
  * (kill()-style and kernel siginfo cannot be forged: the sender becomes us).
  * Queueing them from inside the target would not do: every later step
  * dequeues them again.
+ *
+ * Deadlines. Every wait for a stop has one (ZSW_REMOTE_STOP_TIMEOUT_MS,
+ * ZSW_REMOTE_CALL_TIMEOUT_MS): waitpid(WNOHANG) is polled, from 10 us
+ * doubling to 1 ms, since nothing else bounds a wait for a tracee. A
+ * thread that did not stop in time cannot be detached (PTRACE_DETACH
+ * wants a stopped tracee) and keeps our pending interrupt: only the exit
+ * of its tracer unlinks it and clears that. So each handle has a tracer
+ * thread of its own that makes every ptrace call and exits at release:
+ * the threads it stopped are detached one by one, the ones that never
+ * stopped are let go by the kernel, unchanged.
+ *
+ * What the kernel cannot undo: a thread that waits in a userfault taken
+ * in kernel mode (a read(2) into a missing page of a registered range)
+ * and gets an interrupt leaves its wait and retries the fault, busy,
+ * until somebody resolves it; a signal it does not handle in kernel mode
+ * stays pending, tracer or not. So such a thread is never interrupted: we
+ * wait until it leaves that wait (our own fault threads answer theirs at
+ * once), and give up at the deadline if it does not.
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
+#include <linux/kcmp.h>
 
 #include "linux-compat.h"
 #include "remote-arch.h"
@@ -73,8 +94,20 @@ struct zsw_remote {
         int madvise_self;        /* process_madvise on itself: -1 unknown, 0 no, 1 yes */
         unsigned n_signals;
         siginfo_t signals[DEFERRED_SIGNALS_MAX];
+        bool stopped;            /* r->tid is in a ptrace stop of ours */
         struct held_thread *held; /* the other threads, stopped by zsw_remote_stop_others() */
         size_t n_held, held_size;
+
+        /* The thread that makes every ptrace call of this handle (see the
+         * top of this file); callers post one operation at a time. */
+        pthread_t tracer;
+        bool tracer_started;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        int (*op)(struct zsw_remote *r, void *arg);
+        void *op_arg;
+        int op_result;
+        bool op_done, quit;
 };
 
 /* Another thread of the target, held in a ptrace stop until release. */
@@ -94,11 +127,19 @@ pid_t zsw_remote_tid(const struct zsw_remote *r) {
         return r->tid;
 }
 
+static int rseq_op(struct zsw_remote *r, void *arg) {
+        return ptrace(PTRACE_GET_RSEQ_CONFIGURATION, r->tid, sizeof(struct __ptrace_rseq_configuration),
+                      arg) < 0 ? -errno : 0;
+}
+
+static int on_tracer(struct zsw_remote *r, int (*op)(struct zsw_remote *r, void *arg), void *arg);
+
 int zsw_remote_rseq_area(struct zsw_remote *r, uint64_t *ret_addr, uint32_t *ret_len) {
         struct __ptrace_rseq_configuration conf = {};
+        int k = on_tracer(r, rseq_op, &conf);
 
-        if (ptrace(PTRACE_GET_RSEQ_CONFIGURATION, r->tid, sizeof(conf), &conf) < 0)
-                return -errno;
+        if (k < 0)
+                return k;
         *ret_addr = conf.rseq_abi_pointer;
         *ret_len = conf.rseq_abi_size;
         return 0;
@@ -174,14 +215,146 @@ static bool state_interruptible(char state) {
         return state_alive(state) && state != 'D';
 }
 
-/* The leader if it runs and can be stopped now, else another thread that
- * can, else any live thread. */
+/* A thread sleeping in a userfault it took in kernel mode (wchan
+ * handle_userfault while in a system call): an interrupt would leave it
+ * retrying that fault, busy, until somebody resolves it (see the top of
+ * this file). A userfault taken in user mode is not one: the interrupt
+ * sends that thread back to user space, and it faults again after us. */
+static bool in_kernel_userfault(pid_t pid, pid_t tid) {
+        char path[64], buf[64];
+
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan", pid, tid);
+        if (read_small_file(path, buf, sizeof(buf)) < 0 || strcmp(buf, "handle_userfault") != 0)
+                return false;
+        /* "-1 ..." outside a system call, "running" if it woke up since. */
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
+        return read_small_file(path, buf, sizeof(buf)) >= 0 && buf[0] >= '0' && buf[0] <= '9';
+}
+
+static const char *state_name(char state) {
+        switch (state) {
+        case 'R':
+                return "running";
+        case 'S':
+                return "sleeping";
+        case 'D':
+                return "in uninterruptible sleep";
+        case 'T':
+                return "stopped";
+        case 't':
+                return "stopped by a tracer";
+        default:
+                return "exiting";
+        }
+}
+
+static const char *syscall_name(long nr) {
+        switch (nr) {
+        case SYS_read: return "read(2)";
+        case SYS_write: return "write(2)";
+        case SYS_pread64: return "pread(2)";
+        case SYS_pwrite64: return "pwrite(2)";
+        case SYS_readv: return "readv(2)";
+        case SYS_writev: return "writev(2)";
+        case SYS_recvfrom: return "recvfrom(2)";
+        case SYS_recvmsg: return "recvmsg(2)";
+        case SYS_sendto: return "sendto(2)";
+        case SYS_sendmsg: return "sendmsg(2)";
+        case SYS_ioctl: return "ioctl(2)";
+        case SYS_futex: return "futex(2)";
+        case SYS_vfork: return "vfork(2)";
+        case SYS_wait4: return "wait4(2)";
+        default: return NULL;
+        }
+}
+
+/* "thread 123 of 120 is sleeping in handle_userfault, in read(2)". */
+static void describe_thread(pid_t pid, pid_t tid, char *buf, size_t size) {
+        char path[64], state = '?', wchan[64] = "", sc[64] = "";
+        unsigned long flags;
+        const char *name;
+        long nr = -1;
+
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
+        (void) read_proc_stat(path, &state, &flags);
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan", pid, tid);
+        if (read_small_file(path, wchan, sizeof(wchan)) < 0 || strcmp(wchan, "0") == 0)
+                wchan[0] = 0;
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
+        if (read_small_file(path, sc, sizeof(sc)) >= 0 && sc[0] >= '0' && sc[0] <= '9')
+                nr = strtol(sc, NULL, 10);
+        name = nr >= 0 ? syscall_name(nr) : NULL;
+        snprintf(buf, size, "thread %d of %d is %s (%c)%s%s", tid, pid, state_name(state), state,
+                 wchan[0] ? " in " : "", wchan);
+        if (nr >= 0 && name)
+                snprintf(buf + strlen(buf), size - strlen(buf), ", in %s", name);
+        else if (nr >= 0)
+                snprintf(buf + strlen(buf), size - strlen(buf), ", in system call %ld", nr);
+        if (strcmp(wchan, "handle_userfault") == 0 && nr >= 0)
+                snprintf(buf + strlen(buf), size - strlen(buf),
+                         ": a page fault of the kernel on its behalf waits for a userfaultfd "
+                         "that nobody serves");
+}
+
+int zsw_remote_describe_stuck(pid_t pid, char *buf, size_t size) {
+        _cleanup_(closedirp) DIR *d = NULL;
+        char path[64], state;
+        unsigned long flags;
+        struct dirent *de;
+        pid_t late = 0;
+
+        snprintf(path, sizeof(path), "/proc/%d/task", pid);
+        d = opendir(path);
+        if (!d)
+                return -ESRCH;
+        while ((de = readdir(d))) {
+                pid_t tid = (pid_t) strtol(de->d_name, NULL, 10);
+
+                if (tid <= 0)
+                        continue;
+                if (in_kernel_userfault(pid, tid)) {
+                        describe_thread(pid, tid, buf, size);
+                        return 0;
+                }
+                snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
+                if (late == 0 && read_proc_stat(path, &state, &flags) >= 0 && state == 'D')
+                        late = tid;
+        }
+        if (late == 0)
+                return -ENOENT;
+        describe_thread(pid, late, buf, size);
+        return 0;
+}
+
+/* What pick_thread() found. */
+enum {
+        PICK_NOW,       /* a thread that can be stopped now */
+        PICK_LATE,      /* only threads in uninterruptible sleep: they stop when they wake */
+        PICK_WAIT,      /* only threads that must not be interrupted yet (in_kernel_userfault()) */
+};
+
+/* How thread tid would take an interrupt now: PICK_*, or -1 if it is
+ * gone or a zombie. */
+static int thread_class(pid_t pid, pid_t tid) {
+        char path[64], state;
+        unsigned long flags;
+
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
+        if (read_proc_stat(path, &state, &flags) < 0 || !state_alive(state))
+                return -1;
+        if (in_kernel_userfault(pid, tid))
+                return PICK_WAIT;
+        return state_interruptible(state) ? PICK_NOW : PICK_LATE;
+}
+
+/* The leader if it can be stopped now, else another thread that can, else
+ * a live thread that may stop later (PICK_LATE before PICK_WAIT). */
 static int pick_thread(pid_t pid, const struct zsw_log *log, pid_t *ret_tid) {
         _cleanup_(closedirp) DIR *d = NULL;
         char path[64], state;
         unsigned long flags;
         struct dirent *de;
-        pid_t fallback = 0;
+        pid_t found[3] = {};
         int r;
 
         snprintf(path, sizeof(path), "/proc/%d/stat", pid);
@@ -193,34 +366,33 @@ static int pick_thread(pid_t pid, const struct zsw_log *log, pid_t *ret_tid) {
         if (flags & PF_KTHREAD)
                 return zsw_log_errno(log, LOG_DEBUG, EINVAL,
                                      "Process %d is a kernel thread: it has no user memory", pid);
-        if (state_interruptible(state)) {
-                *ret_tid = pid;
-                return 0;
-        }
-        if (state_alive(state))
-                fallback = pid;
 
+        r = thread_class(pid, pid);
+        if (r == PICK_NOW) {
+                *ret_tid = pid;
+                return PICK_NOW;
+        }
+        if (r >= 0)
+                found[r] = pid;
         snprintf(path, sizeof(path), "/proc/%d/task", pid);
         d = opendir(path);
         while (d && (de = readdir(d))) {
                 pid_t tid = (pid_t) strtol(de->d_name, NULL, 10);
 
-                if (tid <= 0 || tid == pid)
+                if (tid <= 0 || tid == pid || (r = thread_class(pid, tid)) < 0)
                         continue;
-                snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
-                if (read_proc_stat(path, &state, &flags) < 0)
-                        continue;
-                if (state_interruptible(state)) {
+                if (r == PICK_NOW) {
                         *ret_tid = tid;
-                        return 0;
+                        return PICK_NOW;
                 }
-                if (state_alive(state) && fallback == 0)
-                        fallback = tid;
+                found[r] = found[r] ?: tid;
         }
-        if (fallback == 0)
-                return zsw_log_errno(log, LOG_DEBUG, ESRCH, "Process %d has exited (zombie)", pid);
-        *ret_tid = fallback;
-        return 0;
+        for (r = PICK_LATE; r <= PICK_WAIT; r++)
+                if (found[r] > 0) {
+                        *ret_tid = found[r];
+                        return r;
+                }
+        return zsw_log_errno(log, LOG_DEBUG, ESRCH, "Process %d has exited (zombie)", pid);
 }
 
 /* ---- ptrace primitives --------------------------------------------------- */
@@ -243,7 +415,8 @@ static int set_regs(struct zsw_remote *r, const zsw_arch_regs *regs) {
  * the parent (our_child). (Killed between that look and the waitpid below,
  * it is reaped after all; the kernel offers no way to consume a stop
  * alone.) */
-static int wait_task(pid_t tid, bool our_child, int *ret_status) {
+static int wait_task(pid_t tid, bool our_child, uint64_t deadline_ns, int *ret_status) {
+        unsigned pause_us = 10;
         int status;
 
         for (;;) {
@@ -251,22 +424,27 @@ static int wait_task(pid_t tid, bool our_child, int *ret_status) {
                 pid_t p;
 
                 if (our_child) {
-                        if (waitid(P_PID, (id_t) tid, &si, WEXITED | WSTOPPED | WNOWAIT | __WALL) < 0) {
+                        if (waitid(P_PID, (id_t) tid, &si,
+                                   WEXITED | WSTOPPED | WNOWAIT | WNOHANG | __WALL) < 0) {
                                 if (errno == EINTR)
                                         continue;
                                 return -errno;
                         }
-                        if (si.si_code == CLD_EXITED || si.si_code == CLD_KILLED ||
-                            si.si_code == CLD_DUMPED)
+                        if (si.si_pid == tid && (si.si_code == CLD_EXITED || si.si_code == CLD_KILLED ||
+                                                 si.si_code == CLD_DUMPED))
                                 return -ESRCH;
                 }
-                p = waitpid(tid, &status, __WALL);
-
+                p = waitpid(tid, &status, __WALL | WNOHANG);
                 if (p < 0 && errno == EINTR)
                         continue;
                 if (p < 0)
                         return -errno;
-                break;
+                if (p == tid)
+                        break;
+                if (zsw_now_ns() >= deadline_ns)
+                        return -ETIMEDOUT;
+                (void) nanosleep(&(struct timespec) { .tv_nsec = pause_us * 1000l }, NULL);
+                pause_us = MIN(pause_us * 2, 1000u);
         }
         if (WIFEXITED(status) || WIFSIGNALED(status))
                 return -ESRCH;
@@ -274,11 +452,16 @@ static int wait_task(pid_t tid, bool our_child, int *ret_status) {
         return 0;
 }
 
-static int wait_stop(struct zsw_remote *r, int *ret_status) {
-        int k = wait_task(r->tid, r->our_child, ret_status);
+static uint64_t deadline_in(unsigned ms) {
+        return zsw_now_ns() + (uint64_t) ms * 1000000u;
+}
+
+static int wait_stop(struct zsw_remote *r, uint64_t deadline_ns, int *ret_status) {
+        int k = wait_task(r->tid, r->our_child, deadline_ns, ret_status);
 
         if (k == -ESRCH)
                 r->gone = true;
+        r->stopped = k >= 0;
         return k;
 }
 
@@ -291,10 +474,22 @@ static int event_of(int status) {
 static int lost_to_exec(struct zsw_remote *r) {
         (void) ptrace(PTRACE_DETACH, r->tid, NULL, NULL);
         r->gone = true;
+        r->stopped = false;
         return zsw_log_errno(r->log, LOG_DEBUG, ESRCH, "Process %d exec'd during injection", r->pid);
 }
 
-static int attach(struct zsw_remote *r) {
+/* A thread that did not stop in time: said once, at warning level, with
+ * what it waits in; the caller gives up and the target is left as it was. */
+static int stop_timed_out(struct zsw_remote *r, pid_t tid) {
+        char why[256];
+
+        describe_thread(r->pid, tid, why, sizeof(why));
+        return zsw_log_errno(r->log, LOG_WARNING, ETIMEDOUT,
+                             "Process %d did not stop within %u ms, leaving it as it was: %s",
+                             r->pid, ZSW_REMOTE_STOP_TIMEOUT_MS, why);
+}
+
+static int attach(struct zsw_remote *r, uint64_t deadline_ns) {
         int status, k;
 
         if (ptrace(PTRACE_SEIZE, r->tid, NULL, (void *) (long) PTRACE_O_TRACEEXEC) < 0) {
@@ -317,7 +512,9 @@ static int attach(struct zsw_remote *r) {
          * clears pending STOP trap"), so ask again after each, or wait
          * forever. */
         for (;;) {
-                k = wait_stop(r, &status);
+                k = wait_stop(r, deadline_ns, &status);
+                if (k == -ETIMEDOUT)
+                        return stop_timed_out(r, r->tid);
                 if (k < 0)
                         return zsw_log_errno(r->log, LOG_DEBUG, k, "Thread %d exited while stopping",
                                              r->tid);
@@ -327,6 +524,7 @@ static int attach(struct zsw_remote *r) {
                 if (ptrace(PTRACE_CONT, r->tid, NULL, (void *) (long) k) < 0)
                         return zsw_log_errno(r->log, LOG_DEBUG, errno, "Failed to resume %d: %m",
                                              r->tid);
+                r->stopped = false;
                 if (ptrace(PTRACE_INTERRUPT, r->tid, NULL, NULL) < 0)
                         return zsw_log_errno(r->log, LOG_DEBUG, errno, "Failed to interrupt %d: %m",
                                              r->tid);
@@ -389,6 +587,73 @@ static int find_syscall_insn(struct zsw_remote *r) {
                              "No syscall instruction in the vDSO of %d", r->pid);
 }
 
+/* ---- the tracer thread ---------------------------------------------------- */
+
+static void *tracer_main(void *userdata);
+static void release_on_tracer(struct zsw_remote *r);
+
+/* Runs op(r, arg) on r's tracer thread and returns its result. */
+static int on_tracer(struct zsw_remote *r, int (*op)(struct zsw_remote *r, void *arg), void *arg) {
+        int k;
+
+        if (pthread_equal(pthread_self(), r->tracer))
+                return op(r, arg);
+        pthread_mutex_lock(&r->lock);
+        r->op = op;
+        r->op_arg = arg;
+        r->op_done = false;
+        pthread_cond_broadcast(&r->cond);
+        while (!r->op_done)
+                pthread_cond_wait(&r->cond, &r->lock);
+        k = r->op_result;
+        pthread_mutex_unlock(&r->lock);
+        return k;
+}
+
+static void *tracer_main(void *userdata) {
+        struct zsw_remote *r = userdata;
+
+        /* Its sleeps between polls are short: 50 us of slack would double them. */
+        (void) prctl(PR_SET_TIMERSLACK, 1000ul);
+        pthread_mutex_lock(&r->lock);
+        for (;;) {
+                int (*op)(struct zsw_remote *r, void *arg) = r->op;
+                int k;
+
+                if (!op && r->quit)
+                        break;
+                if (!op) {
+                        pthread_cond_wait(&r->cond, &r->lock);
+                        continue;
+                }
+                pthread_mutex_unlock(&r->lock);
+                k = op(r, r->op_arg);
+                pthread_mutex_lock(&r->lock);
+                r->op = NULL;
+                r->op_result = k;
+                r->op_done = true;
+                pthread_cond_broadcast(&r->cond);
+        }
+        pthread_mutex_unlock(&r->lock);
+        /* Threads that never stopped are ours until we exit: the kernel
+         * then detaches them and drops our interrupt (exit_ptrace()). */
+        release_on_tracer(r);
+        return NULL;
+}
+
+/* With every signal blocked: the tracer takes none of the process's. */
+static int tracer_start(struct zsw_remote *r) {
+        sigset_t all, old;
+        int k;
+
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        k = -pthread_create(&r->tracer, NULL, tracer_main, r);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        r->tracer_started = k == 0;
+        return k;
+}
+
 /* ---- seize and release ----------------------------------------------------- */
 
 static int open_pidfd(pid_t pid) {
@@ -397,9 +662,42 @@ static int open_pidfd(pid_t pid) {
         return fd < 0 ? -errno : fd;
 }
 
+static int seize_op(struct zsw_remote *r, void *arg) {
+        uint64_t deadline = deadline_in(ZSW_REMOTE_STOP_TIMEOUT_MS);
+        pid_t tid;
+        int k;
+
+        (void) arg;
+        /* A thread whose interrupt would leave it busy in a kernel-mode
+         * userfault is waited for, not interrupted (see the top). */
+        for (;;) {
+                k = pick_thread(r->pid, r->log, &tid);
+                if (k < 0)
+                        return k;
+                if (k != PICK_WAIT)
+                        break;
+                if (zsw_now_ns() >= deadline)
+                        return stop_timed_out(r, tid);
+                (void) nanosleep(&(struct timespec) { .tv_nsec = 1000000 }, NULL);
+        }
+        r->tid = tid;
+        r->our_child = tid == r->pid && read_status_pid(r->pid, tid, "\nPPid:") == getpid();
+
+        k = attach(r, deadline);
+        if (k < 0)
+                return k;
+
+        k = get_regs(r, &r->saved);
+        if (k == -EOPNOTSUPP)
+                return zsw_log_errno(r->log, LOG_ERR, k, "Process %d is not a native 64-bit process",
+                                     r->pid);
+        if (k < 0)
+                return zsw_log_errno(r->log, LOG_ERR, k, "Failed to read registers of %d: %m", tid);
+        return find_syscall_insn(r);
+}
+
 int zsw_remote_seize(pid_t pid, const struct zsw_log *log, struct zsw_remote **ret) {
         _cleanup_(zsw_remote_releasep) struct zsw_remote *r = NULL;
-        pid_t tid;
         int k;
 
         if (!ZSW_ARCH_REMOTE)
@@ -410,38 +708,26 @@ int zsw_remote_seize(pid_t pid, const struct zsw_log *log, struct zsw_remote **r
         if (pid == getpid())
                 return zsw_log_errno(log, LOG_DEBUG, EINVAL, "Refusing to inject into ourselves");
 
-        k = pick_thread(pid, log, &tid);
-        if (k < 0)
-                return k;
-
         r = calloc(1, sizeof(*r));
         if (!r)
                 return -ENOMEM;
-        *r = (struct zsw_remote) { .log = log, .pid = pid, .tid = tid, .pidfd = -EBADF,
-                                   .madvise_self = -1 };
-        r->our_child = tid == pid && read_status_pid(pid, tid, "\nPPid:") == getpid();
+        *r = (struct zsw_remote) { .log = log, .pid = pid, .pidfd = -EBADF, .madvise_self = -1 };
+        pthread_mutex_init(&r->lock, NULL);
+        pthread_cond_init(&r->cond, NULL);
 
         r->pidfd = open_pidfd(pid);
         if (r->pidfd < 0)
                 /* EINVAL: pid names a thread, not a process. */
                 return zsw_log_errno(log, LOG_DEBUG, r->pidfd == -EINVAL ? -ESRCH : r->pidfd,
                                      "Failed to open a pidfd for %d (not a process?): %m", pid);
+        k = tracer_start(r);
+        if (k < 0)
+                return zsw_log_errno(log, LOG_ERR, k, "Failed to start a tracer thread: %m");
 
-        k = attach(r);
+        k = on_tracer(r, seize_op, NULL);
         if (k < 0)
                 return k;
-
-        k = get_regs(r, &r->saved);
-        if (k == -EOPNOTSUPP)
-                return zsw_log_errno(log, LOG_ERR, k, "Process %d is not a native 64-bit process", pid);
-        if (k < 0)
-                return zsw_log_errno(log, LOG_ERR, k, "Failed to read registers of %d: %m", tid);
-
-        k = find_syscall_insn(r);
-        if (k < 0)
-                return k;
-
-        zsw_log(log, LOG_DEBUG, "Seized thread %d of %d, syscall at 0x%llx", tid, pid,
+        zsw_log(log, LOG_DEBUG, "Seized thread %d of %d, syscall at 0x%llx", r->tid, pid,
                 (unsigned long long) r->insn);
         *ret = TAKE_PTR(r);
         return 0;
@@ -457,8 +743,9 @@ static bool is_held(const struct zsw_remote *r, pid_t tid) {
 }
 
 /* Seizes and interrupts every live thread of the target not held yet
- * (and not ours). Returns how many it added. */
-static int hold_new_threads(struct zsw_remote *r) {
+ * (and not ours), but a thread in a kernel-mode userfault (see the top),
+ * which is left for later in *ret_waiting. Returns how many it added. */
+static int hold_new_threads(struct zsw_remote *r, pid_t *ret_waiting) {
         _cleanup_(closedirp) DIR *d = NULL;
         struct dirent *de;
         char path[64];
@@ -478,6 +765,10 @@ static int hold_new_threads(struct zsw_remote *r) {
                 snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", r->pid, tid);
                 if (read_proc_stat(path, &state, &flags) < 0 || !state_alive(state))
                         continue; /* gone, or a zombie leader: it runs nothing */
+                if (in_kernel_userfault(r->pid, tid)) {
+                        *ret_waiting = tid;
+                        continue;
+                }
                 if (r->n_held == r->held_size) {
                         size_t size = MAX(r->held_size * 2, (size_t) 16);
                         struct held_thread *h = reallocarray(r->held, size, sizeof(*h));
@@ -514,45 +805,68 @@ static int hold_new_threads(struct zsw_remote *r) {
         return added;
 }
 
-int zsw_remote_stop_others(struct zsw_remote *r) {
+/* Waits for the stops of the threads held from index from on. */
+static int wait_held(struct zsw_remote *r, size_t from, uint64_t deadline) {
+        for (size_t i = from; i < r->n_held; i++) {
+                struct held_thread *h = &r->held[i];
+                int status, k;
+
+                k = wait_task(h->tid, h->our_child, deadline, &status);
+                if (k == -ESRCH || k == -ECHILD) {
+                        h->gone = true;
+                        continue;
+                }
+                if (k == -ETIMEDOUT)
+                        return stop_timed_out(r, h->tid);
+                if (k < 0)
+                        return zsw_log_errno(r->log, LOG_ERR, k, "Failed to wait for thread %d: %m",
+                                             h->tid);
+                if (event_of(status) == PTRACE_EVENT_EXEC)
+                        return zsw_log_errno(r->log, LOG_DEBUG, ESRCH,
+                                             "Process %d exec'd while its threads were stopped",
+                                             r->pid);
+                h->stopped = true;
+                /* A signal-delivery stop: the signal is delivered at
+                 * release, with its siginfo (the detach does it). An
+                 * interrupt or group-stop carries none. */
+                h->sig = event_of(status) == 0 ? WSTOPSIG(status) : 0;
+        }
+        return 0;
+}
+
+static int stop_others_op(struct zsw_remote *r, void *arg) {
+        uint64_t deadline = deadline_in(ZSW_REMOTE_STOP_TIMEOUT_MS);
         size_t from = r->n_held;
 
+        (void) arg;
         if (r->gone)
                 return -ESRCH;
         /* Threads are seized and interrupted all at once, then waited for:
          * their stops overlap. A thread may clone another before it stops,
-         * so the list is read again until it has nothing new. */
+         * so the list is read again until it has nothing new. One in a
+         * kernel-mode userfault is left until its fault is answered (ours
+         * are at once: no round is committed yet). */
         for (;;) {
-                int added = hold_new_threads(r);
+                pid_t waiting = 0;
+                int added = hold_new_threads(r, &waiting), k;
 
                 if (added < 0)
                         return added;
-                if (added == 0)
-                        return 0;
-                for (size_t i = from; i < r->n_held; i++) {
-                        struct held_thread *h = &r->held[i];
-                        int status, k;
-
-                        k = wait_task(h->tid, h->our_child, &status);
-                        if (k == -ESRCH || k == -ECHILD) {
-                                h->gone = true;
-                                continue;
-                        }
-                        if (k < 0)
-                                return zsw_log_errno(r->log, LOG_ERR, k, "Failed to wait for thread %d: %m",
-                                                     h->tid);
-                        if (event_of(status) == PTRACE_EVENT_EXEC)
-                                return zsw_log_errno(r->log, LOG_DEBUG, ESRCH,
-                                                     "Process %d exec'd while its threads were stopped",
-                                                     r->pid);
-                        h->stopped = true;
-                        /* A signal-delivery stop: the signal is delivered
-                         * at release, with its siginfo (the detach does it).
-                         * An interrupt or group-stop carries none. */
-                        h->sig = event_of(status) == 0 ? WSTOPSIG(status) : 0;
-                }
+                k = wait_held(r, from, deadline);
+                if (k < 0)
+                        return k;
                 from = r->n_held;
+                if (added == 0 && waiting == 0)
+                        return 0;
+                if (added == 0 && zsw_now_ns() >= deadline)
+                        return stop_timed_out(r, waiting);
+                if (added == 0)
+                        (void) nanosleep(&(struct timespec) { .tv_nsec = 200000 }, NULL);
         }
+}
+
+int zsw_remote_stop_others(struct zsw_remote *r) {
+        return on_tracer(r, stop_others_op, NULL);
 }
 
 static void release_held(struct zsw_remote *r) {
@@ -563,8 +877,9 @@ static void release_held(struct zsw_remote *r) {
                 if (h->gone)
                         continue;
                 /* Seized but never seen stopped (the hold failed first):
-                 * wait for its stop, which the interrupt makes come. */
-                if (!h->stopped && wait_task(h->tid, h->our_child, &status) < 0)
+                 * its stop comes soon, or it is let go when the tracer
+                 * thread exits. */
+                if (!h->stopped && wait_task(h->tid, h->our_child, deadline_in(10), &status) < 0)
                         continue;
                 if (!h->stopped)
                         h->sig = event_of(status) == 0 ? WSTOPSIG(status) : 0;
@@ -634,8 +949,46 @@ static int classify_stop(struct zsw_remote *r, int status, zsw_arch_regs *regs) 
         return 0;
 }
 
-int zsw_remote_syscall(struct zsw_remote *r, long nr, const unsigned long args[6],
-                       long *ret_result) {
+/* Waits for the stop that ends a step of injected call nr. Past
+ * ZSW_REMOTE_CALL_TIMEOUT_MS the call is interrupted (*cancelled); a thread
+ * that does not stop even then is running our call on our registers, which
+ * only its return gives back: we keep waiting, and say so. */
+static int wait_step(struct zsw_remote *r, long nr, bool *cancelled, int *ret_status) {
+        uint64_t deadline = deadline_in(ZSW_REMOTE_CALL_TIMEOUT_MS);
+        char why[256];
+
+        for (;;) {
+                int k = wait_stop(r, deadline, ret_status);
+
+                if (k != -ETIMEDOUT)
+                        return k;
+                describe_thread(r->pid, r->tid, why, sizeof(why));
+                if (!*cancelled) {
+                        zsw_log(r->log, LOG_WARNING, "Injected system call %ld in %d still runs "
+                                "after %u ms, interrupting it: %s", nr, r->pid,
+                                ZSW_REMOTE_CALL_TIMEOUT_MS, why);
+                        if (ptrace(PTRACE_INTERRUPT, r->tid, NULL, NULL) < 0 && errno != ESRCH)
+                                return -errno;
+                        *cancelled = true;
+                        deadline = deadline_in(ZSW_REMOTE_STOP_TIMEOUT_MS);
+                        continue;
+                }
+                zsw_log(r->log, LOG_ERR, "Thread %d of %d does not come back from injected system "
+                        "call %ld: it runs on registers of ours until the call returns, waiting: %s",
+                        r->tid, r->pid, nr, why);
+                deadline = deadline_in(ZSW_REMOTE_CALL_TIMEOUT_MS);
+        }
+}
+
+struct syscall_args {
+        long nr;
+        const unsigned long *args;
+        long result;
+};
+
+static int syscall_op(struct zsw_remote *r, void *arg) {
+        struct syscall_args *a = arg;
+        bool cancelled = false;
         zsw_arch_regs regs;
         int status, k;
 
@@ -643,7 +996,7 @@ int zsw_remote_syscall(struct zsw_remote *r, long nr, const unsigned long args[6
                 return -ESRCH;
 
         regs = r->saved;
-        zsw_arch_prepare_syscall(&regs, r->insn, nr, args);
+        zsw_arch_prepare_syscall(&regs, r->insn, a->nr, a->args);
         k = set_regs(r, &regs);
         if (k < 0)
                 return zsw_log_errno(r->log, LOG_ERR, k, "Failed to set registers of %d: %m", r->tid);
@@ -655,11 +1008,13 @@ int zsw_remote_syscall(struct zsw_remote *r, long nr, const unsigned long args[6
                 if (ptrace(PTRACE_SINGLESTEP, r->tid, NULL, NULL) < 0) {
                         k = -errno;
                         /* ESRCH: SIGKILLed, so no longer in a stop; reap the news. */
-                        if (k == -ESRCH && wait_stop(r, &status) == -ESRCH)
+                        if (k == -ESRCH && wait_stop(r, deadline_in(ZSW_REMOTE_STOP_TIMEOUT_MS),
+                                                     &status) == -ESRCH)
                                 return -ESRCH;
                         return zsw_log_errno(r->log, LOG_ERR, k, "Failed to step %d: %m", r->tid);
                 }
-                k = wait_stop(r, &status);
+                r->stopped = false;
+                k = wait_step(r, a->nr, &cancelled, &status);
                 if (k < 0)
                         return zsw_log_errno(r->log, LOG_DEBUG, k, "Thread %d died during injection",
                                              r->tid);
@@ -671,20 +1026,36 @@ int zsw_remote_syscall(struct zsw_remote *r, long nr, const unsigned long args[6
 
                 result = zsw_arch_syscall_result(&regs);
                 if (!is_restart_code(result)) {
-                        *ret_result = result;
+                        a->result = result;
                         return 0;
                 }
+                /* Our interrupt after the deadline: the call is given up
+                 * (release puts the thread's own registers back). */
+                if (cancelled)
+                        return -ETIMEDOUT;
                 /* A signal interrupted our call; we suppress signals, so
                  * restart it the way the kernel would have. */
-                zsw_log(r->log, LOG_DEBUG, "Restarting injected syscall %ld in %d (%ld)", nr, r->tid,
-                        result);
+                zsw_log(r->log, LOG_DEBUG, "Restarting injected syscall %ld in %d (%ld)", a->nr,
+                        r->tid, result);
                 zsw_arch_prepare_syscall(&regs, r->insn,
-                                         result == -ERESTART_RESTARTBLOCK ? SYS_restart_syscall : nr,
-                                         args);
+                                         result == -ERESTART_RESTARTBLOCK ? SYS_restart_syscall :
+                                                                            a->nr,
+                                         a->args);
                 k = set_regs(r, &regs);
                 if (k < 0)
                         return k;
         }
+}
+
+int zsw_remote_syscall(struct zsw_remote *r, long nr, const unsigned long args[6],
+                       long *ret_result) {
+        struct syscall_args a = { .nr = nr, .args = args };
+        int k = on_tracer(r, syscall_op, &a);
+
+        if (k < 0)
+                return k;
+        *ret_result = a.result;
+        return 0;
 }
 
 long zsw_remote_call(struct zsw_remote *r, long nr, const unsigned long args[6]) {
@@ -736,12 +1107,12 @@ static int pick_detach_signal(struct zsw_remote *r) {
         return 0;
 }
 
-struct zsw_remote *zsw_remote_release(struct zsw_remote *r) {
+/* On the tracer thread, as it exits. A thread of ours that never stopped
+ * is not touched: the tracer's exit lets it go. */
+static void release_on_tracer(struct zsw_remote *r) {
         int keep, sig = 0;
 
-        if (!r)
-                return NULL;
-        if (r->seized && !r->gone) {
+        if (r->seized && !r->gone && r->stopped) {
                 if (r->regs_dirty && set_regs(r, &r->saved) < 0)
                         zsw_log(r->log, LOG_ERR, "Failed to restore registers of %d: %m", r->tid);
                 keep = pick_detach_signal(r);
@@ -756,6 +1127,20 @@ struct zsw_remote *zsw_remote_release(struct zsw_remote *r) {
                         zsw_log(r->log, LOG_ERR, "Failed to detach from %d: %m", r->tid);
         }
         release_held(r);
+}
+
+struct zsw_remote *zsw_remote_release(struct zsw_remote *r) {
+        if (!r)
+                return NULL;
+        if (r->tracer_started) {
+                pthread_mutex_lock(&r->lock);
+                r->quit = true;
+                pthread_cond_broadcast(&r->cond);
+                pthread_mutex_unlock(&r->lock);
+                pthread_join(r->tracer, NULL);
+        }
+        pthread_mutex_destroy(&r->lock);
+        pthread_cond_destroy(&r->cond);
         safe_close(r->pidfd);
         free(r->held);
         free(r);
@@ -824,7 +1209,7 @@ int zsw_remote_read(struct zsw_remote *r, uint64_t addr, void *buf, size_t len) 
 
 /* Where the fd-passing dance keeps its arguments in the target's scratch page. */
 struct fdpass_area {
-        struct sockaddr_un addr;
+        int fds[2];
         struct msghdr msg;
         struct iovec iov;
         char byte;
@@ -834,79 +1219,78 @@ struct fdpass_area {
         } control;
 };
 
-/* Accepts the target's connection (and only the target's) and sends it fd. */
-static int send_fd_to_target(struct zsw_remote *r, int listener, int fd) {
-        for (;;) {
-                _cleanup_close_ int conn = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
-                union {
-                        struct cmsghdr align;
-                        char buf[CMSG_SPACE(sizeof(int))];
-                } control = {};
-                char byte = 'U';
-                struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
-                struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
-                                      .msg_control = control.buf, .msg_controllen = sizeof(control.buf) };
-                struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
-                struct ucred cred;
-                socklen_t len = sizeof(cred);
+/* Our end of the target's socket pair, taken with pidfd_getfd(): checked
+ * to be an AF_UNIX datagram socket the target made, since another thread
+ * of the target may have reused that number meanwhile. */
+static int take_socket(struct zsw_remote *r, int target_fd) {
+        _cleanup_close_ int fd = (int) syscall(__NR_pidfd_getfd, r->pidfd, target_fd, 0);
+        struct ucred cred;
+        socklen_t len = sizeof(cred);
+        int domain = 0, type = 0;
+        socklen_t ilen = sizeof(int);
 
-                if (conn < 0)
-                        return errno == EAGAIN ? -ECONNREFUSED : -errno;
-                if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
-                        return -errno;
-                if (cred.pid != r->pid) {
-                        zsw_log(r->log, LOG_WARNING, "Process %d connected to our fd socket, ignoring",
-                                cred.pid);
-                        continue;
-                }
-                cmsg->cmsg_level = SOL_SOCKET;
-                cmsg->cmsg_type = SCM_RIGHTS;
-                cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-                memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
-                if (sendmsg(conn, &msg, MSG_NOSIGNAL) != 1)
-                        return -errno;
-                return 0;
-        }
+        if (fd < 0)
+                return -errno;
+        if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &ilen) < 0 ||
+            getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &ilen) < 0 ||
+            getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+                return -errno;
+        if (domain != AF_UNIX || type != SOCK_DGRAM || cred.pid != r->pid)
+                return -EIO;
+        return TAKE_FD(fd);
+}
+
+static int send_fd(int sock, int fd) {
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int))];
+        } control = {};
+        char byte = 'U';
+        struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
+        struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
+                              .msg_control = control.buf, .msg_controllen = sizeof(control.buf) };
+        struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+
+        cmsg->cmsg_level = SOL_SOCKET;
+        cmsg->cmsg_type = SCM_RIGHTS;
+        cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
+        return sendmsg(sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) == 1 ? 0 : -errno;
 }
 
 /* The target receives fd from us: returns its number in the target. The
- * target's socket is non-blocking, so strangers filling our backlog make
- * this fail rather than hang the target. */
+ * target makes a socket pair, we take one end with pidfd_getfd() and send
+ * fd over it, the target receives it on the other: no socket address, so
+ * it works whatever network namespace either of us is in (an abstract
+ * socket belongs to one). Both ends are closed again in the target. */
 static long pass_fd(struct zsw_remote *r, uint64_t scratch, int fd) {
         struct fdpass_area area = {}, *t = (struct fdpass_area *) (uintptr_t) scratch;
-        _cleanup_close_ int listener = -EBADF;
-        socklen_t alen = sizeof(area.addr);
-        long sock, k, result = -EIO;
+        _cleanup_close_ int ours = -EBADF;
+        long k, result = -EIO;
         struct cmsghdr *cmsg;
 
-        listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (listener < 0)
-                return -errno;
-        /* Binding just the family autobinds a fresh abstract name. */
-        area.addr.sun_family = AF_UNIX;
-        if (bind(listener, (struct sockaddr *) &area.addr, sizeof(sa_family_t)) < 0 ||
-            listen(listener, 4) < 0 ||
-            getsockname(listener, (struct sockaddr *) &area.addr, &alen) < 0)
-                return -errno;
+        k = zsw_remote_call(r, SYS_socketpair, (unsigned long[6]) {
+                        AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0,
+                        (unsigned long) &t->fds });
+        if (k < 0)
+                return k;
+        k = zsw_remote_read(r, scratch, &area, sizeof(area));
+        if (k < 0)
+                return k;
 
-        sock = zsw_remote_call(r, SYS_socket, (unsigned long[6]) {
-                        AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK });
-        if (sock < 0)
-                return sock;
-
-        area.msg = (struct msghdr) { .msg_iov = &t->iov, .msg_iovlen = 1,
-                                     .msg_control = t->control.buf,
-                                     .msg_controllen = sizeof(area.control.buf) };
-        area.iov = (struct iovec) { .iov_base = &t->byte, .iov_len = 1 };
-        k = zsw_remote_write(r, scratch, &area, sizeof(area));
-        if (k >= 0)
-                k = zsw_remote_call(r, SYS_connect, (unsigned long[6]) {
-                                sock, (unsigned long) &t->addr, alen });
-        if (k >= 0)
-                k = send_fd_to_target(r, listener, fd);
+        ours = take_socket(r, area.fds[0]);
+        k = ours < 0 ? ours : send_fd(ours, fd);
+        if (k >= 0) {
+                area.msg = (struct msghdr) { .msg_iov = &t->iov, .msg_iovlen = 1,
+                                             .msg_control = t->control.buf,
+                                             .msg_controllen = sizeof(area.control.buf) };
+                area.iov = (struct iovec) { .iov_base = &t->byte, .iov_len = 1 };
+                k = zsw_remote_write(r, scratch, &area, sizeof(area));
+        }
         if (k >= 0)
                 k = zsw_remote_call(r, SYS_recvmsg, (unsigned long[6]) {
-                                sock, (unsigned long) &t->msg, MSG_CMSG_CLOEXEC });
+                                (unsigned long) area.fds[1], (unsigned long) &t->msg,
+                                MSG_CMSG_CLOEXEC | MSG_DONTWAIT });
         if (k >= 0)
                 k = zsw_remote_read(r, scratch, &area, sizeof(area));
         if (k >= 0) {
@@ -921,7 +1305,8 @@ static long pass_fd(struct zsw_remote *r, uint64_t scratch, int fd) {
                 }
         } else
                 result = k;
-        (void) zsw_remote_close(r, (int) sock);
+        (void) zsw_remote_close(r, area.fds[0]);
+        (void) zsw_remote_close(r, area.fds[1]);
         return result;
 }
 
@@ -937,6 +1322,11 @@ int zsw_remote_install_fd(struct zsw_remote *r, int fd, int *ret_target_fd) {
         (void) zsw_remote_unmap(r, scratch, sizeof(struct fdpass_area));
         if (tfd < 0)
                 return (int) tfd;
+        /* The number came out of the target's memory: it must name our file. */
+        if (syscall(SYS_kcmp, getpid(), r->pid, KCMP_FILE, fd, (int) tfd) != 0) {
+                (void) zsw_remote_close(r, (int) tfd);
+                return -EIO;
+        }
         *ret_target_fd = (int) tfd;
         return 0;
 }
