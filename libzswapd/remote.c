@@ -268,7 +268,8 @@ static const char *syscall_name(long nr) {
         }
 }
 
-/* "thread 123 of 120 is sleeping in handle_userfault, in read(2)". */
+/* "thread 123 of 120 is sleeping (S) in handle_userfault in read(2), a
+ * userfault nobody serves". */
 static void describe_thread(pid_t pid, pid_t tid, char *buf, size_t size) {
         char path[64], state = '?', wchan[64] = "", sc[64] = "";
         unsigned long flags;
@@ -287,13 +288,11 @@ static void describe_thread(pid_t pid, pid_t tid, char *buf, size_t size) {
         snprintf(buf, size, "thread %d of %d is %s (%c)%s%s", tid, pid, state_name(state), state,
                  wchan[0] ? " in " : "", wchan);
         if (nr >= 0 && name)
-                snprintf(buf + strlen(buf), size - strlen(buf), ", in %s", name);
+                snprintf(buf + strlen(buf), size - strlen(buf), " in %s", name);
         else if (nr >= 0)
-                snprintf(buf + strlen(buf), size - strlen(buf), ", in system call %ld", nr);
+                snprintf(buf + strlen(buf), size - strlen(buf), " in system call %ld", nr);
         if (strcmp(wchan, "handle_userfault") == 0 && nr >= 0)
-                snprintf(buf + strlen(buf), size - strlen(buf),
-                         ": a page fault of the kernel on its behalf waits for a userfaultfd "
-                         "that nobody serves");
+                snprintf(buf + strlen(buf), size - strlen(buf), ", a userfault nobody serves");
 }
 
 int zsw_remote_describe_stuck(pid_t pid, char *buf, size_t size) {

@@ -82,7 +82,7 @@ int zsw_remote_stop_others(struct zsw_remote *r);
 
 /* Describes a thread of pid that may keep it from stopping: one asleep in
  * a userfault taken in kernel mode, else one in uninterruptible sleep
- * ("thread 12 of 10 is sleeping (S) in handle_userfault, in read(2): ...").
+ * ("thread 12 of 10 is sleeping (S) in handle_userfault in read(2), ...").
  * -ENOENT when no thread looks so, -ESRCH when pid is gone. */
 int zsw_remote_describe_stuck(pid_t pid, char *buf, size_t size);
 
