@@ -263,6 +263,8 @@ static const char *syscall_name(long nr) {
         case SYS_ioctl: return "ioctl(2)";
         case SYS_futex: return "futex(2)";
         case SYS_vfork: return "vfork(2)";
+        case SYS_clone: return "clone(2)";
+        case SYS_clone3: return "clone3(2)";
         case SYS_wait4: return "wait4(2)";
         default: return NULL;
         }
