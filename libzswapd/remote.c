@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * ptrace injection: system calls run by one thread of a target process.
+ * (remote-proc.c reads the target's threads from /proc, remote-fd.c moves
+ * memory and descriptors in and out of it.)
  *
  * How a thread is borrowed. PTRACE_SEIZE (no options that outlive us: never
  * EXITKILL, the target must survive a daemon crash) and PTRACE_INTERRUPT
@@ -57,16 +59,13 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
-#include <linux/kcmp.h>
 
 #include "linux-compat.h"
 #include "remote-arch.h"
-#include "remote.h"
+#include "remote-internal.h"
 
 /* Kernel-internal restart codes a stopped thread's syscall may hold. */
 #define ERESTARTSYS 512
@@ -74,7 +73,6 @@
 #define ERESTARTNOHAND 514
 #define ERESTART_RESTARTBLOCK 516
 
-#define PF_KTHREAD 0x00200000UL
 #define VDSO_MAX_SIZE (64 * 1024)
 #define DEFERRED_SIGNALS_MAX 64
 #define IOV_MAX_PER_CALL 1024 /* UIO_MAXIOV */
@@ -127,6 +125,14 @@ pid_t zsw_remote_tid(const struct zsw_remote *r) {
         return r->tid;
 }
 
+const struct zsw_log *remote_log(const struct zsw_remote *r) {
+        return r->log;
+}
+
+int remote_pidfd(const struct zsw_remote *r) {
+        return r->pidfd;
+}
+
 static int rseq_op(struct zsw_remote *r, void *arg) {
         return ptrace(PTRACE_GET_RSEQ_CONFIGURATION, r->tid, sizeof(struct __ptrace_rseq_configuration),
                       arg) < 0 ? -errno : 0;
@@ -147,253 +153,6 @@ int zsw_remote_rseq_area(struct zsw_remote *r, uint64_t *ret_addr, uint32_t *ret
 
 unsigned zsw_remote_deferred_signals(const struct zsw_remote *r) {
         return r->n_signals;
-}
-
-/* ---- /proc ------------------------------------------------------------------ */
-
-static void closedirp(DIR **d) {
-        if (*d)
-                closedir(*d);
-}
-
-static int read_small_file(const char *path, char *buf, size_t size) {
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-        ssize_t n;
-
-        if (fd < 0)
-                return -errno;
-        n = read(fd, buf, size - 1);
-        if (n < 0)
-                return -errno;
-        buf[n] = 0;
-        return 0;
-}
-
-/* State letter and PF_* flags from a /proc/.../stat file. */
-static int read_proc_stat(const char *path, char *ret_state, unsigned long *ret_flags) {
-        char buf[1024], state;
-        unsigned long flags;
-        const char *p;
-        int r;
-
-        r = read_small_file(path, buf, sizeof(buf));
-        if (r < 0)
-                return r == -ENOENT ? -ESRCH : r;
-        /* comm may hold spaces and parentheses: fields resume after the last ')'. */
-        p = strrchr(buf, ')');
-        if (!p || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2)
-                return -EIO;
-        *ret_state = state;
-        *ret_flags = flags;
-        return 0;
-}
-
-/* A pid field ("\nTracerPid:", "\nPPid:") of a thread's status; 0 when
- * it cannot be read. */
-static pid_t read_status_pid(pid_t pid, pid_t tid, const char *key) {
-        char path[64], buf[4096];
-        const char *p;
-
-        snprintf(path, sizeof(path), "/proc/%d/task/%d/status", pid, tid);
-        if (read_small_file(path, buf, sizeof(buf)) < 0)
-                return 0;
-        p = strstr(buf, key);
-        return p ? (pid_t) strtol(p + strlen(key), NULL, 10) : 0;
-}
-
-static pid_t read_tracer(pid_t pid, pid_t tid) {
-        return read_status_pid(pid, tid, "\nTracerPid:");
-}
-
-static bool state_alive(char state) {
-        return state != 'Z' && state != 'X' && state != 'x';
-}
-
-/* A thread in uninterruptible sleep (D: vfork() parent, I/O) takes
- * PTRACE_INTERRUPT only when it wakes up, which may be much later. */
-static bool state_interruptible(char state) {
-        return state_alive(state) && state != 'D';
-}
-
-/* A thread sleeping in a userfault it took in kernel mode (wchan
- * handle_userfault while in a system call): an interrupt would leave it
- * retrying that fault, busy, until somebody resolves it (see the top of
- * this file). A userfault taken in user mode is not one: the interrupt
- * sends that thread back to user space, and it faults again after us. */
-static bool in_kernel_userfault(pid_t pid, pid_t tid) {
-        char path[64], buf[64];
-
-        snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan", pid, tid);
-        if (read_small_file(path, buf, sizeof(buf)) < 0 || strcmp(buf, "handle_userfault") != 0)
-                return false;
-        /* "-1 ..." outside a system call, "running" if it woke up since. */
-        snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
-        return read_small_file(path, buf, sizeof(buf)) >= 0 && buf[0] >= '0' && buf[0] <= '9';
-}
-
-static const char *state_name(char state) {
-        switch (state) {
-        case 'R':
-                return "running";
-        case 'S':
-                return "sleeping";
-        case 'D':
-                return "in uninterruptible sleep";
-        case 'T':
-                return "stopped";
-        case 't':
-                return "stopped by a tracer";
-        default:
-                return "exiting";
-        }
-}
-
-static const char *syscall_name(long nr) {
-        switch (nr) {
-        case SYS_read: return "read(2)";
-        case SYS_write: return "write(2)";
-        case SYS_pread64: return "pread(2)";
-        case SYS_pwrite64: return "pwrite(2)";
-        case SYS_readv: return "readv(2)";
-        case SYS_writev: return "writev(2)";
-        case SYS_recvfrom: return "recvfrom(2)";
-        case SYS_recvmsg: return "recvmsg(2)";
-        case SYS_sendto: return "sendto(2)";
-        case SYS_sendmsg: return "sendmsg(2)";
-        case SYS_ioctl: return "ioctl(2)";
-        case SYS_futex: return "futex(2)";
-        case SYS_vfork: return "vfork(2)";
-        case SYS_clone: return "clone(2)";
-        case SYS_clone3: return "clone3(2)";
-        case SYS_wait4: return "wait4(2)";
-        default: return NULL;
-        }
-}
-
-/* "thread 123 of 120 is sleeping (S) in handle_userfault in read(2), a
- * userfault nobody serves". */
-static void describe_thread(pid_t pid, pid_t tid, char *buf, size_t size) {
-        char path[64], state = '?', wchan[64] = "", sc[64] = "";
-        unsigned long flags;
-        const char *name;
-        long nr = -1;
-
-        snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
-        (void) read_proc_stat(path, &state, &flags);
-        snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan", pid, tid);
-        if (read_small_file(path, wchan, sizeof(wchan)) < 0 || strcmp(wchan, "0") == 0)
-                wchan[0] = 0;
-        snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
-        if (read_small_file(path, sc, sizeof(sc)) >= 0 && sc[0] >= '0' && sc[0] <= '9')
-                nr = strtol(sc, NULL, 10);
-        name = nr >= 0 ? syscall_name(nr) : NULL;
-        snprintf(buf, size, "thread %d of %d is %s (%c)%s%s", tid, pid, state_name(state), state,
-                 wchan[0] ? " in " : "", wchan);
-        if (nr >= 0 && name)
-                snprintf(buf + strlen(buf), size - strlen(buf), " in %s", name);
-        else if (nr >= 0)
-                snprintf(buf + strlen(buf), size - strlen(buf), " in system call %ld", nr);
-        if (strcmp(wchan, "handle_userfault") == 0 && nr >= 0)
-                snprintf(buf + strlen(buf), size - strlen(buf), ", a userfault nobody serves");
-}
-
-int zsw_remote_describe_stuck(pid_t pid, char *buf, size_t size) {
-        _cleanup_(closedirp) DIR *d = NULL;
-        char path[64], state;
-        unsigned long flags;
-        struct dirent *de;
-        pid_t late = 0;
-
-        snprintf(path, sizeof(path), "/proc/%d/task", pid);
-        d = opendir(path);
-        if (!d)
-                return -ESRCH;
-        while ((de = readdir(d))) {
-                pid_t tid = (pid_t) strtol(de->d_name, NULL, 10);
-
-                if (tid <= 0)
-                        continue;
-                if (in_kernel_userfault(pid, tid)) {
-                        describe_thread(pid, tid, buf, size);
-                        return 0;
-                }
-                snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
-                if (late == 0 && read_proc_stat(path, &state, &flags) >= 0 && state == 'D')
-                        late = tid;
-        }
-        if (late == 0)
-                return -ENOENT;
-        describe_thread(pid, late, buf, size);
-        return 0;
-}
-
-/* What pick_thread() found. */
-enum {
-        PICK_NOW,       /* a thread that can be stopped now */
-        PICK_LATE,      /* only threads in uninterruptible sleep: they stop when they wake */
-        PICK_WAIT,      /* only threads that must not be interrupted yet (in_kernel_userfault()) */
-};
-
-/* How thread tid would take an interrupt now: PICK_*, or -1 if it is
- * gone or a zombie. */
-static int thread_class(pid_t pid, pid_t tid) {
-        char path[64], state;
-        unsigned long flags;
-
-        snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
-        if (read_proc_stat(path, &state, &flags) < 0 || !state_alive(state))
-                return -1;
-        if (in_kernel_userfault(pid, tid))
-                return PICK_WAIT;
-        return state_interruptible(state) ? PICK_NOW : PICK_LATE;
-}
-
-/* The leader if it can be stopped now, else another thread that can, else
- * a live thread that may stop later (PICK_LATE before PICK_WAIT). */
-static int pick_thread(pid_t pid, const struct zsw_log *log, pid_t *ret_tid) {
-        _cleanup_(closedirp) DIR *d = NULL;
-        char path[64], state;
-        unsigned long flags;
-        struct dirent *de;
-        pid_t found[3] = {};
-        int r;
-
-        snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-        r = read_proc_stat(path, &state, &flags);
-        if (r == -ESRCH)
-                return zsw_log_errno(log, LOG_DEBUG, r, "No process %d", pid);
-        if (r < 0)
-                return zsw_log_errno(log, LOG_ERR, r, "Failed to read %s: %m", path);
-        if (flags & PF_KTHREAD)
-                return zsw_log_errno(log, LOG_DEBUG, EINVAL,
-                                     "Process %d is a kernel thread: it has no user memory", pid);
-
-        r = thread_class(pid, pid);
-        if (r == PICK_NOW) {
-                *ret_tid = pid;
-                return PICK_NOW;
-        }
-        if (r >= 0)
-                found[r] = pid;
-        snprintf(path, sizeof(path), "/proc/%d/task", pid);
-        d = opendir(path);
-        while (d && (de = readdir(d))) {
-                pid_t tid = (pid_t) strtol(de->d_name, NULL, 10);
-
-                if (tid <= 0 || tid == pid || (r = thread_class(pid, tid)) < 0)
-                        continue;
-                if (r == PICK_NOW) {
-                        *ret_tid = tid;
-                        return PICK_NOW;
-                }
-                found[r] = found[r] ?: tid;
-        }
-        for (r = PICK_LATE; r <= PICK_WAIT; r++)
-                if (found[r] > 0) {
-                        *ret_tid = found[r];
-                        return r;
-                }
-        return zsw_log_errno(log, LOG_DEBUG, ESRCH, "Process %d has exited (zombie)", pid);
 }
 
 /* ---- ptrace primitives --------------------------------------------------- */
@@ -484,7 +243,7 @@ static int lost_to_exec(struct zsw_remote *r) {
 static int stop_timed_out(struct zsw_remote *r, pid_t tid) {
         char why[256];
 
-        describe_thread(r->pid, tid, why, sizeof(why));
+        remote_describe_thread(r->pid, tid, why, sizeof(why));
         return zsw_log_errno(r->log, LOG_WARNING, ETIMEDOUT,
                              "Process %d did not stop within %u ms, leaving it as it was: %s",
                              r->pid, ZSW_REMOTE_STOP_TIMEOUT_MS, why);
@@ -495,10 +254,10 @@ static int attach(struct zsw_remote *r, uint64_t deadline_ns) {
 
         if (ptrace(PTRACE_SEIZE, r->tid, NULL, (void *) (long) PTRACE_O_TRACEEXEC) < 0) {
                 k = -errno;
-                if (k == -EPERM && read_tracer(r->pid, r->tid) > 0)
+                if (k == -EPERM && remote_read_tracer(r->pid, r->tid) > 0)
                         return zsw_log_errno(r->log, LOG_DEBUG, EBUSY,
                                              "Process %d is traced by process %d already",
-                                             r->pid, read_tracer(r->pid, r->tid));
+                                             r->pid, remote_read_tracer(r->pid, r->tid));
                 return zsw_log_errno(r->log, LOG_DEBUG, k, "Failed to seize thread %d of %d: %m",
                                      r->tid, r->pid);
         }
@@ -672,7 +431,7 @@ static int seize_op(struct zsw_remote *r, void *arg) {
         /* A thread whose interrupt would leave it busy in a kernel-mode
          * userfault is waited for, not interrupted (see the top). */
         for (;;) {
-                k = pick_thread(r->pid, r->log, &tid);
+                k = remote_pick_thread(r->pid, r->log, &tid);
                 if (k < 0)
                         return k;
                 if (k != PICK_WAIT)
@@ -682,7 +441,7 @@ static int seize_op(struct zsw_remote *r, void *arg) {
                 (void) nanosleep(&(struct timespec) { .tv_nsec = 1000000 }, NULL);
         }
         r->tid = tid;
-        r->our_child = tid == r->pid && read_status_pid(r->pid, tid, "\nPPid:") == getpid();
+        r->our_child = tid == r->pid && remote_read_status_pid(r->pid, tid, "\nPPid:") == getpid();
 
         k = attach(r, deadline);
         if (k < 0)
@@ -747,7 +506,7 @@ static bool is_held(const struct zsw_remote *r, pid_t tid) {
  * (and not ours), but a thread in a kernel-mode userfault (see the top),
  * which is left for later in *ret_waiting. Returns how many it added. */
 static int hold_new_threads(struct zsw_remote *r, pid_t *ret_waiting) {
-        _cleanup_(closedirp) DIR *d = NULL;
+        _cleanup_(remote_closedirp) DIR *d = NULL;
         struct dirent *de;
         char path[64];
         int added = 0;
@@ -764,9 +523,9 @@ static int hold_new_threads(struct zsw_remote *r, pid_t *ret_waiting) {
                 if (tid <= 0 || tid == r->tid || is_held(r, tid))
                         continue;
                 snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", r->pid, tid);
-                if (read_proc_stat(path, &state, &flags) < 0 || !state_alive(state))
+                if (remote_read_proc_stat(path, &state, &flags) < 0 || !remote_state_alive(state))
                         continue; /* gone, or a zombie leader: it runs nothing */
-                if (in_kernel_userfault(r->pid, tid)) {
+                if (remote_in_kernel_userfault(r->pid, tid)) {
                         *ret_waiting = tid;
                         continue;
                 }
@@ -784,20 +543,20 @@ static int hold_new_threads(struct zsw_remote *r, pid_t *ret_waiting) {
                 if (ptrace(PTRACE_SEIZE, tid, NULL, (void *) (long) PTRACE_O_TRACEEXEC) < 0) {
                         int k = -errno;
 
-                        if (k == -ESRCH || (read_proc_stat(path, &state, &flags) < 0 ||
-                                            !state_alive(state)))
+                        if (k == -ESRCH || (remote_read_proc_stat(path, &state, &flags) < 0 ||
+                                            !remote_state_alive(state)))
                                 continue; /* exited meanwhile */
-                        if (k == -EPERM && read_tracer(r->pid, tid) > 0)
+                        if (k == -EPERM && remote_read_tracer(r->pid, tid) > 0)
                                 return zsw_log_errno(r->log, LOG_DEBUG, EBUSY,
                                                      "Thread %d of %d is traced by process %d already",
-                                                     tid, r->pid, read_tracer(r->pid, tid));
+                                                     tid, r->pid, remote_read_tracer(r->pid, tid));
                         return zsw_log_errno(r->log, LOG_DEBUG, k, "Failed to seize thread %d of %d: %m",
                                              tid, r->pid);
                 }
                 r->held[r->n_held++] = (struct held_thread) {
                         .tid = tid,
                         .our_child = tid == r->pid &&
-                                     read_status_pid(r->pid, tid, "\nPPid:") == getpid(),
+                                     remote_read_status_pid(r->pid, tid, "\nPPid:") == getpid(),
                 };
                 if (ptrace(PTRACE_INTERRUPT, tid, NULL, NULL) < 0 && errno != ESRCH)
                         return zsw_log_errno(r->log, LOG_DEBUG, errno, "Failed to interrupt %d: %m", tid);
@@ -963,7 +722,7 @@ static int wait_step(struct zsw_remote *r, long nr, bool *cancelled, int *ret_st
 
                 if (k != -ETIMEDOUT)
                         return k;
-                describe_thread(r->pid, r->tid, why, sizeof(why));
+                remote_describe_thread(r->pid, r->tid, why, sizeof(why));
                 if (!*cancelled) {
                         zsw_log(r->log, LOG_WARNING, "Injected system call %ld in %d still runs "
                                 "after %u ms, interrupting it: %s", nr, r->pid,
@@ -1146,266 +905,6 @@ struct zsw_remote *zsw_remote_release(struct zsw_remote *r) {
         free(r->held);
         free(r);
         return NULL;
-}
-
-/* ---- memory and descriptors ------------------------------------------------ */
-
-int zsw_remote_map_scratch(struct zsw_remote *r, size_t size, uint64_t *ret_addr) {
-        unsigned long a[6] = { 0, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                               (unsigned long) -1, 0 };
-        long addr;
-
-        if (size == 0)
-                return -EINVAL;
-        addr = zsw_remote_call(r, SYS_mmap, a);
-        if (addr < 0 && addr >= -4095)
-                return zsw_log_errno(r->log, LOG_DEBUG, addr, "Failed to map scratch in %d: %m",
-                                     r->pid);
-        *ret_addr = (uint64_t) addr;
-        return 0;
-}
-
-int zsw_remote_unmap(struct zsw_remote *r, uint64_t addr, size_t size) {
-        unsigned long a[6] = { addr, size };
-        long k = zsw_remote_call(r, SYS_munmap, a);
-
-        return k < 0 ? (int) k : 0;
-}
-
-int zsw_remote_close(struct zsw_remote *r, int target_fd) {
-        unsigned long a[6] = { (unsigned long) target_fd };
-        long k = zsw_remote_call(r, SYS_close, a);
-
-        return k < 0 ? (int) k : 0;
-}
-
-static int transfer(struct zsw_remote *r, uint64_t addr, void *buf, size_t len, bool write) {
-        while (len > 0) {
-                struct iovec local = { .iov_base = buf, .iov_len = len };
-                struct iovec remote = { .iov_base = (void *) (uintptr_t) addr, .iov_len = len };
-                /* By tid: an exited leader has no memory left to name. */
-                ssize_t n = write ? process_vm_writev(r->tid, &local, 1, &remote, 1, 0)
-                                  : process_vm_readv(r->tid, &local, 1, &remote, 1, 0);
-
-                if (n < 0)
-                        return -errno;
-                if (n == 0)
-                        return -EFAULT;
-                buf = (uint8_t *) buf + n;
-                addr += (uint64_t) n;
-                len -= (size_t) n;
-        }
-        return 0;
-}
-
-int zsw_remote_write(struct zsw_remote *r, uint64_t addr, const void *buf, size_t len) {
-        return transfer(r, addr, (void *) buf, len, true);
-}
-
-int zsw_remote_read(struct zsw_remote *r, uint64_t addr, void *buf, size_t len) {
-        return transfer(r, addr, buf, len, false);
-}
-
-/* ---- userfaultfd ------------------------------------------------------------ */
-
-/* Where the fd-passing dance keeps its arguments in the target's scratch page. */
-struct fdpass_area {
-        int fds[2];
-        struct msghdr msg;
-        struct iovec iov;
-        char byte;
-        union {
-                struct cmsghdr align;
-                char buf[CMSG_SPACE(sizeof(int))];
-        } control;
-};
-
-/* Our end of the target's socket pair, taken with pidfd_getfd(): checked
- * to be an AF_UNIX datagram socket the target made, since another thread
- * of the target may have reused that number meanwhile. */
-static int take_socket(struct zsw_remote *r, int target_fd) {
-        _cleanup_close_ int fd = (int) syscall(__NR_pidfd_getfd, r->pidfd, target_fd, 0);
-        struct ucred cred;
-        socklen_t len = sizeof(cred);
-        int domain = 0, type = 0;
-        socklen_t ilen = sizeof(int);
-
-        if (fd < 0)
-                return -errno;
-        if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &ilen) < 0 ||
-            getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &ilen) < 0 ||
-            getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
-                return -errno;
-        if (domain != AF_UNIX || type != SOCK_DGRAM || cred.pid != r->pid)
-                return -EIO;
-        return TAKE_FD(fd);
-}
-
-static int send_fd(int sock, int fd) {
-        union {
-                struct cmsghdr align;
-                char buf[CMSG_SPACE(sizeof(int))];
-        } control = {};
-        char byte = 'U';
-        struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
-        struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
-                              .msg_control = control.buf, .msg_controllen = sizeof(control.buf) };
-        struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
-
-        cmsg->cmsg_level = SOL_SOCKET;
-        cmsg->cmsg_type = SCM_RIGHTS;
-        cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
-        return sendmsg(sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) == 1 ? 0 : -errno;
-}
-
-/* The target receives fd from us: returns its number in the target. The
- * target makes a socket pair, we take one end with pidfd_getfd() and send
- * fd over it, the target receives it on the other: no socket address, so
- * it works whatever network namespace either of us is in (an abstract
- * socket belongs to one). Both ends are closed again in the target. */
-static long pass_fd(struct zsw_remote *r, uint64_t scratch, int fd) {
-        struct fdpass_area area = {}, *t = (struct fdpass_area *) (uintptr_t) scratch;
-        _cleanup_close_ int ours = -EBADF;
-        long k, result = -EIO;
-        struct cmsghdr *cmsg;
-
-        k = zsw_remote_call(r, SYS_socketpair, (unsigned long[6]) {
-                        AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0,
-                        (unsigned long) &t->fds });
-        if (k < 0)
-                return k;
-        k = zsw_remote_read(r, scratch, &area, sizeof(area));
-        if (k < 0)
-                return k;
-
-        ours = take_socket(r, area.fds[0]);
-        k = ours < 0 ? ours : send_fd(ours, fd);
-        if (k >= 0) {
-                area.msg = (struct msghdr) { .msg_iov = &t->iov, .msg_iovlen = 1,
-                                             .msg_control = t->control.buf,
-                                             .msg_controllen = sizeof(area.control.buf) };
-                area.iov = (struct iovec) { .iov_base = &t->byte, .iov_len = 1 };
-                k = zsw_remote_write(r, scratch, &area, sizeof(area));
-        }
-        if (k >= 0)
-                k = zsw_remote_call(r, SYS_recvmsg, (unsigned long[6]) {
-                                (unsigned long) area.fds[1], (unsigned long) &t->msg,
-                                MSG_CMSG_CLOEXEC | MSG_DONTWAIT });
-        if (k >= 0)
-                k = zsw_remote_read(r, scratch, &area, sizeof(area));
-        if (k >= 0) {
-                area.msg.msg_control = area.control.buf;
-                cmsg = CMSG_FIRSTHDR(&area.msg);
-                if (cmsg && cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS &&
-                    cmsg->cmsg_len == CMSG_LEN(sizeof(int))) {
-                        int tfd;
-
-                        memcpy(&tfd, CMSG_DATA(cmsg), sizeof(int));
-                        result = tfd;
-                }
-        } else
-                result = k;
-        (void) zsw_remote_close(r, area.fds[0]);
-        (void) zsw_remote_close(r, area.fds[1]);
-        return result;
-}
-
-int zsw_remote_install_fd(struct zsw_remote *r, int fd, int *ret_target_fd) {
-        uint64_t scratch;
-        long tfd;
-        int k;
-
-        k = zsw_remote_map_scratch(r, sizeof(struct fdpass_area), &scratch);
-        if (k < 0)
-                return k;
-        tfd = pass_fd(r, scratch, fd);
-        (void) zsw_remote_unmap(r, scratch, sizeof(struct fdpass_area));
-        if (tfd < 0)
-                return (int) tfd;
-        /* The number came out of the target's memory: it must name our file. */
-        if (syscall(SYS_kcmp, getpid(), r->pid, KCMP_FILE, fd, (int) tfd) != 0) {
-                (void) zsw_remote_close(r, (int) tfd);
-                return -EIO;
-        }
-        *ret_target_fd = (int) tfd;
-        return 0;
-}
-
-/* A full userfaultfd for a target without CAP_SYS_PTRACE: it gets our
- * /dev/userfaultfd and asks that for one (Linux >= 6.1). */
-static long uffd_via_device(struct zsw_remote *r, int flags) {
-        _cleanup_close_ int dev = -EBADF;
-        uint64_t scratch;
-        long tdev, tfd;
-        int k;
-
-        dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
-        if (dev < 0)
-                return zsw_log_errno(r->log, LOG_ERR, errno, "Failed to open /dev/userfaultfd: %m");
-        k = zsw_remote_map_scratch(r, sizeof(struct fdpass_area), &scratch);
-        if (k < 0)
-                return k;
-        tdev = pass_fd(r, scratch, dev);
-        (void) zsw_remote_unmap(r, scratch, sizeof(struct fdpass_area));
-        if (tdev < 0)
-                return zsw_log_errno(r->log, LOG_ERR, tdev,
-                                     "Failed to hand /dev/userfaultfd to %d: %m", r->pid);
-
-        tfd = zsw_remote_call(r, SYS_ioctl, (unsigned long[6]) {
-                        tdev, USERFAULTFD_IOC_NEW, (unsigned long) flags });
-        (void) zsw_remote_close(r, (int) tdev);
-        return tfd;
-}
-
-static bool is_userfaultfd(int fd) {
-        char path[64], link[64];
-        ssize_t n;
-
-        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-        n = readlink(path, link, sizeof(link) - 1);
-        if (n < 0)
-                return false;
-        link[n] = 0;
-        return strcmp(link, "anon_inode:[userfaultfd]") == 0;
-}
-
-int zsw_remote_open_uffd(struct zsw_remote *r, int flags, int *ret_target_fd,
-                         int *ret_local_fd) {
-        long tfd;
-        int local;
-
-        if (flags & ~(O_CLOEXEC | O_NONBLOCK))
-                return -EINVAL; /* UFFD_USER_MODE_ONLY above all: it cannot serve read(2) */
-
-        tfd = zsw_remote_call(r, SYS_userfaultfd, (unsigned long[6]) { (unsigned long) flags });
-        if (tfd == -EPERM) {
-                zsw_log(r->log, LOG_DEBUG, "Process %d may not call userfaultfd(2), using %s",
-                        r->pid, "/dev/userfaultfd");
-                tfd = uffd_via_device(r, flags);
-        }
-        if (tfd < 0)
-                return zsw_log_errno(r->log, LOG_ERR, tfd, "Failed to create a userfaultfd in %d: %m",
-                                     r->pid);
-
-        local = (int) syscall(__NR_pidfd_getfd, r->pidfd, (int) tfd, 0);
-        if (local < 0) {
-                int k = -errno;
-
-                (void) zsw_remote_close(r, (int) tfd);
-                return zsw_log_errno(r->log, LOG_ERR, k, "Failed to take the userfaultfd of %d: %m",
-                                     r->pid);
-        }
-        /* The number came out of the target's registers: make sure it names
-         * what we asked for before anyone trusts it. */
-        if (!is_userfaultfd(local)) {
-                safe_close(local);
-                return zsw_log_errno(r->log, LOG_ERR, EIO, "fd %ld of %d is not a userfaultfd", tfd,
-                                     r->pid);
-        }
-        *ret_target_fd = (int) tfd;
-        *ret_local_fd = local;
-        return 0;
 }
 
 /* ---- dropping pages --------------------------------------------------------- */
