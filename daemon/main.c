@@ -24,8 +24,8 @@
 #include "engine.h"
 #include "log.h"
 #include "policy.h"
-#include "reclaim.h"
 #include "cgroup.h"
+#include "reclaim.h"
 
 /* How often STATUS= is refreshed when no watchdog asks for more. */
 #define STATUS_INTERVAL_USEC (10 * 1000000ull)
@@ -311,9 +311,9 @@ static char *target_cgroup(pid_t pid) {
         snprintf(path, sizeof(path), "/proc/%d", pid);
         fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (fd >= 0 && zsw_proc_cgroups_read(fd, &cg) >= 0) {
-                if (cg.memory)
-                        (void) asprintf(&s, "%s (memory controller, v1)", cg.memory);
-                else if (cg.v2)
+                if (cg.memory && asprintf(&s, "%s (memory controller, v1)", cg.memory) < 0)
+                        s = NULL;
+                else if (!cg.memory && cg.v2)
                         s = strdup(cg.v2);
         }
         zsw_proc_cgroups_done(&cg);
