@@ -618,7 +618,7 @@ static int stop_others_op(struct zsw_remote *r, void *arg) {
                 from = r->n_held;
                 if (added == 0 && waiting == 0)
                         return 0;
-                if (added == 0 && zsw_now_ns() >= deadline)
+                if (waiting > 0 && zsw_now_ns() >= deadline)
                         return stop_timed_out(r, waiting);
                 if (added == 0)
                         (void) nanosleep(&(struct timespec) { .tv_nsec = 200000 }, NULL);
