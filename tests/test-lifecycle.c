@@ -493,6 +493,21 @@ static uint64_t stored_pages(const char *sock, pid_t pid) {
         return strtoull(s + strlen("\"stored_pages\":"), NULL, 10);
 }
 
+/* Memory and swap limited to the group's memory limit, where the kernel
+ * accounts swap (memory.memsw.*). */
+static void limit_swap_alike(const struct test_cgroup *g) {
+        char path[256], buf[64] = "";
+        int fd;
+
+        snprintf(path, sizeof(path), "%s/memory.limit_in_bytes", g->v1);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        ASSERT_GE(fd, 0);
+        ASSERT_GT(read(fd, buf, sizeof(buf) - 1), 0);
+        close(fd);
+        buf[strcspn(buf, "\n")] = 0;
+        test_cgroup_write(g->v1, "memory.memsw.limit_in_bytes", buf);
+}
+
 TEST(stop_keeps_pages_a_target_cannot_take_back) {
         _cleanup_free_ char *err = NULL;
         struct test_cgroup *g;
@@ -514,8 +529,12 @@ TEST(stop_keeps_pages_a_target_cannot_take_back) {
 
         /* Its group cannot take the pages back: at its limit (1 MiB over
          * what it uses without them), with the OOM killer off, so that
-         * UFFDIO_COPY fails with ENOMEM instead of killing anybody. */
+         * UFFDIO_COPY fails with ENOMEM instead of killing anybody, and
+         * nothing to swap out to make room should swap be on (memory and
+         * swap limited alike, swappiness 0). */
+        test_cgroup_write(g->v1, "memory.swappiness", "0");
         test_cgroup_limit_to_usage(g, 1 << 20);
+        limit_swap_alike(g);
         test_cgroup_write(g->v1, "memory.oom_control", "1");
         ASSERT_OK(kill(d.pid, SIGTERM));
         for (int i = 0;; i++) {
@@ -536,6 +555,7 @@ TEST(stop_keeps_pages_a_target_cannot_take_back) {
         ASSERT_TRUE(strstr(err, "stopping"));
 
         /* Room again: the pages go back at the next try, and zswapd exits. */
+        test_cgroup_write(g->v1, "memory.memsw.limit_in_bytes", "-1");
         test_cgroup_write(g->v1, "memory.limit_in_bytes", "-1");
         if (!wait_guarded(d.pid, GUARD_MS, &status))
                 TEST_FAIL("zswapd did not exit once the pages could go back; see %s", d.log);
