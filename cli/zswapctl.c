@@ -284,6 +284,10 @@ static int receive_reply(int fd, char **ret) {
         ssize_t len, n;
 
         len = recv(fd, NULL, 0, MSG_PEEK | MSG_TRUNC);
+        /* A daemon that closed with our request unread resets the
+         * connection; its reply, queued before, comes after the error. */
+        if (len < 0 && errno == ECONNRESET)
+                len = recv(fd, NULL, 0, MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT);
         if (len < 0)
                 return fail(errno, "cannot read the reply of zswapd: %m");
         if (len == 0)

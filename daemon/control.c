@@ -33,6 +33,16 @@
  * check is the second line. An empty message cannot be told from the end
  * of the connection, so it ends it.
  *
+ * Connections. At most CLIENTS_MAX at once. A connection with no request
+ * in progress for CONTROL_IDLE_TIMEOUT_USEC (30 s) is closed, and when
+ * all are taken a new one closes the one idle for longest; at most
+ * CLIENTS_MAX - CLIENTS_RESERVED may wait for a reclaim (the next gets
+ * "error EBUSY"), so there is always an idle one to close and no client,
+ * however many connections it opens, can lock root's zswapctl out. A
+ * connection refused all the same gets "error EBUSY" before it is closed,
+ * its request read first (a close with unread data would reset the
+ * connection and lose the reply).
+ *
  * Requests run on the daemon's main loop, one after the other, except
  * reclaims, which go to the reclaim worker (reclaim.h) when the daemon has
  * one: other clients are served meanwhile, and the reclaiming client gets
@@ -47,6 +57,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 #include <sys/un.h>
 
 #include "control.h"
@@ -55,12 +66,14 @@
 #include "reclaim.h"
 
 #define CLIENTS_MAX 64
+#define CLIENTS_RESERVED 8
 #define MIB (1024.0 * 1024.0)
 
 struct client {
         struct control *control;
         int fd;
         struct ucred cred;
+        uint64_t active_usec;   /* connected, or last request or reply */
         /* A reclaim running for it on the reclaim worker: its next
          * request is read once this one is answered, so replies come in
          * the order of the requests. */
@@ -77,9 +90,17 @@ struct control {
         ino_t sock_ino;
         int listen_fd;
         int epoll_fd;
+        int timer_fd;           /* sweeps idle connections */
+        uint64_t idle_timeout_usec;
+        bool stopping;          /* only stats, listings and detach are served */
         unsigned n_clients;
+        unsigned n_pending;     /* clients waiting for a reclaim */
         struct client *clients[CLIENTS_MAX];
 };
+
+static uint64_t now_usec(void) {
+        return zsw_now_ns() / 1000;
+}
 
 /* ---- requests ---------------------------------------------------------- */
 
@@ -526,6 +547,12 @@ static int execute(struct control *c, const struct control_request *req, FILE *b
         int r;
         LOG_FIELDS(.target_pid = req->pid);
 
+        if (c->stopping && (req->verb == CONTROL_ATTACH || req->verb == CONTROL_RECLAIM ||
+                            req->verb == CONTROL_RELOAD)) {
+                snprintf(err->message, sizeof(err->message), "zswapd is stopping: it only gives "
+                         "pages back now (stats, targets and detach are still served)");
+                return -ESHUTDOWN;
+        }
         switch (req->verb) {
         case CONTROL_ATTACH:
         case CONTROL_DETACH:
@@ -634,6 +661,8 @@ static void reclaim_done(void *userdata, const struct reclaim_request *rr) {
         LOG_FIELDS(.target_pid = cl->pending_req.pid);
 
         cl->pending = NULL;
+        cl->control->n_pending--;
+        cl->active_usec = now_usec();
         f = open_memstream(&body, &body_len);
         if (!f) {
                 reply_error(cl->fd, ENOMEM, "out of memory");
@@ -652,8 +681,13 @@ static void reclaim_done(void *userdata, const struct reclaim_request *rr) {
 /* Hands a reclaim to the worker; returns 1 when it did (the reply comes
  * later), 0 when the request is to run here. */
 static int defer_reclaim(struct control *c, struct client *cl, const struct control_request *req) {
-        if (!c->reclaimer || req->verb != CONTROL_RECLAIM)
+        if (!c->reclaimer || req->verb != CONTROL_RECLAIM || c->stopping)
                 return 0;
+        if (c->n_pending >= CLIENTS_MAX - CLIENTS_RESERVED) {
+                reply_error(cl->fd, EBUSY, "cannot reclaim from %d: %u reclaims are queued "
+                            "already; try again once they are done", req->pid, c->n_pending);
+                return 1;
+        }
         cl->pending_req = *req;
         cl->pending = reclaimer_submit(c->reclaimer, &req->pid, 1,
                                        &(struct zsw_reclaim_request) {
@@ -663,6 +697,7 @@ static int defer_reclaim(struct control *c, struct client *cl, const struct cont
                                        reclaim_done, cl);
         if (!cl->pending)
                 return 0; /* out of memory: try here */
+        c->n_pending++;
         /* Hang-ups are still reported (and close the client). */
         client_watch(cl, 0);
         return 1;
@@ -706,10 +741,53 @@ static void client_close(struct control *c, struct client *cl) {
                         c->clients[i] = c->clients[--c->n_clients];
                         break;
                 }
-        if (cl->pending)
+        if (cl->pending) {
                 reclaim_request_orphan(cl->pending);
+                c->n_pending--;
+        }
         safe_close(cl->fd);
         free(cl);
+}
+
+/* Replies to a connection we do not keep and closes it: its request (if
+ * it came already) is read first, since closing a Unix socket with unread
+ * data resets the peer's, which then loses our reply. */
+static void refuse(int fd, int error, const char *message) {
+        char buf[CONTROL_REQUEST_MAX + 1];
+
+        reply_error(fd, error, "%s", message);
+        while (recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0)
+                ;
+        safe_close(fd);
+}
+
+/* The connection with no request in progress that has been idle longest. */
+static struct client *oldest_idle(struct control *c) {
+        struct client *best = NULL;
+
+        for (unsigned i = 0; i < c->n_clients; i++)
+                if (!c->clients[i]->pending &&
+                    (!best || c->clients[i]->active_usec < best->active_usec))
+                        best = c->clients[i];
+        return best;
+}
+
+static void close_idle(struct control *c) {
+        uint64_t now = now_usec(), timer_ticks;
+
+        if (read(c->timer_fd, &timer_ticks, sizeof(timer_ticks)) < 0 && errno != EAGAIN)
+                log_debug_errno(errno, "Failed to read the idle timer, ignoring: %m");
+        for (unsigned i = 0; i < c->n_clients;) {
+                struct client *cl = c->clients[i];
+
+                if (cl->pending || now - cl->active_usec < c->idle_timeout_usec) {
+                        i++;
+                        continue;
+                }
+                log_debug("Closing the connection of pid %d: idle for %" PRIu64 " s.",
+                          cl->cred.pid, (now - cl->active_usec) / 1000000);
+                client_close(c, cl); /* moves the last one to i */
+        }
 }
 
 static void client_process(struct control *c, struct client *cl, uint32_t events) {
@@ -732,6 +810,7 @@ static void client_process(struct control *c, struct client *cl, uint32_t events
                 client_close(c, cl);
                 return;
         }
+        cl->active_usec = now_usec();
         if (cl->cred.uid != 0) {
                 log_notice("Refused a request from uid %u (pid %d): only root may control zswapd.",
                            cl->cred.uid, cl->cred.pid);
@@ -760,11 +839,19 @@ static void accept_one(struct control *c, int fd) {
                 return;
         }
         if (c->n_clients >= CLIENTS_MAX) {
-                log_warning("Refused a connection from pid %d: %d clients connected already.",
-                            cred.pid, CLIENTS_MAX);
-                reply_error(fd, EBUSY, "too many clients connected; try again");
-                safe_close(fd);
-                return;
+                struct client *old = oldest_idle(c);
+
+                if (!old) {
+                        log_warning("Refused a connection from pid %d: %d clients connected "
+                                    "already, each waiting for a reply.", cred.pid, CLIENTS_MAX);
+                        refuse(fd, EBUSY, "too many clients connected, each waiting for a reply; "
+                                          "try again");
+                        return;
+                }
+                log_notice("Closing the connection of pid %d, idle for %" PRIu64 " ms, to make "
+                           "room for pid %d: %d clients connected.", old->cred.pid,
+                           (now_usec() - old->active_usec) / 1000, cred.pid, CLIENTS_MAX);
+                client_close(c, old);
         }
         /* A reply is one message, and a message must fit in the send buffer. */
         if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf)) < 0)
@@ -776,7 +863,7 @@ static void accept_one(struct control *c, int fd) {
                 safe_close(fd);
                 return;
         }
-        *cl = (struct client) { .control = c, .fd = fd, .cred = cred };
+        *cl = (struct client) { .control = c, .fd = fd, .cred = cred, .active_usec = now_usec() };
         if (epoll_ctl(c->epoll_fd, EPOLL_CTL_ADD, fd,
                       &(struct epoll_event) { .events = EPOLLIN, .data.ptr = cl }) < 0) {
                 log_warning_errno(errno, "Failed to watch a connection, closing it: %m");
@@ -808,12 +895,34 @@ int control_process(struct control *c) {
         if (n < 0)
                 return errno == EINTR ? 0 : -errno;
         for (int i = 0; i < n; i++) {
-                if (ev[i].data.ptr)
+                if (ev[i].data.ptr == c)
+                        close_idle(c);
+                else if (ev[i].data.ptr)
                         client_process(c, ev[i].data.ptr, ev[i].events);
                 else
                         accept_all(c);
         }
         return 0;
+}
+
+int control_set_idle_timeout(struct control *c, uint64_t usec) {
+        /* Checked four times per timeout: a connection goes within 1.25x. */
+        uint64_t every = MAX(usec / 4, 1000u);
+        struct itimerspec its = {
+                .it_interval = { .tv_sec = every / 1000000, .tv_nsec = (every % 1000000) * 1000 },
+        };
+
+        if (usec == 0)
+                return -EINVAL;
+        its.it_value = its.it_interval;
+        if (timerfd_settime(c->timer_fd, 0, &its, NULL) < 0)
+                return -errno;
+        c->idle_timeout_usec = usec;
+        return 0;
+}
+
+void control_set_stopping(struct control *c) {
+        c->stopping = true;
 }
 
 void control_set_reclaimer(struct control *c, struct reclaimer *reclaimer) {
@@ -920,7 +1029,7 @@ int control_new(const char *path, struct zsw_engine *engine, struct control **re
         c = calloc(1, sizeof(*c));
         if (!c)
                 return log_oom();
-        c->listen_fd = c->epoll_fd = -EBADF;
+        c->listen_fd = c->epoll_fd = c->timer_fd = -EBADF;
         c->engine = engine;
 
         r = listen_socket(path, &c->listen_fd, &st);
@@ -938,6 +1047,14 @@ int control_new(const char *path, struct zsw_engine *engine, struct control **re
         if (epoll_ctl(c->epoll_fd, EPOLL_CTL_ADD, c->listen_fd,
                       &(struct epoll_event) { .events = EPOLLIN, .data.ptr = NULL }) < 0)
                 return log_error_errno(errno, "Failed to watch the control socket: %m");
+        c->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        if (c->timer_fd < 0 ||
+            epoll_ctl(c->epoll_fd, EPOLL_CTL_ADD, c->timer_fd,
+                      &(struct epoll_event) { .events = EPOLLIN, .data.ptr = c }) < 0)
+                return log_error_errno(errno, "Failed to set up the idle timer: %m");
+        r = control_set_idle_timeout(c, CONTROL_IDLE_TIMEOUT_USEC);
+        if (r < 0)
+                return log_error_errno(r, "Failed to set up the idle timer: %m");
 
         *ret = TAKE_PTR(c);
         return 0;
@@ -957,6 +1074,7 @@ struct control *control_free(struct control *c) {
                 (void) unlink(c->path);
         safe_close(c->listen_fd);
         safe_close(c->epoll_fd);
+        safe_close(c->timer_fd);
         free(c->path);
         free(c);
         return NULL;

@@ -15,6 +15,9 @@
 #include "control-protocol.h"
 #include "engine.h"
 
+/* A connection with no request in progress is closed after this long. */
+#define CONTROL_IDLE_TIMEOUT_USEC (30 * 1000000ull)
+
 enum control_verb {
         CONTROL_ATTACH,
         CONTROL_DETACH,
@@ -72,7 +75,16 @@ struct reclaimer;
  * instead of on the caller's thread. */
 void control_set_reclaimer(struct control *c, struct reclaimer *reclaimer);
 
-/* A descriptor that polls readable when a client connects or sends. */
+/* Closes connections idle for usec (default CONTROL_IDLE_TIMEOUT_USEC),
+ * within a quarter of that more. -EINVAL for 0. */
+int control_set_idle_timeout(struct control *c, uint64_t usec);
+
+/* From now on attach, reclaim and reload are refused ("error ESHUTDOWN"):
+ * a stopping daemon only gives pages back. */
+void control_set_stopping(struct control *c);
+
+/* A descriptor that polls readable when a client connects or sends, or a
+ * connection may have gone idle. */
 int control_get_fd(const struct control *c);
 
 /* Accepts connections and answers requests that are ready, without waiting

@@ -7,6 +7,7 @@
  * never pass through this loop (the engine's own threads serve them), nor
  * do reclaims (the reclaim worker runs them and posts the results back).
  */
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -23,6 +24,7 @@
 #include "engine.h"
 #include "log.h"
 #include "policy.h"
+#include "cgroup.h"
 #include "reclaim.h"
 
 /* How often STATUS= is refreshed when no watchdog asks for more. */
@@ -292,6 +294,130 @@ static int loop(struct zsw_engine *engine, struct policy_manager *policies,
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_engine *, zsw_engine_free);
 
+/* ---- stopping ---------------------------------------------------------------- */
+
+/* How often a stopping daemon tries again to give pages back, and how
+ * often it says at error level what keeps it (in between: debug). */
+#define GIVE_BACK_RETRY_USEC (5 * 1000000ull)
+#define GIVE_BACK_LOG_EVERY 12
+
+/* The group whose limits decide whether pid can take pages back: its v1
+ * memory group, else its v2 group. */
+static char *target_cgroup(pid_t pid) {
+        struct zsw_proc_cgroups cg = {};
+        _cleanup_close_ int fd = -EBADF;
+        char path[32], *s = NULL;
+
+        snprintf(path, sizeof(path), "/proc/%d", pid);
+        fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd >= 0 && zsw_proc_cgroups_read(fd, &cg) >= 0) {
+                if (cg.memory && asprintf(&s, "%s (memory controller, v1)", cg.memory) < 0)
+                        s = NULL;
+                else if (!cg.memory && cg.v2)
+                        s = strdup(cg.v2);
+        }
+        zsw_proc_cgroups_done(&cg);
+        return s;
+}
+
+/* Detaches every target it can; returns how many still hold pages, each
+ * said at priority (what keeps it, and what to do). */
+static unsigned give_back(struct zsw_engine *engine, int priority, uint64_t *ret_pages) {
+        _cleanup_free_ pid_t *pids = NULL;
+        size_t n = zsw_engine_list_targets(engine, NULL, 0);
+        unsigned held = 0;
+
+        *ret_pages = 0;
+        pids = calloc(MAX(n, 1u), sizeof(pid_t));
+        if (!pids)
+                return log_oom(), (unsigned) n;
+        n = MIN(n, zsw_engine_list_targets(engine, pids, n));
+        for (size_t i = 0; i < n; i++) {
+                struct zsw_engine_error err = {};
+                struct zsw_target_stats ts = {};
+                _cleanup_free_ char *cg = NULL;
+                int r;
+                LOG_FIELDS(.target_pid = pids[i]);
+
+                r = zsw_engine_detach(engine, pids[i], &err);
+                if (r >= 0 || r == -ENOENT)
+                        continue;
+                held++;
+                (void) zsw_engine_get_target_stats(engine, pids[i], &ts);
+                *ret_pages += ts.stored_pages;
+                cg = target_cgroup(pids[i]);
+                log_full(priority, "Cannot give process %d (cgroup %s) its %" PRIu64 " pages "
+                         "(%.1f MiB) back, zswapd holds their only copy: %s. %s; zswapd keeps "
+                         "them, serves the process, and tries again every %llu s.",
+                         pids[i], cg ?: "unknown", ts.stored_pages,
+                         ts.stored_pages * (double) getpagesize() / (1024.0 * 1024.0),
+                         err.message[0] ? err.message : strerror(-r),
+                         r == -ENOMEM ? "Raise that cgroup's memory limit (memory.limit_in_bytes, "
+                                        "memory.max) or kill the process" :
+                                        "Kill the process to let zswapd go",
+                         GIVE_BACK_RETRY_USEC / 1000000ull);
+        }
+        return held;
+}
+
+/* Stopping: every page goes back before we exit. A target that cannot
+ * take its pages back keeps zswapd running (its faults served, the control
+ * socket answering stats and detach) until it can, or until it exits;
+ * systemd's stop timeout is extended meanwhile. Only SIGKILL ends this
+ * early, and then the target waits on those pages for good. */
+static int stop(struct zsw_engine *engine, struct control *control, int sfd, bool watchdog) {
+        _cleanup_close_ int epfd = -EBADF, tfd = -EBADF;
+        unsigned tries = 0;
+        int r;
+
+        for (;;) {
+                uint64_t pages;
+                unsigned held = give_back(engine, tries % GIVE_BACK_LOG_EVERY == 0 ? LOG_ERR :
+                                                  LOG_DEBUG, &pages);
+                struct epoll_event ev;
+
+                if (held == 0)
+                        return 0;
+                sd_notifyf(false, "STATUS=Stopping: %u processes cannot take %" PRIu64 " pages back "
+                                  "yet; see the log\nEXTEND_TIMEOUT_USEC=%llu", held, pages,
+                           3 * GIVE_BACK_RETRY_USEC);
+                if (epfd < 0) {
+                        epfd = epoll_create1(EPOLL_CLOEXEC);
+                        if (epfd < 0)
+                                return log_error_errno(errno, "Failed to create an epoll instance: %m");
+                        /* Each second: the watchdog, and the retry's count. */
+                        r = setup_timer(1000000ull, &tfd);
+                        if (r < 0 || (r = watch(epfd, tfd)) < 0 || (r = watch(epfd, sfd)) < 0 ||
+                            (r = watch(epfd, control_get_fd(control))) < 0)
+                                return log_error_errno(r, "Failed to set up the stopping loop: %m");
+                }
+                for (uint64_t seconds = 0; seconds < GIVE_BACK_RETRY_USEC / 1000000ull;) {
+                        if (epoll_wait(epfd, &ev, 1, -1) <= 0)
+                                continue;
+                        if (ev.data.fd == tfd) {
+                                uint64_t ticks = 0;
+
+                                if (read(tfd, &ticks, sizeof(ticks)) < 0)
+                                        ticks = 0;
+                                if (watchdog)
+                                        sd_notify(false, "WATCHDOG=1");
+                                seconds += ticks;
+                        } else if (ev.data.fd == sfd) {
+                                struct signalfd_siginfo si;
+
+                                if (read(sfd, &si, sizeof(si)) == sizeof(si))
+                                        log_error("Received SIG%s while %u processes hold %" PRIu64
+                                                  " pages only zswapd has: not exiting until they "
+                                                  "are given back (SIGKILL would leave those "
+                                                  "processes waiting on them forever).",
+                                                  sigabbrev_np(si.ssi_signo) ?: "?", held, pages);
+                        } else if (control_process(control) < 0)
+                                log_warning("Failed to serve the control socket, ignoring.");
+                }
+                tries++;
+        }
+}
+
 /* Blocks the signals the loop handles and returns a signalfd for them.
  * Called before the engine starts its threads, so that they inherit the
  * mask and every signal arrives at the signalfd. */
@@ -362,7 +488,7 @@ static int run(int argc, char *argv[]) {
         uint64_t watchdog_usec = 0, interval = STATUS_INTERVAL_USEC;
         struct control_hooks hooks = { .reload = reload, .dump = dump, .detached = detached };
         struct zsw_engine_config ec;
-        int r;
+        int r, k;
 
         log_setup(LOG_INFO);
 
@@ -441,10 +567,15 @@ static int run(int argc, char *argv[]) {
         /* The reclaim in progress ends; queued ones are answered as
          * cancelled. */
         reclaimer = reclaimer_free(reclaimer);
+        control_set_reclaimer(control, NULL);
+        control_set_stopping(control);
+        /* Puts every stored page back into its process before returning. */
+        k = stop(engine, control, sfd, watchdog_usec > 0);
         control = control_free(control);
         policies = policy_manager_free(policies);
-        /* Puts every stored page back into its process before returning. */
         engine = zsw_engine_free(engine);
+        if (k < 0)
+                return k;
         if (r >= 0)
                 log_info("Every target detached, exiting.");
         return r;

@@ -123,6 +123,12 @@ struct zsw_target {
         unsigned prefetch_window;       /* pages, <= FAULT_PREFETCH_MAX */
         unsigned zero_window;           /* pages, <= ZSW_ZERO_WINDOW_MAX */
         _Atomic bool dead;              /* exited or exec'ed: to be reaped */
+        /* A reclaim that could not stop the target (-ETIMEDOUT): no other
+         * is tried before stuck_retry_ns, and the wait doubles each time
+         * (STUCK_BACKOFF_*). Under evict_lock. */
+        uint64_t stuck_retry_ns;
+        unsigned stuck_backoff_s;
+        char stuck_why[192];
 
         pthread_mutex_t serve_lock;
         pthread_mutex_t evict_lock;

@@ -29,6 +29,11 @@
 #define SCRATCH_SIZE (64u * 1024u)
 #define DETACH_CHUNK 64u
 #define PF_KTHREAD 0x00200000u
+/* A target that could not be stopped for a reclaim is not tried again for
+ * 10 s, then 20, 40 ... up to 10 min: each try costs the caller (a policy's
+ * reclaim worker) ZSW_REMOTE_STOP_TIMEOUT_MS of waiting. */
+#define STUCK_BACKOFF_MIN_S 10u
+#define STUCK_BACKOFF_MAX_S 600u
 
 static const uint64_t uffd_features = UFFD_FEATURE_EVENT_FORK | UFFD_FEATURE_EVENT_REMAP |
                                       UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP |
@@ -45,6 +50,17 @@ static int fail(struct zsw_engine_error *err, int r, const char *fmt, ...) {
                 va_end(ap);
         }
         return r;
+}
+
+/* -ETIMEDOUT for a process none of whose threads stopped in time, with
+ * what keeps it (the thread, its state, what it waits in) and advice. */
+static int fail_stuck(struct zsw_engine_error *err, pid_t pid, const char *advice) {
+        char why[192];
+
+        if (zsw_remote_describe_stuck(pid, why, sizeof(why)) < 0)
+                snprintf(why, sizeof(why), "no thread of it looks stuck now");
+        return fail(err, -ETIMEDOUT, "process %d did not stop for ptrace within %u ms: %s; %s", pid,
+                    ZSW_REMOTE_STOP_TIMEOUT_MS, why, advice);
 }
 
 static struct zsw_target *find_target(struct zsw_engine *e, pid_t pid) {
@@ -271,6 +287,10 @@ int zsw_engine_attach_with(struct zsw_engine *e, pid_t pid, const struct zsw_tar
                 _cleanup_remote_ struct zsw_remote *remote = NULL;
 
                 r = zsw_remote_seize(pid, e->log, &remote);
+                if (r == -ETIMEDOUT) {
+                        r = fail_stuck(err, pid, "left as it was; try again once it runs");
+                        goto out;
+                }
                 if (r < 0) {
                         r = fail(err, r, "cannot ptrace process %d: %s%s", pid, strerror(-r),
                                  r == -EPERM ? " (is zswapd missing CAP_SYS_PTRACE?)" : "");
@@ -411,7 +431,12 @@ static int detach_locked(struct zsw_engine *e, struct zsw_target *t, struct zsw_
         pthread_mutex_unlock(&t->serve_lock);
         /* Fault threads still serve t: they read what is in flight. */
         wait_events_in_flight(t);
-        target_cleanup_remote(e, t);
+        r = target_cleanup_remote(e, t);
+        if (r < 0 && r != -ESRCH)
+                zsw_log(e->log, LOG_WARNING, "Process %d has every page back, but its userfaultfd "
+                        "reference (fd %d, no range registered) and a %zu-byte scratch mapping stay "
+                        "in it until it exits or execs: %s", t->pid, t->target_uffd,
+                        t->scratch_size, strerror(-r));
         pthread_mutex_unlock(&t->evict_lock);
         target_unpublish(e, t);
         zsw_log(e->log, LOG_INFO, "Detached from process %d", t->pid);
@@ -434,6 +459,26 @@ int zsw_engine_reclaim(struct zsw_engine *e, pid_t pid, uint64_t max_bytes,
                        struct zsw_reclaim_result *ret, struct zsw_engine_error *err) {
         return zsw_engine_reclaim_cold(e, pid, &(struct zsw_reclaim_request) { .max_bytes = max_bytes },
                                        ret, err);
+}
+
+/* A round that could not stop the target was given up and rolled back
+ * (evict.c): say why, and hold off the next tries (STUCK_BACKOFF_*). */
+static void reclaim_note_stuck(struct zsw_target *t, int r, struct zsw_engine_error *err) {
+        struct zsw_engine_error e2 = {};
+
+        if (r != -ETIMEDOUT) {
+                if (r >= 0)
+                        t->stuck_backoff_s = 0;
+                return;
+        }
+        t->stuck_backoff_s = t->stuck_backoff_s ? MIN(t->stuck_backoff_s * 2, STUCK_BACKOFF_MAX_S) :
+                                                  STUCK_BACKOFF_MIN_S;
+        t->stuck_retry_ns = zsw_now_ns() + t->stuck_backoff_s * 1000000000ull;
+        if (zsw_remote_describe_stuck(t->pid, t->stuck_why, sizeof(t->stuck_why)) < 0)
+                snprintf(t->stuck_why, sizeof(t->stuck_why), "no thread of it looks stuck now");
+        snprintf(e2.message, sizeof(e2.message), "the round in progress was undone; next try in "
+                 "%u s", t->stuck_backoff_s);
+        (void) fail_stuck(err, t->pid, e2.message);
 }
 
 int zsw_engine_reclaim_cold(struct zsw_engine *e, pid_t pid, const struct zsw_reclaim_request *req,
@@ -463,11 +508,19 @@ int zsw_engine_reclaim_cold(struct zsw_engine *e, pid_t pid, const struct zsw_re
         if (scan_due)
                 t->next_age_ns = start + e->age_interval_ns;
         pthread_mutex_unlock(&e->control_lock);
+        if (start < t->stuck_retry_ns) {
+                r = fail(err, -ETIMEDOUT, "process %d could not be stopped at the last try (%s); "
+                         "next try in %" PRIu64 " s", pid, t->stuck_why,
+                         (uint64_t) DIV_ROUND_UP(t->stuck_retry_ns - start, 1000000000ull));
+                pthread_mutex_unlock(&t->evict_lock);
+                return r;
+        }
         if (scan_due)
                 (void) evict_age_scan(e, t);
         pthread_mutex_lock(&e->worker_lock);
         r = evict_target(e, t, req->max_bytes, req->min_cold_age_ms, &res, err);
         pthread_mutex_unlock(&e->worker_lock);
+        reclaim_note_stuck(t, r, err);
         pthread_mutex_unlock(&t->evict_lock);
         res.duration_ns = zsw_now_ns() - start;
         if (r >= 0 && ret)
@@ -1007,6 +1060,8 @@ int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **r
 }
 
 struct zsw_engine *zsw_engine_free(struct zsw_engine *e) {
+        unsigned held = 0;
+
         if (!e)
                 return NULL;
         if (e->reaper_started) {
@@ -1015,17 +1070,28 @@ struct zsw_engine *zsw_engine_free(struct zsw_engine *e) {
                 if (write(e->reaper_stop_fd, &stop, sizeof(stop)) == sizeof(stop))
                         pthread_join(e->reaper, NULL);
         }
-        /* Every page goes back before anything is freed. */
+        /* Every page goes back before anything is freed; a live target
+         * whose pages cannot all go back keeps the engine alive. */
         pthread_mutex_lock(&e->control_lock);
-        while (e->targets) {
-                struct zsw_target *t = e->targets;
+        for (struct zsw_target *t = e->targets, *next; t; t = next) {
+                struct zsw_engine_error err = {};
+                struct zsw_store_stats os;
 
-                if (atomic_load(&t->dead) || detach_locked(e, t, NULL) < 0) {
+                next = t->next;
+                if (atomic_load(&t->dead) || zsw_uffd_mm_alive(t->uffd) == -ESRCH) {
                         target_unpublish(e, t);
                         target_free(t);
+                } else if (detach_locked(e, t, &err) < 0) {
+                        zsw_store_owner_get_stats(t->owner, &os);
+                        zsw_log(e->log, LOG_ERR, "Not freeing the engine: %s (%" PRIu64 " pages "
+                                "have no other copy); its fault threads go on serving it until "
+                                "this process exits", err.message, os.stored_pages);
+                        held++;
                 }
         }
         pthread_mutex_unlock(&e->control_lock);
+        if (held > 0)
+                return NULL;
         fault_threads_stop(e);
         zsw_parallel_free(e->evict_pool);
         evict_round_free(e->evict_round);

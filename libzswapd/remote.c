@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * ptrace injection: system calls run by one thread of a target process.
+ * (remote-proc.c reads the target's threads from /proc, remote-fd.c moves
+ * memory and descriptors in and out of it.)
  *
  * How a thread is borrowed. PTRACE_SEIZE (no options that outlive us: never
  * EXITKILL, the target must survive a daemon crash) and PTRACE_INTERRUPT
@@ -28,24 +30,42 @@
  * (kill()-style and kernel siginfo cannot be forged: the sender becomes us).
  * Queueing them from inside the target would not do: every later step
  * dequeues them again.
+ *
+ * Deadlines. Every wait for a stop has one (ZSW_REMOTE_STOP_TIMEOUT_MS,
+ * ZSW_REMOTE_CALL_TIMEOUT_MS): waitpid(WNOHANG) is polled, from 10 us
+ * doubling to 1 ms, since nothing else bounds a wait for a tracee. A
+ * thread that did not stop in time cannot be detached (PTRACE_DETACH
+ * wants a stopped tracee) and keeps our pending interrupt: only the exit
+ * of its tracer unlinks it and clears that. So each handle has a tracer
+ * thread of its own that makes every ptrace call and exits at release:
+ * the threads it stopped are detached one by one, the ones that never
+ * stopped are let go by the kernel, unchanged.
+ *
+ * What the kernel cannot undo: a thread that waits in a userfault taken
+ * in kernel mode (a read(2) into a missing page of a registered range)
+ * and gets an interrupt leaves its wait and retries the fault, busy,
+ * until somebody resolves it; a signal it does not handle in kernel mode
+ * stays pending, tracer or not. So such a thread is never interrupted: we
+ * wait until it leaves that wait (our own fault threads answer theirs at
+ * once), and give up at the deadline if it does not.
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #include "linux-compat.h"
 #include "remote-arch.h"
-#include "remote.h"
+#include "remote-internal.h"
 
 /* Kernel-internal restart codes a stopped thread's syscall may hold. */
 #define ERESTARTSYS 512
@@ -53,7 +73,6 @@
 #define ERESTARTNOHAND 514
 #define ERESTART_RESTARTBLOCK 516
 
-#define PF_KTHREAD 0x00200000UL
 #define VDSO_MAX_SIZE (64 * 1024)
 #define DEFERRED_SIGNALS_MAX 64
 #define IOV_MAX_PER_CALL 1024 /* UIO_MAXIOV */
@@ -73,8 +92,20 @@ struct zsw_remote {
         int madvise_self;        /* process_madvise on itself: -1 unknown, 0 no, 1 yes */
         unsigned n_signals;
         siginfo_t signals[DEFERRED_SIGNALS_MAX];
+        bool stopped;            /* r->tid is in a ptrace stop of ours */
         struct held_thread *held; /* the other threads, stopped by zsw_remote_stop_others() */
         size_t n_held, held_size;
+
+        /* The thread that makes every ptrace call of this handle (see the
+         * top of this file); callers post one operation at a time. */
+        pthread_t tracer;
+        bool tracer_started;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        int (*op)(struct zsw_remote *r, void *arg);
+        void *op_arg;
+        int op_result;
+        bool op_done, quit;
 };
 
 /* Another thread of the target, held in a ptrace stop until release. */
@@ -94,11 +125,27 @@ pid_t zsw_remote_tid(const struct zsw_remote *r) {
         return r->tid;
 }
 
+const struct zsw_log *remote_log(const struct zsw_remote *r) {
+        return r->log;
+}
+
+int remote_pidfd(const struct zsw_remote *r) {
+        return r->pidfd;
+}
+
+static int rseq_op(struct zsw_remote *r, void *arg) {
+        return ptrace(PTRACE_GET_RSEQ_CONFIGURATION, r->tid, sizeof(struct __ptrace_rseq_configuration),
+                      arg) < 0 ? -errno : 0;
+}
+
+static int on_tracer(struct zsw_remote *r, int (*op)(struct zsw_remote *r, void *arg), void *arg);
+
 int zsw_remote_rseq_area(struct zsw_remote *r, uint64_t *ret_addr, uint32_t *ret_len) {
         struct __ptrace_rseq_configuration conf = {};
+        int k = on_tracer(r, rseq_op, &conf);
 
-        if (ptrace(PTRACE_GET_RSEQ_CONFIGURATION, r->tid, sizeof(conf), &conf) < 0)
-                return -errno;
+        if (k < 0)
+                return k;
         *ret_addr = conf.rseq_abi_pointer;
         *ret_len = conf.rseq_abi_size;
         return 0;
@@ -106,121 +153,6 @@ int zsw_remote_rseq_area(struct zsw_remote *r, uint64_t *ret_addr, uint32_t *ret
 
 unsigned zsw_remote_deferred_signals(const struct zsw_remote *r) {
         return r->n_signals;
-}
-
-/* ---- /proc ------------------------------------------------------------------ */
-
-static void closedirp(DIR **d) {
-        if (*d)
-                closedir(*d);
-}
-
-static int read_small_file(const char *path, char *buf, size_t size) {
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-        ssize_t n;
-
-        if (fd < 0)
-                return -errno;
-        n = read(fd, buf, size - 1);
-        if (n < 0)
-                return -errno;
-        buf[n] = 0;
-        return 0;
-}
-
-/* State letter and PF_* flags from a /proc/.../stat file. */
-static int read_proc_stat(const char *path, char *ret_state, unsigned long *ret_flags) {
-        char buf[1024], state;
-        unsigned long flags;
-        const char *p;
-        int r;
-
-        r = read_small_file(path, buf, sizeof(buf));
-        if (r < 0)
-                return r == -ENOENT ? -ESRCH : r;
-        /* comm may hold spaces and parentheses: fields resume after the last ')'. */
-        p = strrchr(buf, ')');
-        if (!p || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2)
-                return -EIO;
-        *ret_state = state;
-        *ret_flags = flags;
-        return 0;
-}
-
-/* A pid field ("\nTracerPid:", "\nPPid:") of a thread's status; 0 when
- * it cannot be read. */
-static pid_t read_status_pid(pid_t pid, pid_t tid, const char *key) {
-        char path[64], buf[4096];
-        const char *p;
-
-        snprintf(path, sizeof(path), "/proc/%d/task/%d/status", pid, tid);
-        if (read_small_file(path, buf, sizeof(buf)) < 0)
-                return 0;
-        p = strstr(buf, key);
-        return p ? (pid_t) strtol(p + strlen(key), NULL, 10) : 0;
-}
-
-static pid_t read_tracer(pid_t pid, pid_t tid) {
-        return read_status_pid(pid, tid, "\nTracerPid:");
-}
-
-static bool state_alive(char state) {
-        return state != 'Z' && state != 'X' && state != 'x';
-}
-
-/* A thread in uninterruptible sleep (D: vfork() parent, I/O) takes
- * PTRACE_INTERRUPT only when it wakes up, which may be much later. */
-static bool state_interruptible(char state) {
-        return state_alive(state) && state != 'D';
-}
-
-/* The leader if it runs and can be stopped now, else another thread that
- * can, else any live thread. */
-static int pick_thread(pid_t pid, const struct zsw_log *log, pid_t *ret_tid) {
-        _cleanup_(closedirp) DIR *d = NULL;
-        char path[64], state;
-        unsigned long flags;
-        struct dirent *de;
-        pid_t fallback = 0;
-        int r;
-
-        snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-        r = read_proc_stat(path, &state, &flags);
-        if (r == -ESRCH)
-                return zsw_log_errno(log, LOG_DEBUG, r, "No process %d", pid);
-        if (r < 0)
-                return zsw_log_errno(log, LOG_ERR, r, "Failed to read %s: %m", path);
-        if (flags & PF_KTHREAD)
-                return zsw_log_errno(log, LOG_DEBUG, EINVAL,
-                                     "Process %d is a kernel thread: it has no user memory", pid);
-        if (state_interruptible(state)) {
-                *ret_tid = pid;
-                return 0;
-        }
-        if (state_alive(state))
-                fallback = pid;
-
-        snprintf(path, sizeof(path), "/proc/%d/task", pid);
-        d = opendir(path);
-        while (d && (de = readdir(d))) {
-                pid_t tid = (pid_t) strtol(de->d_name, NULL, 10);
-
-                if (tid <= 0 || tid == pid)
-                        continue;
-                snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
-                if (read_proc_stat(path, &state, &flags) < 0)
-                        continue;
-                if (state_interruptible(state)) {
-                        *ret_tid = tid;
-                        return 0;
-                }
-                if (state_alive(state) && fallback == 0)
-                        fallback = tid;
-        }
-        if (fallback == 0)
-                return zsw_log_errno(log, LOG_DEBUG, ESRCH, "Process %d has exited (zombie)", pid);
-        *ret_tid = fallback;
-        return 0;
 }
 
 /* ---- ptrace primitives --------------------------------------------------- */
@@ -243,7 +175,8 @@ static int set_regs(struct zsw_remote *r, const zsw_arch_regs *regs) {
  * the parent (our_child). (Killed between that look and the waitpid below,
  * it is reaped after all; the kernel offers no way to consume a stop
  * alone.) */
-static int wait_task(pid_t tid, bool our_child, int *ret_status) {
+static int wait_task(pid_t tid, bool our_child, uint64_t deadline_ns, int *ret_status) {
+        unsigned pause_us = 10;
         int status;
 
         for (;;) {
@@ -251,22 +184,27 @@ static int wait_task(pid_t tid, bool our_child, int *ret_status) {
                 pid_t p;
 
                 if (our_child) {
-                        if (waitid(P_PID, (id_t) tid, &si, WEXITED | WSTOPPED | WNOWAIT | __WALL) < 0) {
+                        if (waitid(P_PID, (id_t) tid, &si,
+                                   WEXITED | WSTOPPED | WNOWAIT | WNOHANG | __WALL) < 0) {
                                 if (errno == EINTR)
                                         continue;
                                 return -errno;
                         }
-                        if (si.si_code == CLD_EXITED || si.si_code == CLD_KILLED ||
-                            si.si_code == CLD_DUMPED)
+                        if (si.si_pid == tid && (si.si_code == CLD_EXITED || si.si_code == CLD_KILLED ||
+                                                 si.si_code == CLD_DUMPED))
                                 return -ESRCH;
                 }
-                p = waitpid(tid, &status, __WALL);
-
+                p = waitpid(tid, &status, __WALL | WNOHANG);
                 if (p < 0 && errno == EINTR)
                         continue;
                 if (p < 0)
                         return -errno;
-                break;
+                if (p == tid)
+                        break;
+                if (zsw_now_ns() >= deadline_ns)
+                        return -ETIMEDOUT;
+                (void) nanosleep(&(struct timespec) { .tv_nsec = pause_us * 1000l }, NULL);
+                pause_us = MIN(pause_us * 2, 1000u);
         }
         if (WIFEXITED(status) || WIFSIGNALED(status))
                 return -ESRCH;
@@ -274,11 +212,16 @@ static int wait_task(pid_t tid, bool our_child, int *ret_status) {
         return 0;
 }
 
-static int wait_stop(struct zsw_remote *r, int *ret_status) {
-        int k = wait_task(r->tid, r->our_child, ret_status);
+static uint64_t deadline_in(unsigned ms) {
+        return zsw_now_ns() + (uint64_t) ms * 1000000u;
+}
+
+static int wait_stop(struct zsw_remote *r, uint64_t deadline_ns, int *ret_status) {
+        int k = wait_task(r->tid, r->our_child, deadline_ns, ret_status);
 
         if (k == -ESRCH)
                 r->gone = true;
+        r->stopped = k >= 0;
         return k;
 }
 
@@ -291,18 +234,30 @@ static int event_of(int status) {
 static int lost_to_exec(struct zsw_remote *r) {
         (void) ptrace(PTRACE_DETACH, r->tid, NULL, NULL);
         r->gone = true;
+        r->stopped = false;
         return zsw_log_errno(r->log, LOG_DEBUG, ESRCH, "Process %d exec'd during injection", r->pid);
 }
 
-static int attach(struct zsw_remote *r) {
+/* A thread that did not stop in time: said once, at warning level, with
+ * what it waits in; the caller gives up and the target is left as it was. */
+static int stop_timed_out(struct zsw_remote *r, pid_t tid) {
+        char why[256];
+
+        remote_describe_thread(r->pid, tid, why, sizeof(why));
+        return zsw_log_errno(r->log, LOG_WARNING, ETIMEDOUT,
+                             "Process %d did not stop within %u ms, leaving it as it was: %s",
+                             r->pid, ZSW_REMOTE_STOP_TIMEOUT_MS, why);
+}
+
+static int attach(struct zsw_remote *r, uint64_t deadline_ns) {
         int status, k;
 
         if (ptrace(PTRACE_SEIZE, r->tid, NULL, (void *) (long) PTRACE_O_TRACEEXEC) < 0) {
                 k = -errno;
-                if (k == -EPERM && read_tracer(r->pid, r->tid) > 0)
+                if (k == -EPERM && remote_read_tracer(r->pid, r->tid) > 0)
                         return zsw_log_errno(r->log, LOG_DEBUG, EBUSY,
                                              "Process %d is traced by process %d already",
-                                             r->pid, read_tracer(r->pid, r->tid));
+                                             r->pid, remote_read_tracer(r->pid, r->tid));
                 return zsw_log_errno(r->log, LOG_DEBUG, k, "Failed to seize thread %d of %d: %m",
                                      r->tid, r->pid);
         }
@@ -317,7 +272,9 @@ static int attach(struct zsw_remote *r) {
          * clears pending STOP trap"), so ask again after each, or wait
          * forever. */
         for (;;) {
-                k = wait_stop(r, &status);
+                k = wait_stop(r, deadline_ns, &status);
+                if (k == -ETIMEDOUT)
+                        return stop_timed_out(r, r->tid);
                 if (k < 0)
                         return zsw_log_errno(r->log, LOG_DEBUG, k, "Thread %d exited while stopping",
                                              r->tid);
@@ -327,6 +284,7 @@ static int attach(struct zsw_remote *r) {
                 if (ptrace(PTRACE_CONT, r->tid, NULL, (void *) (long) k) < 0)
                         return zsw_log_errno(r->log, LOG_DEBUG, errno, "Failed to resume %d: %m",
                                              r->tid);
+                r->stopped = false;
                 if (ptrace(PTRACE_INTERRUPT, r->tid, NULL, NULL) < 0)
                         return zsw_log_errno(r->log, LOG_DEBUG, errno, "Failed to interrupt %d: %m",
                                              r->tid);
@@ -389,6 +347,73 @@ static int find_syscall_insn(struct zsw_remote *r) {
                              "No syscall instruction in the vDSO of %d", r->pid);
 }
 
+/* ---- the tracer thread ---------------------------------------------------- */
+
+static void *tracer_main(void *userdata);
+static void release_on_tracer(struct zsw_remote *r);
+
+/* Runs op(r, arg) on r's tracer thread and returns its result. */
+static int on_tracer(struct zsw_remote *r, int (*op)(struct zsw_remote *r, void *arg), void *arg) {
+        int k;
+
+        if (pthread_equal(pthread_self(), r->tracer))
+                return op(r, arg);
+        pthread_mutex_lock(&r->lock);
+        r->op = op;
+        r->op_arg = arg;
+        r->op_done = false;
+        pthread_cond_broadcast(&r->cond);
+        while (!r->op_done)
+                pthread_cond_wait(&r->cond, &r->lock);
+        k = r->op_result;
+        pthread_mutex_unlock(&r->lock);
+        return k;
+}
+
+static void *tracer_main(void *userdata) {
+        struct zsw_remote *r = userdata;
+
+        /* Its sleeps between polls are short: 50 us of slack would double them. */
+        (void) prctl(PR_SET_TIMERSLACK, 1000ul);
+        pthread_mutex_lock(&r->lock);
+        for (;;) {
+                int (*op)(struct zsw_remote *r, void *arg) = r->op;
+                int k;
+
+                if (!op && r->quit)
+                        break;
+                if (!op) {
+                        pthread_cond_wait(&r->cond, &r->lock);
+                        continue;
+                }
+                pthread_mutex_unlock(&r->lock);
+                k = op(r, r->op_arg);
+                pthread_mutex_lock(&r->lock);
+                r->op = NULL;
+                r->op_result = k;
+                r->op_done = true;
+                pthread_cond_broadcast(&r->cond);
+        }
+        pthread_mutex_unlock(&r->lock);
+        /* Threads that never stopped are ours until we exit: the kernel
+         * then detaches them and drops our interrupt (exit_ptrace()). */
+        release_on_tracer(r);
+        return NULL;
+}
+
+/* With every signal blocked: the tracer takes none of the process's. */
+static int tracer_start(struct zsw_remote *r) {
+        sigset_t all, old;
+        int k;
+
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        k = -pthread_create(&r->tracer, NULL, tracer_main, r);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        r->tracer_started = k == 0;
+        return k;
+}
+
 /* ---- seize and release ----------------------------------------------------- */
 
 static int open_pidfd(pid_t pid) {
@@ -397,9 +422,42 @@ static int open_pidfd(pid_t pid) {
         return fd < 0 ? -errno : fd;
 }
 
+static int seize_op(struct zsw_remote *r, void *arg) {
+        uint64_t deadline = deadline_in(ZSW_REMOTE_STOP_TIMEOUT_MS);
+        pid_t tid;
+        int k;
+
+        (void) arg;
+        /* A thread whose interrupt would leave it busy in a kernel-mode
+         * userfault is waited for, not interrupted (see the top). */
+        for (;;) {
+                k = remote_pick_thread(r->pid, r->log, &tid);
+                if (k < 0)
+                        return k;
+                if (k != PICK_WAIT)
+                        break;
+                if (zsw_now_ns() >= deadline)
+                        return stop_timed_out(r, tid);
+                (void) nanosleep(&(struct timespec) { .tv_nsec = 1000000 }, NULL);
+        }
+        r->tid = tid;
+        r->our_child = tid == r->pid && remote_read_status_pid(r->pid, tid, "\nPPid:") == getpid();
+
+        k = attach(r, deadline);
+        if (k < 0)
+                return k;
+
+        k = get_regs(r, &r->saved);
+        if (k == -EOPNOTSUPP)
+                return zsw_log_errno(r->log, LOG_ERR, k, "Process %d is not a native 64-bit process",
+                                     r->pid);
+        if (k < 0)
+                return zsw_log_errno(r->log, LOG_ERR, k, "Failed to read registers of %d: %m", tid);
+        return find_syscall_insn(r);
+}
+
 int zsw_remote_seize(pid_t pid, const struct zsw_log *log, struct zsw_remote **ret) {
         _cleanup_(zsw_remote_releasep) struct zsw_remote *r = NULL;
-        pid_t tid;
         int k;
 
         if (!ZSW_ARCH_REMOTE)
@@ -410,38 +468,26 @@ int zsw_remote_seize(pid_t pid, const struct zsw_log *log, struct zsw_remote **r
         if (pid == getpid())
                 return zsw_log_errno(log, LOG_DEBUG, EINVAL, "Refusing to inject into ourselves");
 
-        k = pick_thread(pid, log, &tid);
-        if (k < 0)
-                return k;
-
         r = calloc(1, sizeof(*r));
         if (!r)
                 return -ENOMEM;
-        *r = (struct zsw_remote) { .log = log, .pid = pid, .tid = tid, .pidfd = -EBADF,
-                                   .madvise_self = -1 };
-        r->our_child = tid == pid && read_status_pid(pid, tid, "\nPPid:") == getpid();
+        *r = (struct zsw_remote) { .log = log, .pid = pid, .pidfd = -EBADF, .madvise_self = -1 };
+        pthread_mutex_init(&r->lock, NULL);
+        pthread_cond_init(&r->cond, NULL);
 
         r->pidfd = open_pidfd(pid);
         if (r->pidfd < 0)
                 /* EINVAL: pid names a thread, not a process. */
                 return zsw_log_errno(log, LOG_DEBUG, r->pidfd == -EINVAL ? -ESRCH : r->pidfd,
                                      "Failed to open a pidfd for %d (not a process?): %m", pid);
+        k = tracer_start(r);
+        if (k < 0)
+                return zsw_log_errno(log, LOG_ERR, k, "Failed to start a tracer thread: %m");
 
-        k = attach(r);
+        k = on_tracer(r, seize_op, NULL);
         if (k < 0)
                 return k;
-
-        k = get_regs(r, &r->saved);
-        if (k == -EOPNOTSUPP)
-                return zsw_log_errno(log, LOG_ERR, k, "Process %d is not a native 64-bit process", pid);
-        if (k < 0)
-                return zsw_log_errno(log, LOG_ERR, k, "Failed to read registers of %d: %m", tid);
-
-        k = find_syscall_insn(r);
-        if (k < 0)
-                return k;
-
-        zsw_log(log, LOG_DEBUG, "Seized thread %d of %d, syscall at 0x%llx", tid, pid,
+        zsw_log(log, LOG_DEBUG, "Seized thread %d of %d, syscall at 0x%llx", r->tid, pid,
                 (unsigned long long) r->insn);
         *ret = TAKE_PTR(r);
         return 0;
@@ -457,9 +503,10 @@ static bool is_held(const struct zsw_remote *r, pid_t tid) {
 }
 
 /* Seizes and interrupts every live thread of the target not held yet
- * (and not ours). Returns how many it added. */
-static int hold_new_threads(struct zsw_remote *r) {
-        _cleanup_(closedirp) DIR *d = NULL;
+ * (and not ours), but a thread in a kernel-mode userfault (see the top),
+ * which is left for later in *ret_waiting. Returns how many it added. */
+static int hold_new_threads(struct zsw_remote *r, pid_t *ret_waiting) {
+        _cleanup_(remote_closedirp) DIR *d = NULL;
         struct dirent *de;
         char path[64];
         int added = 0;
@@ -476,8 +523,12 @@ static int hold_new_threads(struct zsw_remote *r) {
                 if (tid <= 0 || tid == r->tid || is_held(r, tid))
                         continue;
                 snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", r->pid, tid);
-                if (read_proc_stat(path, &state, &flags) < 0 || !state_alive(state))
+                if (remote_read_proc_stat(path, &state, &flags) < 0 || !remote_state_alive(state))
                         continue; /* gone, or a zombie leader: it runs nothing */
+                if (remote_in_kernel_userfault(r->pid, tid)) {
+                        *ret_waiting = tid;
+                        continue;
+                }
                 if (r->n_held == r->held_size) {
                         size_t size = MAX(r->held_size * 2, (size_t) 16);
                         struct held_thread *h = reallocarray(r->held, size, sizeof(*h));
@@ -492,20 +543,20 @@ static int hold_new_threads(struct zsw_remote *r) {
                 if (ptrace(PTRACE_SEIZE, tid, NULL, (void *) (long) PTRACE_O_TRACEEXEC) < 0) {
                         int k = -errno;
 
-                        if (k == -ESRCH || (read_proc_stat(path, &state, &flags) < 0 ||
-                                            !state_alive(state)))
+                        if (k == -ESRCH || (remote_read_proc_stat(path, &state, &flags) < 0 ||
+                                            !remote_state_alive(state)))
                                 continue; /* exited meanwhile */
-                        if (k == -EPERM && read_tracer(r->pid, tid) > 0)
+                        if (k == -EPERM && remote_read_tracer(r->pid, tid) > 0)
                                 return zsw_log_errno(r->log, LOG_DEBUG, EBUSY,
                                                      "Thread %d of %d is traced by process %d already",
-                                                     tid, r->pid, read_tracer(r->pid, tid));
+                                                     tid, r->pid, remote_read_tracer(r->pid, tid));
                         return zsw_log_errno(r->log, LOG_DEBUG, k, "Failed to seize thread %d of %d: %m",
                                              tid, r->pid);
                 }
                 r->held[r->n_held++] = (struct held_thread) {
                         .tid = tid,
                         .our_child = tid == r->pid &&
-                                     read_status_pid(r->pid, tid, "\nPPid:") == getpid(),
+                                     remote_read_status_pid(r->pid, tid, "\nPPid:") == getpid(),
                 };
                 if (ptrace(PTRACE_INTERRUPT, tid, NULL, NULL) < 0 && errno != ESRCH)
                         return zsw_log_errno(r->log, LOG_DEBUG, errno, "Failed to interrupt %d: %m", tid);
@@ -514,45 +565,68 @@ static int hold_new_threads(struct zsw_remote *r) {
         return added;
 }
 
-int zsw_remote_stop_others(struct zsw_remote *r) {
+/* Waits for the stops of the threads held from index from on. */
+static int wait_held(struct zsw_remote *r, size_t from, uint64_t deadline) {
+        for (size_t i = from; i < r->n_held; i++) {
+                struct held_thread *h = &r->held[i];
+                int status, k;
+
+                k = wait_task(h->tid, h->our_child, deadline, &status);
+                if (k == -ESRCH || k == -ECHILD) {
+                        h->gone = true;
+                        continue;
+                }
+                if (k == -ETIMEDOUT)
+                        return stop_timed_out(r, h->tid);
+                if (k < 0)
+                        return zsw_log_errno(r->log, LOG_ERR, k, "Failed to wait for thread %d: %m",
+                                             h->tid);
+                if (event_of(status) == PTRACE_EVENT_EXEC)
+                        return zsw_log_errno(r->log, LOG_DEBUG, ESRCH,
+                                             "Process %d exec'd while its threads were stopped",
+                                             r->pid);
+                h->stopped = true;
+                /* A signal-delivery stop: the signal is delivered at
+                 * release, with its siginfo (the detach does it). An
+                 * interrupt or group-stop carries none. */
+                h->sig = event_of(status) == 0 ? WSTOPSIG(status) : 0;
+        }
+        return 0;
+}
+
+static int stop_others_op(struct zsw_remote *r, void *arg) {
+        uint64_t deadline = deadline_in(ZSW_REMOTE_STOP_TIMEOUT_MS);
         size_t from = r->n_held;
 
+        (void) arg;
         if (r->gone)
                 return -ESRCH;
         /* Threads are seized and interrupted all at once, then waited for:
          * their stops overlap. A thread may clone another before it stops,
-         * so the list is read again until it has nothing new. */
+         * so the list is read again until it has nothing new. One in a
+         * kernel-mode userfault is left until its fault is answered (ours
+         * are at once: no round is committed yet). */
         for (;;) {
-                int added = hold_new_threads(r);
+                pid_t waiting = 0;
+                int added = hold_new_threads(r, &waiting), k;
 
                 if (added < 0)
                         return added;
-                if (added == 0)
-                        return 0;
-                for (size_t i = from; i < r->n_held; i++) {
-                        struct held_thread *h = &r->held[i];
-                        int status, k;
-
-                        k = wait_task(h->tid, h->our_child, &status);
-                        if (k == -ESRCH || k == -ECHILD) {
-                                h->gone = true;
-                                continue;
-                        }
-                        if (k < 0)
-                                return zsw_log_errno(r->log, LOG_ERR, k, "Failed to wait for thread %d: %m",
-                                                     h->tid);
-                        if (event_of(status) == PTRACE_EVENT_EXEC)
-                                return zsw_log_errno(r->log, LOG_DEBUG, ESRCH,
-                                                     "Process %d exec'd while its threads were stopped",
-                                                     r->pid);
-                        h->stopped = true;
-                        /* A signal-delivery stop: the signal is delivered
-                         * at release, with its siginfo (the detach does it).
-                         * An interrupt or group-stop carries none. */
-                        h->sig = event_of(status) == 0 ? WSTOPSIG(status) : 0;
-                }
+                k = wait_held(r, from, deadline);
+                if (k < 0)
+                        return k;
                 from = r->n_held;
+                if (added == 0 && waiting == 0)
+                        return 0;
+                if (waiting > 0 && zsw_now_ns() >= deadline)
+                        return stop_timed_out(r, waiting);
+                if (added == 0)
+                        (void) nanosleep(&(struct timespec) { .tv_nsec = 200000 }, NULL);
         }
+}
+
+int zsw_remote_stop_others(struct zsw_remote *r) {
+        return on_tracer(r, stop_others_op, NULL);
 }
 
 static void release_held(struct zsw_remote *r) {
@@ -563,8 +637,9 @@ static void release_held(struct zsw_remote *r) {
                 if (h->gone)
                         continue;
                 /* Seized but never seen stopped (the hold failed first):
-                 * wait for its stop, which the interrupt makes come. */
-                if (!h->stopped && wait_task(h->tid, h->our_child, &status) < 0)
+                 * its stop comes soon, or it is let go when the tracer
+                 * thread exits. */
+                if (!h->stopped && wait_task(h->tid, h->our_child, deadline_in(10), &status) < 0)
                         continue;
                 if (!h->stopped)
                         h->sig = event_of(status) == 0 ? WSTOPSIG(status) : 0;
@@ -634,8 +709,46 @@ static int classify_stop(struct zsw_remote *r, int status, zsw_arch_regs *regs) 
         return 0;
 }
 
-int zsw_remote_syscall(struct zsw_remote *r, long nr, const unsigned long args[6],
-                       long *ret_result) {
+/* Waits for the stop that ends a step of injected call nr. Past
+ * ZSW_REMOTE_CALL_TIMEOUT_MS the call is interrupted (*cancelled); a thread
+ * that does not stop even then is running our call on our registers, which
+ * only its return gives back: we keep waiting, and say so. */
+static int wait_step(struct zsw_remote *r, long nr, bool *cancelled, int *ret_status) {
+        uint64_t deadline = deadline_in(ZSW_REMOTE_CALL_TIMEOUT_MS);
+        char why[256];
+
+        for (;;) {
+                int k = wait_stop(r, deadline, ret_status);
+
+                if (k != -ETIMEDOUT)
+                        return k;
+                remote_describe_thread(r->pid, r->tid, why, sizeof(why));
+                if (!*cancelled) {
+                        zsw_log(r->log, LOG_WARNING, "Injected system call %ld in %d still runs "
+                                "after %u ms, interrupting it: %s", nr, r->pid,
+                                ZSW_REMOTE_CALL_TIMEOUT_MS, why);
+                        if (ptrace(PTRACE_INTERRUPT, r->tid, NULL, NULL) < 0 && errno != ESRCH)
+                                return -errno;
+                        *cancelled = true;
+                        deadline = deadline_in(ZSW_REMOTE_STOP_TIMEOUT_MS);
+                        continue;
+                }
+                zsw_log(r->log, LOG_ERR, "Thread %d of %d does not come back from injected system "
+                        "call %ld: it runs on registers of ours until the call returns, waiting: %s",
+                        r->tid, r->pid, nr, why);
+                deadline = deadline_in(ZSW_REMOTE_CALL_TIMEOUT_MS);
+        }
+}
+
+struct syscall_args {
+        long nr;
+        const unsigned long *args;
+        long result;
+};
+
+static int syscall_op(struct zsw_remote *r, void *arg) {
+        struct syscall_args *a = arg;
+        bool cancelled = false;
         zsw_arch_regs regs;
         int status, k;
 
@@ -643,7 +756,7 @@ int zsw_remote_syscall(struct zsw_remote *r, long nr, const unsigned long args[6
                 return -ESRCH;
 
         regs = r->saved;
-        zsw_arch_prepare_syscall(&regs, r->insn, nr, args);
+        zsw_arch_prepare_syscall(&regs, r->insn, a->nr, a->args);
         k = set_regs(r, &regs);
         if (k < 0)
                 return zsw_log_errno(r->log, LOG_ERR, k, "Failed to set registers of %d: %m", r->tid);
@@ -655,11 +768,13 @@ int zsw_remote_syscall(struct zsw_remote *r, long nr, const unsigned long args[6
                 if (ptrace(PTRACE_SINGLESTEP, r->tid, NULL, NULL) < 0) {
                         k = -errno;
                         /* ESRCH: SIGKILLed, so no longer in a stop; reap the news. */
-                        if (k == -ESRCH && wait_stop(r, &status) == -ESRCH)
+                        if (k == -ESRCH && wait_stop(r, deadline_in(ZSW_REMOTE_STOP_TIMEOUT_MS),
+                                                     &status) == -ESRCH)
                                 return -ESRCH;
                         return zsw_log_errno(r->log, LOG_ERR, k, "Failed to step %d: %m", r->tid);
                 }
-                k = wait_stop(r, &status);
+                r->stopped = false;
+                k = wait_step(r, a->nr, &cancelled, &status);
                 if (k < 0)
                         return zsw_log_errno(r->log, LOG_DEBUG, k, "Thread %d died during injection",
                                              r->tid);
@@ -671,20 +786,36 @@ int zsw_remote_syscall(struct zsw_remote *r, long nr, const unsigned long args[6
 
                 result = zsw_arch_syscall_result(&regs);
                 if (!is_restart_code(result)) {
-                        *ret_result = result;
+                        a->result = result;
                         return 0;
                 }
+                /* Our interrupt after the deadline: the call is given up
+                 * (release puts the thread's own registers back). */
+                if (cancelled)
+                        return -ETIMEDOUT;
                 /* A signal interrupted our call; we suppress signals, so
                  * restart it the way the kernel would have. */
-                zsw_log(r->log, LOG_DEBUG, "Restarting injected syscall %ld in %d (%ld)", nr, r->tid,
-                        result);
+                zsw_log(r->log, LOG_DEBUG, "Restarting injected syscall %ld in %d (%ld)", a->nr,
+                        r->tid, result);
                 zsw_arch_prepare_syscall(&regs, r->insn,
-                                         result == -ERESTART_RESTARTBLOCK ? SYS_restart_syscall : nr,
-                                         args);
+                                         result == -ERESTART_RESTARTBLOCK ? SYS_restart_syscall :
+                                                                            a->nr,
+                                         a->args);
                 k = set_regs(r, &regs);
                 if (k < 0)
                         return k;
         }
+}
+
+int zsw_remote_syscall(struct zsw_remote *r, long nr, const unsigned long args[6],
+                       long *ret_result) {
+        struct syscall_args a = { .nr = nr, .args = args };
+        int k = on_tracer(r, syscall_op, &a);
+
+        if (k < 0)
+                return k;
+        *ret_result = a.result;
+        return 0;
 }
 
 long zsw_remote_call(struct zsw_remote *r, long nr, const unsigned long args[6]) {
@@ -736,12 +867,12 @@ static int pick_detach_signal(struct zsw_remote *r) {
         return 0;
 }
 
-struct zsw_remote *zsw_remote_release(struct zsw_remote *r) {
+/* On the tracer thread, as it exits. A thread of ours that never stopped
+ * is not touched: the tracer's exit lets it go. */
+static void release_on_tracer(struct zsw_remote *r) {
         int keep, sig = 0;
 
-        if (!r)
-                return NULL;
-        if (r->seized && !r->gone) {
+        if (r->seized && !r->gone && r->stopped) {
                 if (r->regs_dirty && set_regs(r, &r->saved) < 0)
                         zsw_log(r->log, LOG_ERR, "Failed to restore registers of %d: %m", r->tid);
                 keep = pick_detach_signal(r);
@@ -756,265 +887,24 @@ struct zsw_remote *zsw_remote_release(struct zsw_remote *r) {
                         zsw_log(r->log, LOG_ERR, "Failed to detach from %d: %m", r->tid);
         }
         release_held(r);
+}
+
+struct zsw_remote *zsw_remote_release(struct zsw_remote *r) {
+        if (!r)
+                return NULL;
+        if (r->tracer_started) {
+                pthread_mutex_lock(&r->lock);
+                r->quit = true;
+                pthread_cond_broadcast(&r->cond);
+                pthread_mutex_unlock(&r->lock);
+                pthread_join(r->tracer, NULL);
+        }
+        pthread_mutex_destroy(&r->lock);
+        pthread_cond_destroy(&r->cond);
         safe_close(r->pidfd);
         free(r->held);
         free(r);
         return NULL;
-}
-
-/* ---- memory and descriptors ------------------------------------------------ */
-
-int zsw_remote_map_scratch(struct zsw_remote *r, size_t size, uint64_t *ret_addr) {
-        unsigned long a[6] = { 0, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                               (unsigned long) -1, 0 };
-        long addr;
-
-        if (size == 0)
-                return -EINVAL;
-        addr = zsw_remote_call(r, SYS_mmap, a);
-        if (addr < 0 && addr >= -4095)
-                return zsw_log_errno(r->log, LOG_DEBUG, addr, "Failed to map scratch in %d: %m",
-                                     r->pid);
-        *ret_addr = (uint64_t) addr;
-        return 0;
-}
-
-int zsw_remote_unmap(struct zsw_remote *r, uint64_t addr, size_t size) {
-        unsigned long a[6] = { addr, size };
-        long k = zsw_remote_call(r, SYS_munmap, a);
-
-        return k < 0 ? (int) k : 0;
-}
-
-int zsw_remote_close(struct zsw_remote *r, int target_fd) {
-        unsigned long a[6] = { (unsigned long) target_fd };
-        long k = zsw_remote_call(r, SYS_close, a);
-
-        return k < 0 ? (int) k : 0;
-}
-
-static int transfer(struct zsw_remote *r, uint64_t addr, void *buf, size_t len, bool write) {
-        while (len > 0) {
-                struct iovec local = { .iov_base = buf, .iov_len = len };
-                struct iovec remote = { .iov_base = (void *) (uintptr_t) addr, .iov_len = len };
-                /* By tid: an exited leader has no memory left to name. */
-                ssize_t n = write ? process_vm_writev(r->tid, &local, 1, &remote, 1, 0)
-                                  : process_vm_readv(r->tid, &local, 1, &remote, 1, 0);
-
-                if (n < 0)
-                        return -errno;
-                if (n == 0)
-                        return -EFAULT;
-                buf = (uint8_t *) buf + n;
-                addr += (uint64_t) n;
-                len -= (size_t) n;
-        }
-        return 0;
-}
-
-int zsw_remote_write(struct zsw_remote *r, uint64_t addr, const void *buf, size_t len) {
-        return transfer(r, addr, (void *) buf, len, true);
-}
-
-int zsw_remote_read(struct zsw_remote *r, uint64_t addr, void *buf, size_t len) {
-        return transfer(r, addr, buf, len, false);
-}
-
-/* ---- userfaultfd ------------------------------------------------------------ */
-
-/* Where the fd-passing dance keeps its arguments in the target's scratch page. */
-struct fdpass_area {
-        struct sockaddr_un addr;
-        struct msghdr msg;
-        struct iovec iov;
-        char byte;
-        union {
-                struct cmsghdr align;
-                char buf[CMSG_SPACE(sizeof(int))];
-        } control;
-};
-
-/* Accepts the target's connection (and only the target's) and sends it fd. */
-static int send_fd_to_target(struct zsw_remote *r, int listener, int fd) {
-        for (;;) {
-                _cleanup_close_ int conn = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
-                union {
-                        struct cmsghdr align;
-                        char buf[CMSG_SPACE(sizeof(int))];
-                } control = {};
-                char byte = 'U';
-                struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
-                struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
-                                      .msg_control = control.buf, .msg_controllen = sizeof(control.buf) };
-                struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
-                struct ucred cred;
-                socklen_t len = sizeof(cred);
-
-                if (conn < 0)
-                        return errno == EAGAIN ? -ECONNREFUSED : -errno;
-                if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
-                        return -errno;
-                if (cred.pid != r->pid) {
-                        zsw_log(r->log, LOG_WARNING, "Process %d connected to our fd socket, ignoring",
-                                cred.pid);
-                        continue;
-                }
-                cmsg->cmsg_level = SOL_SOCKET;
-                cmsg->cmsg_type = SCM_RIGHTS;
-                cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-                memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
-                if (sendmsg(conn, &msg, MSG_NOSIGNAL) != 1)
-                        return -errno;
-                return 0;
-        }
-}
-
-/* The target receives fd from us: returns its number in the target. The
- * target's socket is non-blocking, so strangers filling our backlog make
- * this fail rather than hang the target. */
-static long pass_fd(struct zsw_remote *r, uint64_t scratch, int fd) {
-        struct fdpass_area area = {}, *t = (struct fdpass_area *) (uintptr_t) scratch;
-        _cleanup_close_ int listener = -EBADF;
-        socklen_t alen = sizeof(area.addr);
-        long sock, k, result = -EIO;
-        struct cmsghdr *cmsg;
-
-        listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (listener < 0)
-                return -errno;
-        /* Binding just the family autobinds a fresh abstract name. */
-        area.addr.sun_family = AF_UNIX;
-        if (bind(listener, (struct sockaddr *) &area.addr, sizeof(sa_family_t)) < 0 ||
-            listen(listener, 4) < 0 ||
-            getsockname(listener, (struct sockaddr *) &area.addr, &alen) < 0)
-                return -errno;
-
-        sock = zsw_remote_call(r, SYS_socket, (unsigned long[6]) {
-                        AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK });
-        if (sock < 0)
-                return sock;
-
-        area.msg = (struct msghdr) { .msg_iov = &t->iov, .msg_iovlen = 1,
-                                     .msg_control = t->control.buf,
-                                     .msg_controllen = sizeof(area.control.buf) };
-        area.iov = (struct iovec) { .iov_base = &t->byte, .iov_len = 1 };
-        k = zsw_remote_write(r, scratch, &area, sizeof(area));
-        if (k >= 0)
-                k = zsw_remote_call(r, SYS_connect, (unsigned long[6]) {
-                                sock, (unsigned long) &t->addr, alen });
-        if (k >= 0)
-                k = send_fd_to_target(r, listener, fd);
-        if (k >= 0)
-                k = zsw_remote_call(r, SYS_recvmsg, (unsigned long[6]) {
-                                sock, (unsigned long) &t->msg, MSG_CMSG_CLOEXEC });
-        if (k >= 0)
-                k = zsw_remote_read(r, scratch, &area, sizeof(area));
-        if (k >= 0) {
-                area.msg.msg_control = area.control.buf;
-                cmsg = CMSG_FIRSTHDR(&area.msg);
-                if (cmsg && cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS &&
-                    cmsg->cmsg_len == CMSG_LEN(sizeof(int))) {
-                        int tfd;
-
-                        memcpy(&tfd, CMSG_DATA(cmsg), sizeof(int));
-                        result = tfd;
-                }
-        } else
-                result = k;
-        (void) zsw_remote_close(r, (int) sock);
-        return result;
-}
-
-int zsw_remote_install_fd(struct zsw_remote *r, int fd, int *ret_target_fd) {
-        uint64_t scratch;
-        long tfd;
-        int k;
-
-        k = zsw_remote_map_scratch(r, sizeof(struct fdpass_area), &scratch);
-        if (k < 0)
-                return k;
-        tfd = pass_fd(r, scratch, fd);
-        (void) zsw_remote_unmap(r, scratch, sizeof(struct fdpass_area));
-        if (tfd < 0)
-                return (int) tfd;
-        *ret_target_fd = (int) tfd;
-        return 0;
-}
-
-/* A full userfaultfd for a target without CAP_SYS_PTRACE: it gets our
- * /dev/userfaultfd and asks that for one (Linux >= 6.1). */
-static long uffd_via_device(struct zsw_remote *r, int flags) {
-        _cleanup_close_ int dev = -EBADF;
-        uint64_t scratch;
-        long tdev, tfd;
-        int k;
-
-        dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
-        if (dev < 0)
-                return zsw_log_errno(r->log, LOG_ERR, errno, "Failed to open /dev/userfaultfd: %m");
-        k = zsw_remote_map_scratch(r, sizeof(struct fdpass_area), &scratch);
-        if (k < 0)
-                return k;
-        tdev = pass_fd(r, scratch, dev);
-        (void) zsw_remote_unmap(r, scratch, sizeof(struct fdpass_area));
-        if (tdev < 0)
-                return zsw_log_errno(r->log, LOG_ERR, tdev,
-                                     "Failed to hand /dev/userfaultfd to %d: %m", r->pid);
-
-        tfd = zsw_remote_call(r, SYS_ioctl, (unsigned long[6]) {
-                        tdev, USERFAULTFD_IOC_NEW, (unsigned long) flags });
-        (void) zsw_remote_close(r, (int) tdev);
-        return tfd;
-}
-
-static bool is_userfaultfd(int fd) {
-        char path[64], link[64];
-        ssize_t n;
-
-        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-        n = readlink(path, link, sizeof(link) - 1);
-        if (n < 0)
-                return false;
-        link[n] = 0;
-        return strcmp(link, "anon_inode:[userfaultfd]") == 0;
-}
-
-int zsw_remote_open_uffd(struct zsw_remote *r, int flags, int *ret_target_fd,
-                         int *ret_local_fd) {
-        long tfd;
-        int local;
-
-        if (flags & ~(O_CLOEXEC | O_NONBLOCK))
-                return -EINVAL; /* UFFD_USER_MODE_ONLY above all: it cannot serve read(2) */
-
-        tfd = zsw_remote_call(r, SYS_userfaultfd, (unsigned long[6]) { (unsigned long) flags });
-        if (tfd == -EPERM) {
-                zsw_log(r->log, LOG_DEBUG, "Process %d may not call userfaultfd(2), using %s",
-                        r->pid, "/dev/userfaultfd");
-                tfd = uffd_via_device(r, flags);
-        }
-        if (tfd < 0)
-                return zsw_log_errno(r->log, LOG_ERR, tfd, "Failed to create a userfaultfd in %d: %m",
-                                     r->pid);
-
-        local = (int) syscall(__NR_pidfd_getfd, r->pidfd, (int) tfd, 0);
-        if (local < 0) {
-                int k = -errno;
-
-                (void) zsw_remote_close(r, (int) tfd);
-                return zsw_log_errno(r->log, LOG_ERR, k, "Failed to take the userfaultfd of %d: %m",
-                                     r->pid);
-        }
-        /* The number came out of the target's registers: make sure it names
-         * what we asked for before anyone trusts it. */
-        if (!is_userfaultfd(local)) {
-                safe_close(local);
-                return zsw_log_errno(r->log, LOG_ERR, EIO, "fd %ld of %d is not a userfaultfd", tfd,
-                                     r->pid);
-        }
-        *ret_target_fd = (int) tfd;
-        *ret_local_fd = local;
-        return 0;
 }
 
 /* ---- dropping pages --------------------------------------------------------- */

@@ -13,11 +13,18 @@
  * that was ignored; signals that arrived meanwhile are queued again.
  *
  * ptrace is held only between seize and release: do one batch of calls per
- * seize. A handle belongs to the thread that created it (ptrace ties the
- * tracee to the tracing thread), and nothing else in the process may wait
- * for the traced thread (waitpid(-1, ..., __WALL) would steal its stops).
+ * seize. Every ptrace call of a handle runs on a thread the handle starts
+ * (ptrace ties the tracee to the tracing thread, and only that thread's
+ * exit lets go of a thread that never stopped); any one thread at a time
+ * may use the handle. Nothing else in the process may wait for the
+ * traced threads (waitpid(-1, ..., __WALL) would steal their stops).
  * If the daemon dies between seize and release, the thread resumes on
  * registers that are not its own: keep that window short.
+ *
+ * No stop is waited for without end: a thread that does not stop within
+ * ZSW_REMOTE_STOP_TIMEOUT_MS fails the call with -ETIMEDOUT and the target
+ * is left as it was (every thread detached, running on its own
+ * registers); the log says which thread and what it waits in.
  */
 #pragma once
 
@@ -30,6 +37,16 @@
 
 struct zsw_remote;
 
+/* How long a thread may take to stop for us, from the interrupt (or from
+ * the seize, for a thread we must not interrupt yet). A stop costs 1-5 ms
+ * here; much longer means a thread asleep in the kernel for something
+ * that does not come: a vfork() parent, a fault on a userfaultfd nobody
+ * reads, a dead NFS server. */
+#define ZSW_REMOTE_STOP_TIMEOUT_MS 2000u
+/* How long an injected call may run before it is interrupted and given up
+ * (the calls we inject do not block). */
+#define ZSW_REMOTE_CALL_TIMEOUT_MS 10000u
+
 /*
  * Stops one live thread of process pid (its leader unless that has exited)
  * for injection. Errors:
@@ -38,6 +55,7 @@ struct zsw_remote;
  *   -EBUSY       traced already by someone else (a debugger, another zswapd)
  *   -EPERM       not permitted to ptrace it
  *   -EOPNOTSUPP  no injection on this CPU architecture, or a 32-bit target
+ *   -ETIMEDOUT   no thread could be stopped in time (see above)
  * The log says which, and why.
  */
 int zsw_remote_seize(pid_t pid, const struct zsw_log *log, struct zsw_remote **ret);
@@ -54,9 +72,19 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_remote *, zsw_remote_release);
  * on a userfaultfd must have its fault served meanwhile. While held, no
  * thread of the target can change its mappings or page tables, and every
  * system call they were in has finished or will restart at release, as
- * after an ignored signal. Errors: -ESRCH (the process exited or exec'd),
- * -EBUSY (a thread is traced by someone else), -EPERM. */
+ * after an ignored signal. A thread asleep in a userfault it took in
+ * kernel mode is not interrupted but waited for until its fault is
+ * answered (an interrupt would leave it busy retrying that fault).
+ * Errors: -ESRCH (the process exited or exec'd), -EBUSY (a thread is
+ * traced by someone else), -EPERM, -ETIMEDOUT (a thread did not stop within
+ * ZSW_REMOTE_STOP_TIMEOUT_MS; every thread is let go at release). */
 int zsw_remote_stop_others(struct zsw_remote *r);
+
+/* Describes a thread of pid that may keep it from stopping: one asleep in
+ * a userfault taken in kernel mode, else one in uninterruptible sleep
+ * ("thread 12 of 10 is sleeping (S) in handle_userfault in read(2), ...").
+ * -ENOENT when no thread looks so, -ESRCH when pid is gone. */
+int zsw_remote_describe_stuck(pid_t pid, char *buf, size_t size);
 
 pid_t zsw_remote_pid(const struct zsw_remote *r);
 /* The thread that runs the injected calls. */
@@ -75,7 +103,10 @@ unsigned zsw_remote_deferred_signals(const struct zsw_remote *r);
  * in *ret_result (-errno on failure, as the kernel returns it). Returns 0 if
  * the call ran, or a negative errno if it could not be run: -ESRCH when the
  * target died or exec'd meanwhile (every further call then fails the same
- * way and release only detaches). Blocks as long as the call blocks.
+ * way and release only detaches), -ETIMEDOUT when it still ran after
+ * ZSW_REMOTE_CALL_TIMEOUT_MS and an interrupt ended it (it may have done
+ * part of its work). A call that ignores the interrupt too is waited for:
+ * the thread runs it on our registers, which only its return gives back.
  */
 int zsw_remote_syscall(struct zsw_remote *r, long nr, const unsigned long args[6],
                        long *ret_result);
@@ -97,9 +128,11 @@ int zsw_remote_read(struct zsw_remote *r, uint64_t addr, void *buf, size_t len);
 
 int zsw_remote_close(struct zsw_remote *r, int target_fd);
 
-/* Gives the target a descriptor of the same file as our fd (SCM_RIGHTS
- * over an abstract socket, as for /dev/userfaultfd below) and returns its
- * number in the target, O_CLOEXEC. */
+/* Gives the target a descriptor of the same file as our fd and returns its
+ * number in the target, O_CLOEXEC: the target makes a socket pair, we
+ * take one end (pidfd_getfd()) and send fd over it with SCM_RIGHTS, the
+ * target receives it on the other. No address is involved, so network
+ * namespaces (a unit's PrivateNetwork=) do not matter. */
 int zsw_remote_install_fd(struct zsw_remote *r, int fd, int *ret_target_fd);
 
 /*
@@ -108,9 +141,9 @@ int zsw_remote_install_fd(struct zsw_remote *r, int fd, int *ret_target_fd);
  * and a descriptor of the same file in this process. The target keeps its
  * own (*ret_target_fd), so that if the daemon dies its faults wait for a
  * new daemon instead of reading zeros. A target that may not call
- * userfaultfd(2) (no CAP_SYS_PTRACE) gets /dev/userfaultfd from us over an
- * abstract Unix socket and calls USERFAULTFD_IOC_NEW on it; that needs the
- * target in our network namespace. Nothing else is left in its fd table.
+ * userfaultfd(2) (no CAP_SYS_PTRACE) gets /dev/userfaultfd from us as
+ * zsw_remote_install_fd() gives a descriptor, and calls
+ * USERFAULTFD_IOC_NEW on it. Nothing else is left in its fd table.
  */
 int zsw_remote_open_uffd(struct zsw_remote *r, int flags, int *ret_target_fd,
                          int *ret_local_fd);

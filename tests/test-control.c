@@ -1,10 +1,16 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* The control protocol's request parser, on every shape of request. */
+/* The control protocol's request parser, on every shape of request, and
+ * the server's handling of idle connections, on real sockets. */
 #include <inttypes.h>
 #include <math.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "control.h"
 #include "json.h"
+#include "log.h"
 #include "util.h"
 #include "test.h"
 
@@ -173,4 +179,65 @@ TEST(json_emitter_nests_and_escapes) {
         ASSERT_EQ(fclose(f), 0);
         ASSERT_STREQ(s, "{\"a\":18446744073709551615,\"o\":{},\"l\":[-3,{\"s\":\"q\\\"b\\\\n\\n\\u0001\"},"
                         "0.333,null],\"e\":[]}");
+}
+
+static int connect_to(const char *path) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+        ASSERT_GE(fd, 0);
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+        ASSERT_OK(connect(fd, (struct sockaddr *) &sa, sizeof(sa)));
+        return fd;
+}
+
+/* Serves c until fd is readable (a reply, or the end of the connection). */
+static void serve_until_readable(struct control *c, int fd) {
+        for (int i = 0; i < 600; i++) {
+                struct pollfd p[2] = { { .fd = control_get_fd(c), .events = POLLIN },
+                                       { .fd = fd, .events = POLLIN } };
+
+                ASSERT_GE(poll(p, 2, 100), 0);
+                if (p[1].revents)
+                        return;
+                if (p[0].revents)
+                        ASSERT_OK(control_process(c));
+        }
+        TEST_FAIL("the server never answered nor closed connection %d", fd);
+}
+
+TEST(idle_connections_are_closed) {
+        char dir[] = "/tmp/zswapd-test-control.XXXXXX", path[64], buf[256];
+        struct control *c = NULL;
+        int idle, busy;
+        ssize_t n;
+
+        log_setup(LOG_WARNING);
+        ASSERT_TRUE(mkdtemp(dir));
+        snprintf(path, sizeof(path), "%s/ctl.sock", dir);
+        ASSERT_OK(control_new(path, NULL, &c));
+        ASSERT_ERRNO(control_set_idle_timeout(c, 0), EINVAL);
+        ASSERT_OK(control_set_idle_timeout(c, 200 * 1000));
+
+        /* One that never sends is closed, without a reply and without a
+         * reset. */
+        idle = connect_to(path);
+        serve_until_readable(c, idle);
+        ASSERT_EQ(recv(idle, buf, sizeof(buf), 0), 0);
+        close(idle);
+
+        /* One that asks is answered, then closed once idle in turn. */
+        busy = connect_to(path);
+        ASSERT_EQ(send(busy, "hello", 5, 0), 5);
+        serve_until_readable(c, busy);
+        n = recv(busy, buf, sizeof(buf) - 1, 0);
+        ASSERT_GT(n, 0);
+        buf[n] = 0;
+        ASSERT_TRUE(strncmp(buf, "error EINVAL\n", 13) == 0);
+        serve_until_readable(c, busy);
+        ASSERT_EQ(recv(busy, buf, sizeof(buf), 0), 0);
+        close(busy);
+
+        c = control_free(c);
+        ASSERT_OK(rmdir(dir));
 }

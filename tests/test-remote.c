@@ -2,7 +2,8 @@
 /*
  * ptrace injection on real child processes: blocked in read(2), nanosleep(2)
  * and futex(2), busy in several threads, receiving signals while we hold
- * them, unprivileged, and the ones we must refuse.
+ * them, unprivileged, the ones we must refuse, and the ones that do not
+ * stop in time (which must be left exactly as they were).
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -20,6 +21,7 @@
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <linux/userfaultfd.h>
 
 #include "linux-compat.h"
 #include "remote.h"
@@ -893,4 +895,189 @@ TEST(refuses_what_it_cannot_borrow) {
         ASSERT_EQ(waitpid(pid, NULL, 0), pid);
         close(go[0]);
         close(go[1]);
+}
+
+/* ---- threads that do not stop -------------------------------------------------- */
+
+static pid_t tracer_of(pid_t pid) {
+        char path[64], line[256];
+        pid_t tracer = -1;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/status", pid);
+        f = fopen(path, "re");
+        ASSERT_TRUE(f);
+        while (fgets(line, sizeof(line), f))
+                if (sscanf(line, "TracerPid: %d", &tracer) == 1)
+                        break;
+        fclose(f);
+        return tracer;
+}
+
+static bool thread_in(pid_t pid, pid_t tid, const char *wchan) {
+        char path[96], buf[64] = "";
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan", pid, tid);
+        f = fopen(path, "re");
+        if (!f)
+                return false;
+        if (!fgets(buf, sizeof(buf), f))
+                buf[0] = 0;
+        fclose(f);
+        return strcmp(buf, wchan) == 0;
+}
+
+struct frozen_child {
+        pid_t pid, frozen_tid;
+        int uffd;               /* its number in the child */
+        uint8_t *page;          /* the same address in the child */
+        int ctl[2];             /* a byte on ctl ends the child (threaded) */
+        int *shared;            /* [0] = uffd, [1] = frozen tid */
+};
+
+static void *frozen_reader(void *arg) {
+        struct frozen_child *f = arg;
+        int p[2];
+
+        if (pipe(p) < 0 || write(p[1], "thawed", 6) != 6)
+                _exit(81);
+        f->shared[1] = (int) gettid();
+        /* The copy into the page faults in kernel mode on a userfaultfd
+         * nobody reads: this read(2) sleeps until the test resolves it. */
+        if (read(p[0], f->page, 6) != 6 || memcmp(f->page, "thawed", 6) != 0)
+                _exit(82);
+        return NULL;
+}
+
+/* A child whose thread (its only one, or with threaded a second one while
+ * the first blocks in read(2) of ctl) waits in a kernel-mode userfault. */
+static void frozen_child_start(struct frozen_child *f, bool threaded) {
+        ASSERT_OK(pipe2(f->ctl, O_CLOEXEC));
+        f->shared = map_shared(PAGE);
+        f->page = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        ASSERT_TRUE(f->page != MAP_FAILED);
+        f->pid = fork_child();
+        if (f->pid == 0) {
+                struct uffdio_api api = { .api = UFFD_API };
+                struct uffdio_register reg = {
+                        .range = { .start = (uintptr_t) f->page, .len = PAGE },
+                        .mode = UFFDIO_REGISTER_MODE_MISSING,
+                };
+                int uffd = (int) syscall(SYS_userfaultfd, O_CLOEXEC);
+                pthread_t t;
+                char c;
+
+                if (uffd < 0 || ioctl(uffd, UFFDIO_API, &api) < 0 ||
+                    ioctl(uffd, UFFDIO_REGISTER, &reg) < 0)
+                        _exit(80);
+                f->shared[0] = uffd;
+                if (!threaded) {
+                        frozen_reader(f);
+                        _exit(0);
+                }
+                if (pthread_create(&t, NULL, frozen_reader, f) != 0 ||
+                    read(f->ctl[0], &c, 1) != 1)
+                        _exit(83);
+                pthread_join(t, NULL);
+                _exit(0);
+        }
+        for (unsigned tries = 0; tries < 20000; tries++) {
+                f->frozen_tid = f->shared[1];
+                if (f->frozen_tid > 0 && thread_in(f->pid, f->frozen_tid, "handle_userfault"))
+                        break;
+                usleep(1000);
+        }
+        ASSERT_TRUE(thread_in(f->pid, f->frozen_tid, "handle_userfault"));
+        f->uffd = f->shared[0];
+}
+
+/* Resolves the page as its handler would: the read(2) then completes. */
+static void frozen_child_thaw_and_wait(struct frozen_child *f) {
+        static uint8_t src[PAGE] __attribute__((aligned(PAGE))) = "thawed";
+        struct uffdio_copy copy = { .dst = (uintptr_t) f->page, .src = (uintptr_t) src, .len = PAGE };
+        int pidfd = (int) syscall(SYS_pidfd_open, f->pid, 0), uffd;
+
+        ASSERT_GE(pidfd, 0);
+        uffd = (int) syscall(SYS_pidfd_getfd, pidfd, f->uffd, 0);
+        ASSERT_GE(uffd, 0);
+        ASSERT_OK(ioctl(uffd, UFFDIO_COPY, &copy));
+        ASSERT_EQ(write(f->ctl[1], "x", 1), 1);
+        ASSERT_EQ(wait_exit_code(f->pid), 0);
+        close(uffd);
+        close(pidfd);
+        close(f->ctl[0]);
+        close(f->ctl[1]);
+        munmap(f->shared, PAGE);
+        munmap(f->page, PAGE);
+}
+
+/* Its only thread waits in a kernel-mode userfault: an interrupt would
+ * leave it retrying the fault, busy, for good. It is never interrupted:
+ * the seize gives up at the deadline and says why. */
+TEST(thread_in_a_kernel_userfault_is_never_interrupted) {
+        struct zsw_remote *r = NULL;
+        struct frozen_child f;
+        char why[256];
+
+        frozen_child_start(&f, false);
+        ASSERT_ERRNO(zsw_remote_seize(f.pid, &test_log, &r), ETIMEDOUT);
+        ASSERT_TRUE(r == NULL);
+        ASSERT_EQ(tracer_of(f.pid), 0);
+        ASSERT_EQ(proc_state(f.pid), 'S');
+        ASSERT_TRUE(thread_in(f.pid, f.pid, "handle_userfault"));
+        ASSERT_OK(zsw_remote_describe_stuck(f.pid, why, sizeof(why)));
+        fprintf(stderr, "%s\n", why);
+        ASSERT_TRUE(strstr(why, "handle_userfault in read(2)"));
+        frozen_child_thaw_and_wait(&f);
+}
+
+/* With another thread to borrow, the seize works; holding every thread
+ * does not, and everything is let go. */
+TEST(stop_others_gives_up_on_a_thread_in_a_kernel_userfault) {
+        _cleanup_remote_ struct zsw_remote *r = NULL;
+        struct frozen_child f;
+
+        frozen_child_start(&f, true);
+        ASSERT_OK(zsw_remote_seize(f.pid, &test_log, &r));
+        ASSERT_EQ(zsw_remote_tid(r), f.pid);
+        ASSERT_ERRNO(zsw_remote_stop_others(r), ETIMEDOUT);
+        ASSERT_EQ(remote(r, SYS_getpid, no_args), f.pid);
+        r = zsw_remote_release(r);
+        ASSERT_EQ(tracer_of(f.pid), 0);
+        ASSERT_TRUE(thread_in(f.pid, f.frozen_tid, "handle_userfault"));
+        frozen_child_thaw_and_wait(&f);
+}
+
+/* A lone vfork() parent sleeps uninterruptibly: the interrupt cannot
+ * stop it before its child exits. The seize gives up at the deadline,
+ * and once its tracer thread is gone nothing of ours is pending on it: it
+ * goes on when its child exits, instead of stopping for a tracer that
+ * waits no more. */
+TEST(uninterruptible_sleep_past_the_deadline_is_let_go) {
+        struct zsw_remote *r = NULL;
+        char why[256];
+        int vp[2];
+        pid_t pid;
+
+        ASSERT_OK(pipe2(vp, O_CLOEXEC));
+        pid = fork_child();
+        if (pid == 0) {
+                char c;
+
+                if (vfork() == 0)
+                        _exit(read(vp[0], &c, 1) == 1 ? 0 : 1);
+                _exit(0);
+        }
+        for (unsigned tries = 0; tries < 10000 && proc_state(pid) != 'D'; tries++)
+                usleep(1000);
+        ASSERT_EQ(proc_state(pid), 'D');
+        ASSERT_ERRNO(zsw_remote_seize(pid, &test_log, &r), ETIMEDOUT);
+        ASSERT_EQ(tracer_of(pid), 0);
+        ASSERT_OK(zsw_remote_describe_stuck(pid, why, sizeof(why)));
+        ASSERT_TRUE(strstr(why, "uninterruptible sleep (D)"));
+        ASSERT_EQ(write(vp[1], "v", 1), 1);
+        ASSERT_EQ(wait_exit_code(pid), 0);
+        close(vp[0]);
+        close(vp[1]);
 }

@@ -63,7 +63,12 @@ struct zsw_engine_error {
 
 int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **ret);
 
-/* Detaches every target (every page put back) and frees the engine. */
+/* Detaches every target (every page put back) and frees the engine. A
+ * live target whose pages cannot all be put back (zsw_engine_detach()
+ * fails) is never dropped: the engine is then not freed at all, its fault
+ * threads keep serving until the process exits, and the log says so.
+ * Callers that must not lose pages detach every target first and retry
+ * what fails. Returns NULL. */
 struct zsw_engine *zsw_engine_free(struct zsw_engine *engine);
 
 /* Attaches to pid. Errors: -ESRCH no such process, -EPERM a kernel thread or
@@ -102,7 +107,10 @@ int zsw_engine_attach_with(struct zsw_engine *engine, pid_t pid,
                            const struct zsw_target_config *config, struct zsw_engine_error *err);
 
 /* Puts every stored page of pid back and releases it. -ENOENT if not
- * attached. */
+ * attached. When a page cannot be put back (-ENOMEM: the target's memory
+ * cgroup is at its limit; any other error of UFFDIO_COPY), the target
+ * stays attached with every page it has not got back, still served, and
+ * err says so: try again later. */
 int zsw_engine_detach(struct zsw_engine *engine, pid_t pid, struct zsw_engine_error *err);
 
 struct zsw_reclaim_result {
