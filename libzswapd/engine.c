@@ -66,11 +66,11 @@ static int fail_stuck(struct zsw_engine_error *err, pid_t pid, const char *advic
 static struct zsw_target *find_target(struct zsw_engine *e, pid_t pid) {
         struct zsw_target *t;
 
-        pthread_mutex_lock(&e->table_lock);
+        zsw_mutex_lock(&e->table_lock, ZSW_LOCK_TABLE);
         for (t = e->targets; t; t = t->next)
                 if (t->pid == pid && !atomic_load(&t->dead))
                         break;
-        pthread_mutex_unlock(&e->table_lock);
+        zsw_mutex_unlock(&e->table_lock);
         return t;
 }
 
@@ -183,24 +183,24 @@ static int target_publish(struct zsw_engine *e, struct zsw_target *t) {
                         return r;
                 }
         }
-        pthread_mutex_lock(&e->table_lock);
+        zsw_mutex_lock(&e->table_lock, ZSW_LOCK_TABLE);
         t->next = e->targets;
         e->targets = t;
         e->n_targets++;
-        pthread_mutex_unlock(&e->table_lock);
+        zsw_mutex_unlock(&e->table_lock);
         return 0;
 }
 
 /* The opposite of target_publish; afterwards t may be freed. */
 static void target_unpublish(struct zsw_engine *e, struct zsw_target *t) {
-        pthread_mutex_lock(&e->table_lock);
+        zsw_mutex_lock(&e->table_lock, ZSW_LOCK_TABLE);
         for (struct zsw_target **p = &e->targets; *p; p = &(*p)->next)
                 if (*p == t) {
                         *p = t->next;
                         e->n_targets--;
                         break;
                 }
-        pthread_mutex_unlock(&e->table_lock);
+        zsw_mutex_unlock(&e->table_lock);
         if (t->pidfd >= 0)
                 epoll_ctl(e->reaper_epfd, EPOLL_CTL_DEL, t->pidfd, NULL);
         fault_threads_remove(e, t);
@@ -266,7 +266,7 @@ int zsw_engine_attach_with(struct zsw_engine *e, pid_t pid, const struct zsw_tar
         struct zsw_target *t = NULL;
         int r;
 
-        pthread_mutex_lock(&e->control_lock);
+        zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
         r = check_attachable(e, pid, err);
         if (r < 0)
                 goto out;
@@ -335,7 +335,7 @@ out_remote:
         target_cleanup_remote(e, t);
 out:
         target_free(t);
-        pthread_mutex_unlock(&e->control_lock);
+        zsw_mutex_unlock(&e->control_lock);
         return r;
 }
 
@@ -348,7 +348,7 @@ static int copy_back(struct zsw_engine *e, struct zsw_target *t) {
         int r = 0;
 
         while (more && r >= 0) {
-                pthread_mutex_lock(&t->serve_lock);
+                zsw_mutex_lock(&t->serve_lock, ZSW_LOCK_SERVE);
                 for (unsigned i = 0; i < DETACH_CHUNK; i++) {
                         ssize_t copied;
 
@@ -379,7 +379,7 @@ static int copy_back(struct zsw_engine *e, struct zsw_target *t) {
                                 zsw_store_invalidate(t->owner, pgno, 1);
                         pgno++;
                 }
-                pthread_mutex_unlock(&t->serve_lock);
+                zsw_mutex_unlock(&t->serve_lock);
         }
         return r;
 }
@@ -415,20 +415,20 @@ static void wait_events_in_flight(struct zsw_target *t) {
 static int detach_locked(struct zsw_engine *e, struct zsw_target *t, struct zsw_engine_error *err) {
         int r;
 
-        pthread_mutex_lock(&t->evict_lock);
-        pthread_mutex_lock(&e->worker_lock);
+        zsw_mutex_lock(&t->evict_lock, ZSW_LOCK_EVICT);
+        zsw_mutex_lock(&e->worker_lock, ZSW_LOCK_WORKER);
         r = copy_back(e, t);
-        pthread_mutex_unlock(&e->worker_lock);
+        zsw_mutex_unlock(&e->worker_lock);
         if (r < 0 && r != -ESRCH) {
-                pthread_mutex_unlock(&t->evict_lock);
+                zsw_mutex_unlock(&t->evict_lock);
                 return fail(err, r, "cannot put the pages of process %d back: %s; it stays attached",
                             t->pid, strerror(-r));
         }
         /* Nothing is stored any more: unregistering cannot turn a page we
          * hold into zeros. */
-        pthread_mutex_lock(&t->serve_lock);
+        zsw_mutex_lock(&t->serve_lock, ZSW_LOCK_SERVE);
         unregister_all(e, t);
-        pthread_mutex_unlock(&t->serve_lock);
+        zsw_mutex_unlock(&t->serve_lock);
         /* Fault threads still serve t: they read what is in flight. */
         wait_events_in_flight(t);
         r = target_cleanup_remote(e, t);
@@ -437,7 +437,7 @@ static int detach_locked(struct zsw_engine *e, struct zsw_target *t, struct zsw_
                         "reference (fd %d, no range registered) and a %zu-byte scratch mapping stay "
                         "in it until it exits or execs: %s", t->pid, t->target_uffd,
                         t->scratch_size, strerror(-r));
-        pthread_mutex_unlock(&t->evict_lock);
+        zsw_mutex_unlock(&t->evict_lock);
         target_unpublish(e, t);
         zsw_log(e->log, LOG_INFO, "Detached from process %d", t->pid);
         target_free(t);
@@ -448,10 +448,10 @@ int zsw_engine_detach(struct zsw_engine *e, pid_t pid, struct zsw_engine_error *
         struct zsw_target *t;
         int r;
 
-        pthread_mutex_lock(&e->control_lock);
+        zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
         t = find_target(e, pid);
         r = t ? detach_locked(e, t, err) : fail(err, -ENOENT, "process %d is not attached", pid);
-        pthread_mutex_unlock(&e->control_lock);
+        zsw_mutex_unlock(&e->control_lock);
         return r;
 }
 
@@ -489,10 +489,10 @@ int zsw_engine_reclaim_cold(struct zsw_engine *e, pid_t pid, const struct zsw_re
         bool scan_due;
         int r;
 
-        pthread_mutex_lock(&e->control_lock);
+        zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
         t = find_target(e, pid);
         if (!t) {
-                pthread_mutex_unlock(&e->control_lock);
+                zsw_mutex_unlock(&e->control_lock);
                 return fail(err, -ENOENT, "process %d is not attached; attach it first", pid);
         }
         /* Nobody pays for age scans before somebody asks for ages. */
@@ -501,27 +501,27 @@ int zsw_engine_reclaim_cold(struct zsw_engine *e, pid_t pid, const struct zsw_re
          * it before freeing a target), so control_lock can go: stats,
          * attach and the other control calls need not wait for a long
          * reclaim. */
-        pthread_mutex_lock(&t->evict_lock);
+        zsw_mutex_lock(&t->evict_lock, ZSW_LOCK_EVICT);
         /* The reaper skips the scan of a target whose reclaim runs; reclaims
          * back to back (a budget) would starve it, so a due scan runs here. */
         scan_due = req->min_cold_age_ms > 0 && e->age_interval_ns && t->next_age_ns <= start;
         if (scan_due)
                 t->next_age_ns = start + e->age_interval_ns;
-        pthread_mutex_unlock(&e->control_lock);
+        zsw_mutex_unlock(&e->control_lock);
         if (start < t->stuck_retry_ns) {
                 r = fail(err, -ETIMEDOUT, "process %d could not be stopped at the last try (%s); "
                          "next try in %" PRIu64 " s", pid, t->stuck_why,
                          (uint64_t) DIV_ROUND_UP(t->stuck_retry_ns - start, 1000000000ull));
-                pthread_mutex_unlock(&t->evict_lock);
+                zsw_mutex_unlock(&t->evict_lock);
                 return r;
         }
         if (scan_due)
                 (void) evict_age_scan(e, t);
-        pthread_mutex_lock(&e->worker_lock);
+        zsw_mutex_lock(&e->worker_lock, ZSW_LOCK_WORKER);
         r = evict_target(e, t, req->max_bytes, req->min_cold_age_ms, &res, err);
-        pthread_mutex_unlock(&e->worker_lock);
+        zsw_mutex_unlock(&e->worker_lock);
         reclaim_note_stuck(t, r, err);
-        pthread_mutex_unlock(&t->evict_lock);
+        zsw_mutex_unlock(&t->evict_lock);
         res.duration_ns = zsw_now_ns() - start;
         if (r >= 0 && ret)
                 *ret = res;
@@ -532,16 +532,16 @@ int zsw_engine_age_scan(struct zsw_engine *e, pid_t pid, struct zsw_engine_error
         struct zsw_target *t;
         int r;
 
-        pthread_mutex_lock(&e->control_lock);
+        zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
         t = find_target(e, pid);
         if (!t) {
-                pthread_mutex_unlock(&e->control_lock);
+                zsw_mutex_unlock(&e->control_lock);
                 return fail(err, -ENOENT, "process %d is not attached; attach it first", pid);
         }
-        pthread_mutex_lock(&t->evict_lock);
-        pthread_mutex_unlock(&e->control_lock);
+        zsw_mutex_lock(&t->evict_lock, ZSW_LOCK_EVICT);
+        zsw_mutex_unlock(&e->control_lock);
         r = evict_age_scan(e, t);
-        pthread_mutex_unlock(&t->evict_lock);
+        zsw_mutex_unlock(&t->evict_lock);
         return r < 0 ? fail(err, r, "age scan of process %d failed: %s", pid, strerror(-r)) : 0;
 }
 
@@ -556,21 +556,21 @@ static void age_due_targets(struct zsw_engine *e) {
         for (;;) {
                 struct zsw_target *t;
 
-                pthread_mutex_lock(&e->table_lock);
+                zsw_mutex_lock(&e->table_lock, ZSW_LOCK_TABLE);
                 for (t = e->targets; t; t = t->next)
                         if (t->aging && t->pid > 0 && !atomic_load(&t->dead) && t->next_age_ns <= now)
                                 break;
-                pthread_mutex_unlock(&e->table_lock);
+                zsw_mutex_unlock(&e->table_lock);
                 if (!t)
                         return;
                 t->next_age_ns = now + e->age_interval_ns;
                 /* A reclaim of it is running: the reaper holds control_lock
                  * and must not wait for it; this period's scan is skipped
                  * (ages only grow coarser by one period). */
-                if (pthread_mutex_trylock(&t->evict_lock) != 0)
+                if (zsw_mutex_trylock(&t->evict_lock, ZSW_LOCK_EVICT) != 0)
                         continue;
                 (void) evict_age_scan(e, t);
-                pthread_mutex_unlock(&t->evict_lock);
+                zsw_mutex_unlock(&t->evict_lock);
         }
 }
 
@@ -708,15 +708,15 @@ static void name_children(struct zsw_engine *e) {
                 struct zsw_target *t;
                 pid_t pid;
 
-                pthread_mutex_lock(&e->table_lock);
+                zsw_mutex_lock(&e->table_lock, ZSW_LOCK_TABLE);
                 for (t = e->targets; t; t = t->next)
                         if (t->pid == 0 && t->parent_pid > 0 && !atomic_load(&t->dead))
                                 break;
-                pthread_mutex_unlock(&e->table_lock);
+                zsw_mutex_unlock(&e->table_lock);
                 if (!t)
                         return;
                 pid = find_new_child(e, t->parent_pid);
-                pthread_mutex_lock(&e->table_lock);
+                zsw_mutex_lock(&e->table_lock, ZSW_LOCK_TABLE);
                 t->parent_pid = 0;      /* one try: a child gone already stays unnamed */
                 if (pid > 0) {
                         t->pid = pid;
@@ -725,7 +725,7 @@ static void name_children(struct zsw_engine *e) {
                         if (t->pidfd >= 0)
                                 epoll_ctl(e->reaper_epfd, EPOLL_CTL_ADD, t->pidfd, &ev);
                 }
-                pthread_mutex_unlock(&e->table_lock);
+                zsw_mutex_unlock(&e->table_lock);
                 if (pid > 0)
                         give_child_its_uffd(e, t);
         }
@@ -742,11 +742,11 @@ static void reap(struct zsw_engine *e) {
         for (;;) {
                 struct zsw_target *t;
 
-                pthread_mutex_lock(&e->table_lock);
+                zsw_mutex_lock(&e->table_lock, ZSW_LOCK_TABLE);
                 for (t = e->targets; t; t = t->next)
                         if (atomic_load(&t->dead) || target_exec_ed(t) || target_unnamed_gone(t))
                                 break;
-                pthread_mutex_unlock(&e->table_lock);
+                zsw_mutex_unlock(&e->table_lock);
                 if (!t)
                         return;
                 if (t->pid > 0)
@@ -757,8 +757,8 @@ static void reap(struct zsw_engine *e) {
                 atomic_store(&t->dead, true);
                 /* A reclaim of it may still run (zsw_engine_reclaim drops
                  * control_lock): it ends quickly on a dead target. */
-                pthread_mutex_lock(&t->evict_lock);
-                pthread_mutex_unlock(&t->evict_lock);
+                zsw_mutex_lock(&t->evict_lock, ZSW_LOCK_EVICT);
+                zsw_mutex_unlock(&t->evict_lock);
                 target_unpublish(e, t);
                 target_free(t);
         }
@@ -782,11 +782,11 @@ static void *reaper_main(void *userdata) {
                                 atomic_store(&((struct zsw_target *) evs[i].data.ptr)->dead, true);
                 if (read(e->reaper_stop_fd, &v, sizeof(v)) == sizeof(v) && v >= (1ull << 32))
                         break;
-                pthread_mutex_lock(&e->control_lock);
+                zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
                 name_children(e);
                 reap(e);
                 age_due_targets(e);
-                pthread_mutex_unlock(&e->control_lock);
+                zsw_mutex_unlock(&e->control_lock);
         }
         return NULL;
 }
@@ -801,10 +801,10 @@ static void fill_target_stats(struct zsw_engine *e, struct zsw_target *t, struct
         /* Events the target has seen through (its munmap returned) may be
          * read but not yet handled: wait for them, so that what we report
          * matches what the target did. */
-        pthread_mutex_lock(&t->serve_lock);
+        zsw_mutex_lock(&t->serve_lock, ZSW_LOCK_SERVE);
         zsw_store_owner_get_stats(t->owner, &os);
         prefetch_now = t->prefetch_now;
-        pthread_mutex_unlock(&t->serve_lock);
+        zsw_mutex_unlock(&t->serve_lock);
         zsw_store_get_stats(e->store, &gs);
         *s = (struct zsw_target_stats) {
                 .pid = t->pid,
@@ -849,7 +849,7 @@ static void fill_target_stats(struct zsw_engine *e, struct zsw_target *t, struct
                 .max_pool_pages = t->owner_config.max_pages,
                 .no_writeback = t->owner_config.no_writeback,
         };
-        pthread_mutex_lock(&t->age_stats_lock);
+        zsw_mutex_lock(&t->age_stats_lock, ZSW_LOCK_AGE_STATS);
         s->age_scans = t->age_scans;
         s->age_present_pages = t->age_last.present_pages;
         s->age_idle_pages = t->age_last.idle_pages;
@@ -857,7 +857,7 @@ static void fill_target_stats(struct zsw_engine *e, struct zsw_target *t, struct
         s->age_table_bytes = t->age_last.table_bytes;
         s->age_scan_ns_last = t->age_last.duration_ns;
         s->age_scan_ns_total = t->age_scan_ns;
-        pthread_mutex_unlock(&t->age_stats_lock);
+        zsw_mutex_unlock(&t->age_stats_lock);
         snprintf(path, sizeof(path), "/proc/%d/statm", t->pid);
         f = t->pid > 0 ? fopen(path, "re") : NULL;
         if (f) {
@@ -870,22 +870,22 @@ static void fill_target_stats(struct zsw_engine *e, struct zsw_target *t, struct
 int zsw_engine_get_target_stats(struct zsw_engine *e, pid_t pid, struct zsw_target_stats *ret) {
         struct zsw_target *t;
 
-        pthread_mutex_lock(&e->control_lock);
+        zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
         t = find_target(e, pid);
         if (t)
                 fill_target_stats(e, t, ret);
-        pthread_mutex_unlock(&e->control_lock);
+        zsw_mutex_unlock(&e->control_lock);
         return t ? 0 : -ENOENT;
 }
 
 int zsw_engine_set_throttle(struct zsw_engine *e, pid_t pid, bool on) {
         struct zsw_target *t;
 
-        pthread_mutex_lock(&e->control_lock);
+        zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
         t = find_target(e, pid);
         if (t)
                 atomic_store_explicit(&t->throttle, on, memory_order_relaxed);
-        pthread_mutex_unlock(&e->control_lock);
+        zsw_mutex_unlock(&e->control_lock);
         return t ? 0 : -ENOENT;
 }
 
@@ -917,25 +917,25 @@ int zsw_engine_get_stats(struct zsw_engine *e, struct zsw_engine_stats *ret) {
         struct zsw_store_stats gs;
         struct zsw_engine_stats s = {};
 
-        pthread_mutex_lock(&e->control_lock);
+        zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
         zsw_store_get_stats(e->store, &gs);
-        pthread_mutex_lock(&e->table_lock);
+        zsw_mutex_lock(&e->table_lock, ZSW_LOCK_TABLE);
         for (struct zsw_target *t = e->targets; t; t = t->next) {
                 s.targets++;
                 s.faults += atomic_load(&t->faults);
                 s.refaults += atomic_load(&t->refaults);
                 s.wp_faults += atomic_load(&t->wp_faults);
-                pthread_mutex_lock(&t->age_stats_lock);
+                zsw_mutex_lock(&t->age_stats_lock, ZSW_LOCK_AGE_STATS);
                 s.age_scan_ns_total += t->age_scan_ns;
-                pthread_mutex_unlock(&t->age_stats_lock);
+                zsw_mutex_unlock(&t->age_stats_lock);
                 s.evicted_pages += atomic_load(&t->evicted);
                 s.evict_aborted += atomic_load(&t->evict_aborted);
                 s.stops += atomic_load(&t->stops);
                 s.stopped_ns += atomic_load(&t->stopped_ns);
                 zsw_histogram_merge(&all, &t->fault_hist);
         }
-        pthread_mutex_unlock(&e->table_lock);
-        pthread_mutex_unlock(&e->control_lock);
+        zsw_mutex_unlock(&e->table_lock);
+        zsw_mutex_unlock(&e->control_lock);
         s.stored_pages = gs.stored_pages;
         s.payload_bytes = gs.payload_bytes;
         s.pool_bytes = gs.pool_bytes;
@@ -952,11 +952,11 @@ int zsw_engine_get_stats(struct zsw_engine *e, struct zsw_engine_stats *ret) {
 size_t zsw_engine_list_targets(struct zsw_engine *e, pid_t *pids, size_t n) {
         size_t i = 0;
 
-        pthread_mutex_lock(&e->table_lock);
+        zsw_mutex_lock(&e->table_lock, ZSW_LOCK_TABLE);
         for (struct zsw_target *t = e->targets; t; t = t->next, i++)
                 if (i < n)
                         pids[i] = t->pid;
-        pthread_mutex_unlock(&e->table_lock);
+        zsw_mutex_unlock(&e->table_lock);
         return i;
 }
 
@@ -1072,7 +1072,7 @@ struct zsw_engine *zsw_engine_free(struct zsw_engine *e) {
         }
         /* Every page goes back before anything is freed; a live target
          * whose pages cannot all go back keeps the engine alive. */
-        pthread_mutex_lock(&e->control_lock);
+        zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
         for (struct zsw_target *t = e->targets, *next; t; t = next) {
                 struct zsw_engine_error err = {};
                 struct zsw_store_stats os;
@@ -1089,7 +1089,7 @@ struct zsw_engine *zsw_engine_free(struct zsw_engine *e) {
                         held++;
                 }
         }
-        pthread_mutex_unlock(&e->control_lock);
+        zsw_mutex_unlock(&e->control_lock);
         if (held > 0)
                 return NULL;
         fault_threads_stop(e);

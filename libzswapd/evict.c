@@ -125,7 +125,7 @@ bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr) {
         ssize_t i;
 
         addr &= ~(uint64_t) (ZSW_PAGE_SIZE - 1);
-        pthread_mutex_lock(&t->batch_lock);
+        zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
         i = b->state == EVICT_IDLE ? -1 : batch_find(b, addr);
         if (i >= 0 && b->state == EVICT_DROPPING && !b->cancelled[i]) {
                 /* Being dropped: let the writer wait for the drop, then
@@ -136,7 +136,7 @@ bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr) {
                 batch_cancel(b, (size_t) i);
                 atomic_fetch_add_explicit(&t->evict_aborted, 1, memory_order_relaxed);
         }
-        pthread_mutex_unlock(&t->batch_lock);
+        zsw_mutex_unlock(&t->batch_lock);
         /* Written while a round was taking it: in use. */
         if (i >= 0 && !handled)
                 zsw_heat_touch(t->heat, addr / ZSW_PAGE_SIZE, 1, zsw_now_ns());
@@ -155,7 +155,7 @@ void evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, enum ev
         struct evict_batch *b = &t->batch;
         uint64_t from = start;  /* start of the target's part not yet dropped */
 
-        pthread_mutex_lock(&t->batch_lock);
+        zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
         if (b->n_drop > 0 && kind == REMOVAL_REMOVE) {
                 /* The target is stopped: a REMOVE is our drop's, over its
                  * own pages and its bridges alike. */
@@ -166,7 +166,7 @@ void evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, enum ev
                         for (uint64_t a = start; a < end; a += ZSW_PAGE_SIZE)
                                 if (!in_drop(b, a))
                                         zsw_store_invalidate(t->owner, a / ZSW_PAGE_SIZE, 1);
-                pthread_mutex_unlock(&t->batch_lock);
+                zsw_mutex_unlock(&t->batch_lock);
                 return;
         }
         if (b->state != EVICT_IDLE)
@@ -183,7 +183,7 @@ void evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, enum ev
                 }
         if (kind != REMOVAL_MOVE && end > from)
                 zsw_store_invalidate(t->owner, from / ZSW_PAGE_SIZE, (end - from) / ZSW_PAGE_SIZE);
-        pthread_mutex_unlock(&t->batch_lock);
+        zsw_mutex_unlock(&t->batch_lock);
 }
 
 /* The target moved pages over [start, end). The round's pages there were
@@ -197,14 +197,14 @@ bool evict_on_move_in(struct zsw_target *t, uint64_t start, uint64_t end) {
         struct evict_batch *b = &t->batch;
         bool any = false;
 
-        pthread_mutex_lock(&t->batch_lock);
+        zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
         if (b->state != EVICT_IDLE)
                 for (size_t i = batch_lower_bound(b, start); i < b->n && b->addrs[i] < end; i++) {
                         batch_cancel(b, i);
                         b->moved_in[i] = true;
                         any = true;
                 }
-        pthread_mutex_unlock(&t->batch_lock);
+        zsw_mutex_unlock(&t->batch_lock);
         return any;
 }
 
@@ -212,7 +212,7 @@ enum evict_restore evict_may_restore(struct zsw_target *t, uint64_t pgno, bool d
         struct evict_batch *b = &t->batch;
         enum evict_restore v = RESTORE_STORE;
 
-        pthread_mutex_lock(&t->batch_lock);
+        zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
         if (b->n_drop > 0 && in_drop(b, pgno * ZSW_PAGE_SIZE)) {
                 /* Being dropped, or bridged by the drop: whatever the
                  * page is, the drop decides it first. */
@@ -238,7 +238,7 @@ enum evict_restore evict_may_restore(struct zsw_target *t, uint64_t pgno, bool d
                                 b->wake_pending = true;
                 }
         }
-        pthread_mutex_unlock(&t->batch_lock);
+        zsw_mutex_unlock(&t->batch_lock);
         return v;
 }
 
@@ -246,7 +246,7 @@ uint64_t evict_first_in_round(struct zsw_target *t, uint64_t from, uint64_t end)
         struct evict_batch *b = &t->batch;
         uint64_t first = end;
 
-        pthread_mutex_lock(&t->batch_lock);
+        zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
         if (b->state != EVICT_IDLE) {
                 size_t i = batch_lower_bound(b, from * ZSW_PAGE_SIZE);
 
@@ -262,21 +262,21 @@ uint64_t evict_first_in_round(struct zsw_target *t, uint64_t from, uint64_t end)
                         }
                 }
         }
-        pthread_mutex_unlock(&t->batch_lock);
+        zsw_mutex_unlock(&t->batch_lock);
         return first;
 }
 
 void evict_forget_restored(struct zsw_target *t, uint64_t pgno, uint64_t n) {
         struct evict_batch *b = &t->batch;
 
-        pthread_mutex_lock(&t->batch_lock);
+        zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
         if (b->state == EVICT_IDLE)
                 zsw_store_invalidate(t->owner, pgno, n);
         else
                 for (uint64_t p = pgno; p < pgno + n; p++)
                         if (batch_find(b, p * ZSW_PAGE_SIZE) < 0 && !in_drop(b, p * ZSW_PAGE_SIZE))
                                 zsw_store_invalidate(t->owner, p, 1);
-        pthread_mutex_unlock(&t->batch_lock);
+        zsw_mutex_unlock(&t->batch_lock);
 }
 
 /* Registers every eligible mapping (new ones appear as the target maps
@@ -442,18 +442,18 @@ static void store_batch(void *arg, struct zsw_worker *w, size_t item) {
 
         /* Pages that vanished before the read are not stored, nor pages
          * others were moved over (their entries must stay). */
-        pthread_rwlock_rdlock(&rd->target->round_store_lock);
-        pthread_mutex_lock(&rd->target->batch_lock);
+        zsw_rwlock_rdlock(&rd->target->round_store_lock, ZSW_LOCK_ROUND_STORE);
+        zsw_mutex_lock(&rd->target->batch_lock, ZSW_LOCK_BATCH);
         for (size_t i = off; i < off + n; i++)
                 if (rd->read_ok[i] && !b->moved_in[i]) {
                         idx[k] = i;
                         pages[k] = rd->chunk_bufs[i - rd->chunk];
                         pgnos[k++] = b->addrs[i] / ZSW_PAGE_SIZE;
                 }
-        pthread_mutex_unlock(&rd->target->batch_lock);
+        zsw_mutex_unlock(&rd->target->batch_lock);
         if (k > 0)
                 r = zsw_store_pages(w, rd->target->owner, pgnos, pages, k, &mask);
-        pthread_rwlock_unlock(&rd->target->round_store_lock);
+        zsw_rwlock_unlock(&rd->target->round_store_lock);
         for (size_t i = 0; i < k; i++)
                 rd->stored[idx[i]] = r >= 0 && (mask & (1u << i));
 }
@@ -541,11 +541,11 @@ static int round_keep_protected(struct zsw_target *t, struct evict_round *rd) {
                                 }
                 }
         }
-        pthread_mutex_lock(&t->batch_lock);
+        zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
         for (size_t i = 0; i < b->n; i++)
                 if (!rd->protected_[i])
                         batch_cancel(b, i);
-        pthread_mutex_unlock(&t->batch_lock);
+        zsw_mutex_unlock(&t->batch_lock);
         return 0;
 }
 
@@ -575,7 +575,7 @@ static int round_collect(struct zsw_engine *e, struct zsw_target *t, struct evic
         r = round_read_store(e, t, rd);
         if (r < 0)
                 return r;
-        pthread_mutex_lock(&t->batch_lock);
+        zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
         for (size_t i = 0; i < b->n; i++)
                 if (rd->read_ok[i] && !rd->stored[i] && !b->moved_in[i])
                         res->refused_pages++;
@@ -584,7 +584,7 @@ static int round_collect(struct zsw_engine *e, struct zsw_target *t, struct evic
                         batch_cancel(b, i);
                         rd->n_kept++;
                 }
-        pthread_mutex_unlock(&t->batch_lock);
+        zsw_mutex_unlock(&t->batch_lock);
         return 0;
 }
 
@@ -613,7 +613,7 @@ static void round_keep_undropped(struct zsw_target *t) {
 
         if (pagemap < 0)
                 return;
-        pthread_mutex_lock(&t->batch_lock);
+        zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
         for (size_t i = 0; i < b->n; i++) {
                 struct zsw_page_run run;
                 uint64_t next;
@@ -626,7 +626,7 @@ static void round_keep_undropped(struct zsw_target *t) {
                         batch_cancel(b, i);
                 }
         }
-        pthread_mutex_unlock(&t->batch_lock);
+        zsw_mutex_unlock(&t->batch_lock);
 }
 
 /* Joins the drop's runs across gaps that hold no page: nothing present
@@ -647,8 +647,8 @@ static void round_bridge(struct zsw_target *t, struct evict_round *rd) {
         size_t n = 0, e = 0;
         int k;
 
-        pthread_mutex_lock(&t->serve_lock);
-        pthread_mutex_unlock(&t->serve_lock);
+        zsw_mutex_lock(&t->serve_lock, ZSW_LOCK_SERVE);
+        zsw_mutex_unlock(&t->serve_lock);
         k = zsw_vma_scan(rd->pagemap, start, start + rd->span.iov_len, 0,
                          PAGE_IS_PRESENT | PAGE_IS_SWAPPED, rd->empties, ARRAY_SIZE(rd->empties),
                          &next);
@@ -666,10 +666,10 @@ static void round_bridge(struct zsw_target *t, struct evict_round *rd) {
         }
         if (k > 0)
                 rd->n_runs = n + 1;
-        pthread_mutex_lock(&t->batch_lock);
+        zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
         b->drop = rd->runs;
         b->n_drop = rd->n_runs;
-        pthread_mutex_unlock(&t->batch_lock);
+        zsw_mutex_unlock(&t->batch_lock);
 }
 
 /* Step 5: commit and drop.
@@ -708,8 +708,8 @@ static int round_commit_drop(struct zsw_engine *e, struct zsw_target *t, struct 
                 rseq = 0;
         /* The stopped threads' last events were read (each waited for
          * that); handled too once no fault thread holds serve_lock. */
-        pthread_mutex_lock(&t->serve_lock);
-        pthread_mutex_unlock(&t->serve_lock);
+        zsw_mutex_lock(&t->serve_lock, ZSW_LOCK_SERVE);
+        zsw_mutex_unlock(&t->serve_lock);
         if (zsw_uffd_mm_alive(t->uffd) == -ESRCH)
                 return -ESRCH; /* exec'd or exited: nothing to drop */
         r = round_keep_protected(t, rd);
@@ -717,7 +717,7 @@ static int round_commit_drop(struct zsw_engine *e, struct zsw_target *t, struct 
                 return zsw_log_errno(e->log, LOG_DEBUG, r, "Cannot scan the round's pages of %d: %m",
                                      t->pid);
 
-        pthread_mutex_lock(&t->batch_lock);
+        zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
         /* The injected call's return writes the thread's rseq area: keep
          * its page, or the thread would wait on our drop while we wait on
          * it (see zsw_remote_rseq_area()). */
@@ -743,7 +743,7 @@ static int round_commit_drop(struct zsw_engine *e, struct zsw_target *t, struct 
                 b->drop = &rd->span;
                 b->n_drop = 1;
         }
-        pthread_mutex_unlock(&t->batch_lock);
+        zsw_mutex_unlock(&t->batch_lock);
         rd->runs_chosen += rd->n_runs;
         if (rd->n_runs > 1)
                 round_bridge(t, rd);
@@ -756,12 +756,12 @@ static int round_commit_drop(struct zsw_engine *e, struct zsw_target *t, struct 
         rd->ns_inject += zsw_now_ns() - t0;
         /* The drop returned once its REMOVEs were read; once they are
          * handled, every REMOVE to come is the target's again. */
-        pthread_mutex_lock(&t->serve_lock);
-        pthread_mutex_unlock(&t->serve_lock);
-        pthread_mutex_lock(&t->batch_lock);
+        zsw_mutex_lock(&t->serve_lock, ZSW_LOCK_SERVE);
+        zsw_mutex_unlock(&t->serve_lock);
+        zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
         b->drop = NULL;
         b->n_drop = 0;
-        pthread_mutex_unlock(&t->batch_lock);
+        zsw_mutex_unlock(&t->batch_lock);
         return r;
 }
 
@@ -788,11 +788,11 @@ static int round_drop(struct zsw_engine *e, struct zsw_target *t, struct evict_r
 
         if (r < 0)
                 round_keep_undropped(t);
-        pthread_mutex_lock(&t->batch_lock);
+        zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
         for (size_t i = 0; i < b->n; i++)
                 if (!b->cancelled[i])
                         rd->taken[dropped++] = b->addrs[i] / ZSW_PAGE_SIZE;
-        pthread_mutex_unlock(&t->batch_lock);
+        zsw_mutex_unlock(&t->batch_lock);
         /* For the refault distance of each (heat.h). */
         for (size_t i = 0, j; i < dropped; i = j) {
                 for (j = i + 1; j < dropped && rd->taken[j] == rd->taken[j - 1] + 1; j++)
@@ -812,7 +812,7 @@ static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct evict_
         bool wake;
         int r;
 
-        pthread_mutex_lock(&t->batch_lock);
+        zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
         b->n = 0;
         b->n_cancelled = 0;
         b->wake_pending = false;
@@ -828,7 +828,7 @@ static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct evict_
                 }
         }
         b->state = EVICT_COLLECTING;
-        pthread_mutex_unlock(&t->batch_lock);
+        zsw_mutex_unlock(&t->batch_lock);
         res->scanned_pages += b->n;
 
         r = round_collect(e, t, rd, res);
@@ -843,14 +843,14 @@ static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct evict_
          * goes, cancelled pages' first: one may hold what the target
          * discarded during the round, and once the round is over no
          * RESTORE_ZERO would keep a fault from reading it back. */
-        pthread_mutex_lock(&t->batch_lock);
+        zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
         if (r < 0 && b->state == EVICT_COLLECTING)
                 for (size_t i = 0; i < b->n; i++) {
                         batch_cancel(b, i);
                         if (!b->moved_in[i])
                                 zsw_store_invalidate(t->owner, b->addrs[i] / ZSW_PAGE_SIZE, 1);
                 }
-        pthread_mutex_unlock(&t->batch_lock);
+        zsw_mutex_unlock(&t->batch_lock);
 
         uint64_t t1 = zsw_now_ns();
         round_unprotect_kept(t);
@@ -859,15 +859,15 @@ static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct evict_
          * see the round DROPPING when it does, or it would take our own
          * drop for the target's and forget the pages. Threads hold
          * serve_lock from reading a message until it is handled. */
-        pthread_mutex_lock(&t->serve_lock);
-        pthread_mutex_unlock(&t->serve_lock);
+        zsw_mutex_lock(&t->serve_lock, ZSW_LOCK_SERVE);
+        zsw_mutex_unlock(&t->serve_lock);
         rd->ns_sync += zsw_now_ns() - t1;
-        pthread_mutex_lock(&t->batch_lock);
+        zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
         /* Only what writes cancelled: refused and vanished pages are not. */
         res->aborted_pages += b->n_cancelled - rd->n_kept;
         wake = b->wake_pending;
         b->state = EVICT_IDLE;
-        pthread_mutex_unlock(&t->batch_lock);
+        zsw_mutex_unlock(&t->batch_lock);
         if (wake)
                 /* Threads that hit the drop wait: writers on WP faults,
                  * readers of pages already dropped on missing faults. Now
@@ -1174,11 +1174,11 @@ int evict_age_scan(struct zsw_engine *e, struct zsw_target *t) {
         /* The cost includes finding the mappings (smaps walks the page
          * tables too). */
         st.duration_ns = zsw_now_ns() - start;
-        pthread_mutex_lock(&t->age_stats_lock);
+        zsw_mutex_lock(&t->age_stats_lock, ZSW_LOCK_AGE_STATS);
         t->age_last = st;
         t->age_scans++;
         t->age_scan_ns += st.duration_ns;
-        pthread_mutex_unlock(&t->age_stats_lock);
+        zsw_mutex_unlock(&t->age_stats_lock);
         zsw_log(e->log, LOG_DEBUG,
                 "Age scan of %d: %" PRIu64 " pages present, %" PRIu64 " idle, %" PRIu64
                 " protected again (%" PRIu64 " runs could not be), %" PRIu64 " us",

@@ -377,11 +377,11 @@ static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const stru
                  * may write its copy of what was there over a moved entry
                  * (the move drops what was stored before it). */
                 if (into_round)
-                        pthread_rwlock_wrlock(&t->round_store_lock);
+                        zsw_rwlock_wrlock(&t->round_store_lock, ZSW_LOCK_ROUND_STORE);
                 zsw_store_move(t->owner, m->arg.remap.from / ZSW_PAGE_SIZE,
                                m->arg.remap.to / ZSW_PAGE_SIZE, m->arg.remap.len / ZSW_PAGE_SIZE);
                 if (into_round)
-                        pthread_rwlock_unlock(&t->round_store_lock);
+                        zsw_rwlock_unlock(&t->round_store_lock);
                 break;
         }
         case UFFD_EVENT_REMOVE:
@@ -401,7 +401,7 @@ static void serve_target(struct fault_thread *ft, struct zsw_target *t) {
         struct uffd_msg msgs[MSGS_PER_READ];
         int n;
 
-        pthread_mutex_lock(&t->serve_lock);
+        zsw_mutex_lock(&t->serve_lock, ZSW_LOCK_SERVE);
         /* A short read emptied the queue: stop there rather than pay one
          * more read for its EAGAIN; what arrives later wakes epoll again.
          * Events first: read(2) hands out every pending fault before any
@@ -419,7 +419,7 @@ static void serve_target(struct fault_thread *ft, struct zsw_target *t) {
                         if (msgs[i].event == UFFD_EVENT_PAGEFAULT)
                                 handle_msg(ft, t, &msgs[i]);
         } while (n == (int) MSGS_PER_READ);
-        pthread_mutex_unlock(&t->serve_lock);
+        zsw_mutex_unlock(&t->serve_lock);
         if (n < 0 && n != -EAGAIN) {
                 zsw_log(t->engine->log, LOG_DEBUG, "Reading the userfaultfd of %d failed: %s",
                         t->pid, strerror(-n));

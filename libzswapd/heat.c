@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "heat.h"
+#include "lockdep.h"
 #include "util.h"
 
 #define CHUNK_PAGES 512u
@@ -145,7 +146,7 @@ void zsw_heat_touch(struct zsw_heat *h, uint64_t pgno, uint64_t n, uint64_t now_
         uint32_t stamp = stamp_of(now_ns);
         struct heat_chunk *c = NULL;
 
-        pthread_mutex_lock(&h->lock);
+        zsw_mutex_lock(&h->lock, ZSW_LOCK_HEAT);
         for (uint64_t p = pgno; p < pgno + n; p++) {
                 uint64_t base = p - p % CHUNK_PAGES;
 
@@ -156,14 +157,14 @@ void zsw_heat_touch(struct zsw_heat *h, uint64_t pgno, uint64_t n, uint64_t now_
                 heat_use(c, p % CHUNK_PAGES, stamp);
         }
         h->touched += n;
-        pthread_mutex_unlock(&h->lock);
+        zsw_mutex_unlock(&h->lock);
 }
 
 void zsw_heat_taken(struct zsw_heat *h, uint64_t pgno, uint64_t n, uint64_t now_ns) {
         uint32_t stamp = stamp_of(now_ns) | STAMP_TAKEN;
         struct heat_chunk *c = NULL;
 
-        pthread_mutex_lock(&h->lock);
+        zsw_mutex_lock(&h->lock, ZSW_LOCK_HEAT);
         for (uint64_t p = pgno; p < pgno + n; p++) {
                 uint64_t base = p - p % CHUNK_PAGES;
 
@@ -173,14 +174,14 @@ void zsw_heat_taken(struct zsw_heat *h, uint64_t pgno, uint64_t n, uint64_t now_
                         break;
                 c->stamp[p % CHUNK_PAGES] = stamp;
         }
-        pthread_mutex_unlock(&h->lock);
+        zsw_mutex_unlock(&h->lock);
 }
 
 uint64_t zsw_heat_idle_ns(struct zsw_heat *h, uint64_t pgno, uint64_t now_ns) {
         uint32_t now = stamp_of(now_ns);
         uint64_t idle = UINT64_MAX;
 
-        pthread_mutex_lock(&h->lock);
+        zsw_mutex_lock(&h->lock, ZSW_LOCK_HEAT);
         for (uint64_t p = pgno ? pgno - 1 : 0; p <= pgno + 1; p++) {
                 const struct heat_chunk *c = chunk_find(h, p - p % CHUNK_PAGES);
                 uint32_t s = c ? c->stamp[p % CHUNK_PAGES] : 0;
@@ -192,7 +193,7 @@ uint64_t zsw_heat_idle_ns(struct zsw_heat *h, uint64_t pgno, uint64_t now_ns) {
                         idle = MIN(idle, (uint64_t) ticks_between(s, now) << STAMP_SHIFT >>
                                                  c->level[p % CHUNK_PAGES]);
         }
-        pthread_mutex_unlock(&h->lock);
+        zsw_mutex_unlock(&h->lock);
         return idle;
 }
 
@@ -203,17 +204,17 @@ bool zsw_heat_is_hot(struct zsw_heat *h, uint64_t pgno, uint64_t cold_ns, uint64
 uint64_t zsw_heat_touched(struct zsw_heat *h) {
         uint64_t n;
 
-        pthread_mutex_lock(&h->lock);
+        zsw_mutex_lock(&h->lock, ZSW_LOCK_HEAT);
         n = h->touched;
-        pthread_mutex_unlock(&h->lock);
+        zsw_mutex_unlock(&h->lock);
         return n;
 }
 
 uint64_t zsw_heat_bytes(struct zsw_heat *h) {
         uint64_t n;
 
-        pthread_mutex_lock(&h->lock);
+        zsw_mutex_lock(&h->lock, ZSW_LOCK_HEAT);
         n = h->n_chunks * sizeof(struct heat_chunk) + h->capacity * sizeof(*h->slots);
-        pthread_mutex_unlock(&h->lock);
+        zsw_mutex_unlock(&h->lock);
         return n;
 }

@@ -48,6 +48,7 @@ static const char *const rank_names[_ZSW_LOCK_RANK_MAX] = {
         [ZSW_LOCK_SWAPFILE_ALLOC] = "swapfile alloc_lock",
         [ZSW_LOCK_WRITEBACK] = "writeback lock",
         [ZSW_LOCK_PARALLEL] = "parallel lock",
+        [ZSW_LOCK_HEAT] = "heat lock",
 };
 
 /* Ranks of which a thread may hold several: owners of one family, taken

@@ -43,6 +43,7 @@ enum zsw_lock_rank {
         ZSW_LOCK_SWAPFILE_ALLOC,        /* zsw_swapfile->alloc_lock */
         ZSW_LOCK_WRITEBACK,             /* zsw_writeback->lock */
         ZSW_LOCK_PARALLEL,              /* zsw_parallel->lock */
+        ZSW_LOCK_HEAT,                  /* zsw_heat->lock */
         _ZSW_LOCK_RANK_MAX,
 };
 
