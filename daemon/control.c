@@ -265,6 +265,8 @@ static void stats_json_global(struct json *j, const struct zsw_engine_stats *g) 
         json_u64(j, "age_scan_ns", g->age_scan_ns_total);
         json_u64(j, "evicted_pages", g->evicted_pages);
         json_u64(j, "evict_aborted", g->evict_aborted);
+        json_u64(j, "stops", g->stops);
+        json_u64(j, "stopped_ns", g->stopped_ns);
         json_u64(j, "fault_ns_p50", g->fault_ns_p50);
         json_u64(j, "fault_ns_p95", g->fault_ns_p95);
         json_u64(j, "fault_ns_p99", g->fault_ns_p99);

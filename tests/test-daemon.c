@@ -405,11 +405,13 @@ static const char *const target_fields[] = {
         "same_filled_pages", "evicted_pages", "evict_aborted", "faults", "zero_faults",
         "prefetched_pages", "prefetch_hits", "fault_ns_p50", "fault_ns_p95", "fault_ns_p99",
         "refaults", "wp_faults", "scans", "idle_pages", "table_bytes", "scan_ns_total",
+        "stopped_ns", "max_ns", "attached_ns", "uses", "prefetch_window_now",
 };
 static const char *const global_fields[] = {
         "targets", "stored_pages", "payload_bytes", "pool_bytes", "same_filled_pages",
         "incompressible_pages", "faults", "evicted_pages", "evict_aborted", "fault_ns_p50",
-        "fault_ns_p95", "fault_ns_p99", "refaults", "wp_faults", "age_scan_ns",
+        "fault_ns_p95", "fault_ns_p99", "refaults", "wp_faults", "age_scan_ns", "stops",
+        "stopped_ns",
 };
 
 /* Checks `stats --json` and returns the part about pid (NULL: absent). */
