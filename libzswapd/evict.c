@@ -85,8 +85,8 @@ static void batch_cancel(struct evict_batch *b, size_t i) {
         }
 }
 
-/* Whether addr lies in the drop's ranges (b->drop, while bridging). */
-static bool in_drop(const struct evict_batch *b, uint64_t addr) {
+/* The range of the drop (b->drop, while bridging) holding addr, or -1. */
+static ssize_t drop_find(const struct evict_batch *b, uint64_t addr) {
         size_t lo = 0, hi = b->n_drop;
 
         while (lo < hi) {
@@ -98,20 +98,20 @@ static bool in_drop(const struct evict_batch *b, uint64_t addr) {
                 else if (addr >= start + b->drop[mid].iov_len)
                         lo = mid + 1;
                 else
-                        return true;
+                        return (ssize_t) mid;
         }
-        return false;
+        return -1;
+}
+
+static bool in_drop(const struct evict_batch *b, uint64_t addr) {
+        return drop_find(b, addr) >= 0;
 }
 
 /* Whether one range of the drop holds all of [start, end). */
 static bool drop_covers(const struct evict_batch *b, uint64_t start, uint64_t end) {
-        for (size_t d = 0; d < b->n_drop; d++) {
-                uint64_t s = (uint64_t) b->drop[d].iov_base;
+        ssize_t d = drop_find(b, start);
 
-                if (s <= start && end <= s + b->drop[d].iov_len)
-                        return true;
-        }
-        return false;
+        return d >= 0 && end <= (uint64_t) b->drop[d].iov_base + b->drop[d].iov_len;
 }
 
 /* A WP fault may be read long after it was raised: the thread that raised
@@ -252,14 +252,22 @@ uint64_t evict_first_in_round(struct zsw_target *t, uint64_t from, uint64_t end)
 
                 if (i < b->n && b->addrs[i] / ZSW_PAGE_SIZE < end)
                         first = b->addrs[i] / ZSW_PAGE_SIZE;
-                for (size_t d = 0; d < b->n_drop; d++) {
-                        uint64_t s = (uint64_t) b->drop[d].iov_base / ZSW_PAGE_SIZE;
-                        uint64_t e = s + b->drop[d].iov_len / ZSW_PAGE_SIZE;
+                if (b->n_drop > 0) {
+                        /* The first range of the drop that ends after from. */
+                        size_t lo = 0, hi = b->n_drop;
 
-                        if (e > from) {
-                                first = MIN(first, MAX(s, from));
-                                break;
+                        while (lo < hi) {
+                                size_t mid = (lo + hi) / 2;
+
+                                if (((uint64_t) b->drop[mid].iov_base + b->drop[mid].iov_len) /
+                                            ZSW_PAGE_SIZE <= from)
+                                        lo = mid + 1;
+                                else
+                                        hi = mid;
                         }
+                        if (lo < b->n_drop)
+                                first = MIN(first, MAX((uint64_t) b->drop[lo].iov_base / ZSW_PAGE_SIZE,
+                                                       from));
                 }
         }
         zsw_mutex_unlock(&t->batch_lock);
