@@ -392,7 +392,7 @@ cell() {
         read -r m lo hi n < <(stat_of "$1" "$2" "$3")
         [ "$n" = 0 ] && { echo "-"; return; }
         if [ "$n" -gt 1 ] && awk "BEGIN { exit !($m != 0) }"; then
-                printf '%s±%s%%' "$(calc "$m" "$4")" "$(calc "($hi - $lo) / 2 / ($m < 0 ? -$m : $m) * 100" 0)"
+                printf '%s±%s%%' "$(calc "$m" "$4")" "$(calc "($hi - $lo) / 2 / ($m < 0 ? -($m) : $m) * 100" 0)"
         else
                 calc "$m" "$4"
         fi
