@@ -11,6 +11,7 @@
 # made), contenders, arg_swapfile, arg_reclaim_cpu, arg_workload_cpu,
 # workload (zswapd-bench-workload), zswapd and zswapctl. It installs
 # cleanup() on EXIT and turns INT and TERM into exits.
+# shellcheck disable=SC2154,SC2034   # those variables, set and read by the sourcing script
 
 log() { echo "$bench_name: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -168,6 +169,7 @@ zswapd_compressor=lz4
 zswap_param() { cat "/sys/module/zswap/parameters/$1"; }
 
 zswap_pick_compressor() {
+        # shellcheck disable=SC2206   # a list of words
         local c cands=($zswap_candidates)
         [ "$arg_zswap_compressor" != auto ] && cands=("$arg_zswap_compressor")
         for c in "${cands[@]}"; do
