@@ -375,6 +375,8 @@ struct evict_round {
         struct zsw_page_run empties[ZSW_EVICT_MAX_PAGES];      /* round_bridge()'s scan */
         struct iovec span;                                     /* first to last page of the drop */
         uint64_t taken[ZSW_EVICT_MAX_PAGES];                   /* page numbers the drop took */
+        const struct zsw_range *ranges;                        /* registered, sorted: a bridge */
+        size_t n_ranges;                                       /* stays inside one of them */
         bool read_ok[ZSW_EVICT_MAX_PAGES];
         bool stored[ZSW_EVICT_MAX_PAGES];
         bool protected_[ZSW_EVICT_MAX_PAGES];
@@ -637,10 +639,27 @@ static void round_keep_undropped(struct zsw_target *t) {
         zsw_mutex_unlock(&t->batch_lock);
 }
 
+/* Whether [start, end) lies inside one registered range. */
+static bool in_one_range(const struct evict_round *rd, uint64_t start, uint64_t end) {
+        size_t lo = 0, hi = rd->n_ranges;
+
+        while (lo < hi) {
+                size_t mid = (lo + hi) / 2;
+
+                if (rd->ranges[mid].end <= start)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return lo < rd->n_ranges && rd->ranges[lo].start <= start && end <= rd->ranges[lo].end;
+}
+
 /* Joins the drop's runs across gaps that hold no page: nothing present
  * (the zero page neither) and nothing swapped, only evicted pages and
  * pages never filled, all inside mappings (PAGEMAP_SCAN reports no run
- * over a hole). Dropping such a gap changes nothing in it, and the drop
+ * over a hole) and inside one registered range (no mlocked or hugetlb
+ * mapping, which madvise would refuse). Dropping such a gap changes
+ * nothing in it, and the drop
  * then raises one REMOVE, a round trip to a fault thread with the target
  * stopped, per joined range instead of per run.
  *
@@ -666,7 +685,8 @@ static void round_bridge(struct zsw_target *t, struct evict_round *rd) {
 
                 while (e < (size_t) k && rd->empties[e].end < gap_end)
                         e++;
-                if (e < (size_t) k && rd->empties[e].start <= gap && rd->empties[e].end >= gap_end)
+                if (e < (size_t) k && rd->empties[e].start <= gap && rd->empties[e].end >= gap_end &&
+                    in_one_range(rd, gap, gap_end))
                         rd->runs[n].iov_len = gap_end + rd->runs[i].iov_len -
                                               (uint64_t) rd->runs[n].iov_base;
                 else
@@ -1103,6 +1123,8 @@ int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
         if (r < 0)
                 return r;
         rd->pagemap = pagemap;
+        rd->ranges = ranges;
+        rd->n_ranges = n_ranges;
 
         if (min_age_ms == 0 && max_bytes == UINT64_MAX) {
                 /* Everything: one walk in address order. */

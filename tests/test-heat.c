@@ -153,6 +153,11 @@ static uint64_t child_command(char c, int reply) {
                 }
                 return bad;
         }
+        case 'e':
+                /* Every other page of the first half comes back. */
+                for (size_t i = 0; i < HALF; i += 2)
+                        bad += corpus_page_sum(buf + i * PAGE) != sums[i];
+                return bad;
         case 's':
                 for (size_t i = 0; i < HALF; i++)
                         bad += corpus_page_sum(buf + i * PAGE) != sums[i];
@@ -232,5 +237,26 @@ TEST(prefetch_follows_what_pays) {
         ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
         ASSERT_EQ(test_child_ask(&ch, 's'), 0);
         ASSERT_EQ(prefetch_now(e, ch.pid), 8);
+        test_child_finish(&ch, e);
+}
+
+/* Pages taken between pages taken before: the drop joins them across the
+ * gaps (round_bridge()); every page must read right afterwards, also the
+ * gap pages, whose entries the drop must leave alone. */
+TEST(a_drop_across_evicted_gaps_keeps_every_page) {
+        struct test_child ch = test_child_start(child_setup, child_command, true);
+        struct zsw_engine *e = test_engine_new(&(struct zsw_engine_config) { .log = &test_log });
+        struct zsw_engine_error err = {};
+        struct zsw_reclaim_result res = {};
+
+        ASSERT_OK(zsw_engine_attach(e, ch.pid, &err));
+        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
+        ASSERT_EQ(test_child_ask(&ch, 'e'), 0);
+        ASSERT_EQ(test_child_ask(&ch, 'p'), HALF / 2);
+        res = (struct zsw_reclaim_result) {};
+        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, (uint64_t) HALF * PAGE, &res, &err));
+        ASSERT_GE(res.evicted_pages, HALF / 2);
+        ASSERT_EQ(test_child_ask(&ch, 'p'), 0);
+        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
         test_child_finish(&ch, e);
 }
