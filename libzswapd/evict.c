@@ -374,7 +374,8 @@ struct evict_round {
         struct iovec runs[ZSW_EVICT_MAX_PAGES];
         size_t n_runs;
         struct zsw_page_run regions[ZSW_EVICT_MAX_PAGES];      /* the round's pages, as chosen */
-        struct zsw_page_run empties[ZSW_EVICT_MAX_PAGES];      /* round_bridge()'s scan */
+        struct zsw_page_run empties[ZSW_EVICT_MAX_PAGES];      /* round_bridge()'s scan, and
+                                                                * drop_hot()'s room */
         struct iovec span;                                     /* first to last page of the drop */
         uint64_t taken[ZSW_EVICT_MAX_PAGES];                   /* page numbers the drop took */
         const struct zsw_range *ranges;                        /* registered, sorted: a bridge */
@@ -1120,9 +1121,34 @@ static int flush_round(struct zsw_engine *e, struct zsw_target *t, struct evict_
         return r == -EAGAIN || r == -ENOENT || r == -ENOMEM ? 0 : r;
 }
 
-/* One walk over seg, gathering pages (with age, those at least that many
- * age scans old; else those cold for cold_ns, heat.h) into rounds of up to
- * ZSW_EVICT_MAX_PAGES, across segments, until the budget is met. */
+/* Leaves out of runs[0..k) the pages heat says were in use less than
+ * cold_ns ago (a refault, counted at the page's level), through tmp (room
+ * for as many runs as pages). Returns the runs left. */
+static int drop_hot(struct zsw_heat *heat, uint64_t cold_ns, struct zsw_page_run *runs, int k,
+                    struct zsw_page_run *tmp) {
+        uint64_t now = zsw_now_ns();
+        int n = 0;
+
+        for (int i = 0; i < k; i++)
+                for (uint64_t p = runs[i].start; p < runs[i].end; p += ZSW_PAGE_SIZE) {
+                        if (zsw_heat_is_hot(heat, p / ZSW_PAGE_SIZE, cold_ns, now))
+                                continue;
+                        if (n > 0 && tmp[n - 1].end == p)
+                                tmp[n - 1].end += ZSW_PAGE_SIZE;
+                        else
+                                tmp[n++] = (struct zsw_page_run) { p, p + ZSW_PAGE_SIZE,
+                                                                   runs[i].categories };
+                }
+        memcpy(runs, tmp, (size_t) n * sizeof(*runs));
+        return n;
+}
+
+/* One walk over seg, gathering pages into rounds of up to
+ * ZSW_EVICT_MAX_PAGES, across segments, until the budget is met: with age,
+ * pages at least that many age scans old that heat does not show in use
+ * for cold_ns (the minimum age: a page that came back by a fault waits
+ * that long, more for a hot one, before it goes again); else pages cold
+ * for cold_ns by heat alone. */
 static int evict_pass(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd,
                       const struct zsw_range *seg, size_t n_seg, uint64_t cold_ns, uint32_t age,
                       uint64_t budget, struct zsw_reclaim_result *res) {
@@ -1145,6 +1171,8 @@ static int evict_pass(struct zsw_engine *e, struct zsw_target *t, struct evict_r
                                        zsw_age_next_round(t->age, rd->pagemap, age, &cursor,
                                                           seg[v].end, want, regions,
                                                           ZSW_EVICT_MAX_PAGES - n);
+                        if (k > 0 && age > 0 && cold_ns > 0)
+                                k = drop_hot(t->heat, cold_ns, regions, k, rd->empties);
                         rd->ns_scan += zsw_now_ns() - t0;
                         if (k < 0)
                                 return k == -ENOENT || k == -ENOMEM ? flush_round(e, t, rd, n, res) : k;
@@ -1208,7 +1236,8 @@ int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
                 unsigned n_passes = cold_passes(t, min_age_ms, budget, passes, res);
 
                 for (unsigned p = 0; p < n_passes && r >= 0 && res->evicted_pages < budget; p++)
-                        r = evict_pass(e, t, rd, ranges, n_ranges, 0, passes[p], budget, res);
+                        r = evict_pass(e, t, rd, ranges, n_ranges, min_age_ms * 1000000, passes[p],
+                                       budget, res);
         }
         /* A daemon that saves memory does not sit on 2 MiB between reclaims. */
         (void) madvise(rd->buf, ROUND_BUF_SIZE, MADV_DONTNEED);

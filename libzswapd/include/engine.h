@@ -147,7 +147,8 @@ struct zsw_reclaim_request {
  * starts the target's periodic age scans (targets never asked for one pay
  * nothing); nothing is taken until the scans have watched the target for
  * that long (at least two scans), and a page faulted back in is not taken
- * again before it has gone unused for twice the minimum age. */
+ * again before it has gone unused for twice the minimum age, longer if it
+ * came back soon after it was taken (see heat.h). */
 int zsw_engine_reclaim_cold(struct zsw_engine *engine, pid_t pid,
                             const struct zsw_reclaim_request *req,
                             struct zsw_reclaim_result *ret, struct zsw_engine_error *err);
