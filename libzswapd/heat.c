@@ -142,8 +142,9 @@ static void heat_use(struct heat_chunk *c, size_t i, uint32_t stamp) {
         c->stamp[i] = stamp;
 }
 
-void zsw_heat_touch(struct zsw_heat *h, uint64_t pgno, uint64_t n, uint64_t now_ns) {
-        uint32_t stamp = stamp_of(now_ns);
+/* Stamps pages [pgno, pgno + n): a use (heat_use()) or, with
+ * STAMP_TAKEN in stamp, the time they were taken. */
+static void heat_stamp(struct zsw_heat *h, uint64_t pgno, uint64_t n, uint32_t stamp) {
         struct heat_chunk *c = NULL;
 
         zsw_mutex_lock(&h->lock, ZSW_LOCK_HEAT);
@@ -154,27 +155,22 @@ void zsw_heat_touch(struct zsw_heat *h, uint64_t pgno, uint64_t n, uint64_t now_
                         c = chunk_get(h, base);
                 if (!c)
                         break;
-                heat_use(c, p % CHUNK_PAGES, stamp);
+                if (stamp & STAMP_TAKEN)
+                        c->stamp[p % CHUNK_PAGES] = stamp;
+                else
+                        heat_use(c, p % CHUNK_PAGES, stamp);
         }
-        h->touched += n;
+        if (!(stamp & STAMP_TAKEN))
+                h->touched += n;
         zsw_mutex_unlock(&h->lock);
 }
 
+void zsw_heat_touch(struct zsw_heat *h, uint64_t pgno, uint64_t n, uint64_t now_ns) {
+        heat_stamp(h, pgno, n, stamp_of(now_ns));
+}
+
 void zsw_heat_taken(struct zsw_heat *h, uint64_t pgno, uint64_t n, uint64_t now_ns) {
-        uint32_t stamp = stamp_of(now_ns) | STAMP_TAKEN;
-        struct heat_chunk *c = NULL;
-
-        zsw_mutex_lock(&h->lock, ZSW_LOCK_HEAT);
-        for (uint64_t p = pgno; p < pgno + n; p++) {
-                uint64_t base = p - p % CHUNK_PAGES;
-
-                if (!c || c->base != base)
-                        c = chunk_get(h, base);
-                if (!c)
-                        break;
-                c->stamp[p % CHUNK_PAGES] = stamp;
-        }
-        zsw_mutex_unlock(&h->lock);
+        heat_stamp(h, pgno, n, stamp_of(now_ns) | STAMP_TAKEN);
 }
 
 uint64_t zsw_heat_idle_ns(struct zsw_heat *h, uint64_t pgno, uint64_t now_ns) {

@@ -18,7 +18,8 @@
  * spans pages, and what is next to a hot page is likely hot too.
  *
  * Stamps live in chunks of 512 pages (2 MiB of address space), made on
- * the first use seen there: 2 KiB per 2 MiB region that ever refaulted.
+ * the first stamp there (a use, or the page taken): 2.5 KiB per 2 MiB
+ * region ever taken or used.
  * Thread-safe: fault threads stamp while eviction reads.
  */
 #pragma once
