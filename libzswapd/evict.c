@@ -41,7 +41,6 @@
  *     settles (evict_forget_restored()).
  */
 #include <errno.h>
-#include <sched.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -50,7 +49,6 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
-#include <unistd.h>
 
 #include "engine-internal.h"
 #include "parallel.h"
@@ -703,66 +701,6 @@ static void round_bridge(struct zsw_target *t, struct evict_round *rd) {
         zsw_mutex_unlock(&t->batch_lock);
 }
 
-/* The drop raises one REMOVE per range, each a round trip between the
- * thread we inject into and the fault thread serving the target, with
- * every thread of the target stopped meanwhile. On one CPU a round trip is
- * two switches; across CPUs it is a wake-up of the other CPU each way,
- * several times dearer (a hypervisor makes it an exit: kernel-facts,
- * docs/performance.md). So for a drop of many ranges both are held on the
- * CPU the injected thread last ran on, and let go after. */
-#define DROP_PIN_RANGES 16u
-
-struct drop_pin {
-        pid_t tid;
-        cpu_set_t target_mask, fault_mask;
-        bool target, fault;
-};
-
-static int task_last_cpu(pid_t pid, pid_t tid) {
-        char path[64], buf[1024], *p;
-        _cleanup_close_ int fd = -EBADF;
-        ssize_t n;
-        int cpu = -1;
-
-        snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0 || (n = read(fd, buf, sizeof(buf) - 1)) <= 0)
-                return -1;
-        buf[n] = 0;
-        p = strrchr(buf, ')');
-        /* After the name: state is field 3, processor field 39. */
-        for (int field = 2; p && field < 39; field++)
-                p = strchr(p + 1, ' ');
-        if (p && sscanf(p + 1, "%d", &cpu) != 1)
-                cpu = -1;
-        return cpu;
-}
-
-static void drop_pin(struct zsw_target *t, pid_t tid, struct drop_pin *pin) {
-        int cpu = task_last_cpu(t->pid, tid);
-        cpu_set_t one;
-
-        *pin = (struct drop_pin) { .tid = tid };
-        if (cpu < 0 || cpu >= CPU_SETSIZE || !t->fault_thread)
-                return;
-        CPU_ZERO(&one);
-        CPU_SET(cpu, &one);
-        pin->target = sched_getaffinity(tid, sizeof(pin->target_mask), &pin->target_mask) == 0 &&
-                      CPU_ISSET(cpu, &pin->target_mask) &&
-                      sched_setaffinity(tid, sizeof(one), &one) == 0;
-        pin->fault = pthread_getaffinity_np(t->fault_thread->thread, sizeof(pin->fault_mask),
-                                            &pin->fault_mask) == 0 &&
-                     pthread_setaffinity_np(t->fault_thread->thread, sizeof(one), &one) == 0;
-}
-
-static void drop_unpin(struct zsw_target *t, const struct drop_pin *pin) {
-        if (pin->fault)
-                (void) pthread_setaffinity_np(t->fault_thread->thread, sizeof(pin->fault_mask),
-                                              &pin->fault_mask);
-        if (pin->target)
-                (void) sched_setaffinity(pin->tid, sizeof(pin->target_mask), &pin->target_mask);
-}
-
 /* Step 5: commit and drop.
  *
  * Every thread of the target is stopped first, and held until the drop
@@ -841,15 +779,9 @@ static int round_commit_drop(struct zsw_engine *e, struct zsw_target *t, struct 
         rd->runs_dropped += rd->n_runs;
 
         t0 = zsw_now_ns();
-        if (rd->n_runs > 0) {
-                struct drop_pin pin = {};
-
-                if (rd->n_runs >= DROP_PIN_RANGES)
-                        drop_pin(t, zsw_remote_tid(remote), &pin);
+        if (rd->n_runs > 0)
                 r = zsw_remote_madvise_ranges(remote, t->scratch, t->scratch_size, rd->runs,
                                               rd->n_runs, MADV_DONTNEED);
-                drop_unpin(t, &pin);
-        }
         rd->ns_inject += zsw_now_ns() - t0;
         /* The drop returned once its REMOVEs were read; once they are
          * handled, every REMOVE to come is the target's again. */
