@@ -280,21 +280,6 @@ void evict_forget_restored(struct zsw_target *t, uint64_t pgno, uint64_t n) {
 }
 
 /* Registers every eligible mapping (new ones appear as the target maps
- * memory; registering a registered range again is harmless). */
-int target_read_vmas(struct zsw_target *t, struct zsw_vma_list *ret) {
-        _cleanup_close_ int dir = -EBADF;
-        char path[32];
-
-        if (t->pid <= 0)
-                return -ESRCH;
-        snprintf(path, sizeof(path), "/proc/%d", t->pid);
-        dir = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dir < 0)
-                return -errno;
-        return zsw_vma_list_read(dir, "smaps", t->engine->log, ret);
-}
-
-/* Registers every eligible mapping (new ones appear as the target maps
  * memory; registering a registered range again is harmless) and returns
  * the ranges now registered, if ret is not NULL. */
 int evict_register_ranges(struct zsw_engine *e, struct zsw_target *t, struct zsw_range **ret,

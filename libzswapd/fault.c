@@ -51,7 +51,7 @@ static _Thread_local struct fault_buf *tls_buf;
  * the target for good. */
 static void wake_unresolved(struct zsw_target *t, uint64_t page, int error) {
         if (error != -EEXIST && error != -EAGAIN && error != -ESRCH)
-                zsw_log(t->engine->log, LOG_DEBUG, "Fault at 0x%" PRIx64 " of %d not resolved: %s; "
+                zsw_log(t->log, LOG_DEBUG, "Fault at 0x%" PRIx64 " of %d not resolved: %s; "
                         "waking the thread to retry", page, t->pid, strerror(-error));
         zsw_uffd_wake(t->uffd, page, ZSW_PAGE_SIZE);
 }
@@ -65,14 +65,14 @@ static void wake_unresolved(struct zsw_target *t, uint64_t page, int error) {
 static void fail_fault(struct zsw_target *t, uint64_t addr, int error) {
         int r;
 
-        zsw_log(t->engine->log, LOG_ERR,
+        zsw_log(t->log, LOG_ERR,
                 "Cannot restore page 0x%" PRIx64 " of process %d: %s; poisoning it, the process "
                 "gets SIGBUS there as the kernel gives on a swap read error",
                 addr, t->pid, strerror(-error));
         r = zsw_uffd_poison(t->uffd, addr, ZSW_PAGE_SIZE);
         if (r < 0) {
                 if (r != -EEXIST && r != -EAGAIN)
-                        zsw_log(t->engine->log, LOG_ERR, "Cannot poison page 0x%" PRIx64 " of %d: %s",
+                        zsw_log(t->log, LOG_ERR, "Cannot poison page 0x%" PRIx64 " of %d: %s",
                                 addr, t->pid, strerror(-r));
                 wake_unresolved(t, addr, r);
         }
@@ -392,7 +392,7 @@ static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const stru
                                 m->event == UFFD_EVENT_UNMAP ? REMOVAL_UNMAP : REMOVAL_REMOVE);
                 break;
         default:
-                zsw_log(t->engine->log, LOG_WARNING, "Unexpected userfaultfd event %u from %d, ignoring",
+                zsw_log(t->log, LOG_WARNING, "Unexpected userfaultfd event %u from %d, ignoring",
                         m->event, t->pid);
         }
 }
@@ -421,7 +421,7 @@ static void serve_target(struct fault_thread *ft, struct zsw_target *t) {
         } while (n == (int) MSGS_PER_READ);
         zsw_mutex_unlock(&t->serve_lock);
         if (n < 0 && n != -EAGAIN) {
-                zsw_log(t->engine->log, LOG_DEBUG, "Reading the userfaultfd of %d failed: %s",
+                zsw_log(t->log, LOG_DEBUG, "Reading the userfaultfd of %d failed: %s",
                         t->pid, strerror(-n));
                 engine_mark_dead(t->engine, t);
         }
