@@ -116,7 +116,7 @@ static int check_attachable(struct zsw_engine *e, pid_t pid, struct zsw_engine_e
 
 /* Makes t live: fault threads serve it, the reaper watches it. */
 static int target_publish(struct zsw_engine *e, struct zsw_target *t) {
-        int r = fault_threads_add(e, t);
+        int r = fault_threads_add(e->faults, t);
 
         if (r < 0)
                 return r;
@@ -125,7 +125,7 @@ static int target_publish(struct zsw_engine *e, struct zsw_target *t) {
 
                 if (epoll_ctl(e->reaper_epfd, EPOLL_CTL_ADD, t->pidfd, &ev) < 0) {
                         r = -errno;
-                        fault_threads_remove(e, t);
+                        fault_threads_remove(e->faults, t);
                         return r;
                 }
         }
@@ -149,7 +149,7 @@ static void target_unpublish(struct zsw_engine *e, struct zsw_target *t) {
         zsw_mutex_unlock(&e->table_lock);
         if (t->pidfd >= 0)
                 epoll_ctl(e->reaper_epfd, EPOLL_CTL_DEL, t->pidfd, NULL);
-        fault_threads_remove(e, t);
+        fault_threads_remove(e->faults, t);
 }
 
 /* Removes what attach left inside the target: its uffd reference and the
@@ -190,7 +190,6 @@ int zsw_engine_attach_with(struct zsw_engine *e, pid_t pid, const struct zsw_tar
                 r = -ENOMEM;
                 goto out;
         }
-        t->engine = e;
         r = target_configure(t, &(struct target_defaults) {
                                      .compressor = e->compressor,
                                      .compression_level = e->config.compression_level,
@@ -544,15 +543,16 @@ static pid_t find_new_child(struct zsw_engine *e, pid_t parent) {
         return best;
 }
 
-int engine_add_fork_child(struct zsw_engine *e, struct zsw_target *parent, int child_uffd) {
+/* A fork of parent (struct fault_events): the child is served from now on. */
+static void engine_add_fork_child(void *userdata, struct zsw_target *parent, int child_uffd) {
+        struct zsw_engine *e = userdata;
         struct zsw_target *t = target_new(0, e->log);
         int r;
 
         if (!t) {
                 safe_close(child_uffd);
-                return -ENOMEM;
+                return;
         }
-        t->engine = e;
         t->uffd = child_uffd;
         t->owner_config = parent->owner_config;
         t->prefetch_window = parent->prefetch_window;
@@ -566,7 +566,7 @@ int engine_add_fork_child(struct zsw_engine *e, struct zsw_target *parent, int c
                         "Cannot follow fork of process %d: %s; the child's evicted pages are lost",
                         parent->pid, strerror(-r));
                 target_free(t);
-                return r;
+                return;
         }
         /* The child is not in the parent's children list until its fork
          * completes, which waits for us to finish reading this event: the
@@ -575,13 +575,15 @@ int engine_add_fork_child(struct zsw_engine *e, struct zsw_target *parent, int c
         r = target_publish(e, t);
         if (r < 0) {
                 target_free(t);
-                return r;
+                return;
         }
         zsw_log(e->log, LOG_INFO, "Process %d forked; serving its child too", parent->pid);
-        return 0;
 }
 
-void engine_mark_dead(struct zsw_engine *e, struct zsw_target *t) {
+/* A target its fault thread gave up on (struct fault_events): the reaper
+ * forgets it. */
+static void engine_mark_dead(void *userdata, struct zsw_target *t) {
+        struct zsw_engine *e = userdata;
         uint64_t one = 1;
 
         atomic_store(&t->dead, true);
@@ -887,7 +889,13 @@ int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **r
                         r = -errno;
         }
         if (r >= 0)
-                r = fault_threads_start(e);
+                r = fault_threads_start(e->store, config->fault_threads, e->log,
+                                        &(struct fault_events) {
+                                                .fork_child = engine_add_fork_child,
+                                                .dead = engine_mark_dead,
+                                                .userdata = e,
+                                        },
+                                        &e->faults);
         if (r >= 0) {
                 r = -pthread_create(&e->reaper, NULL, reaper_main, e);
                 e->reaper_started = r == 0;
@@ -933,7 +941,7 @@ struct zsw_engine *zsw_engine_free(struct zsw_engine *e) {
         zsw_mutex_unlock(&e->control_lock);
         if (held > 0)
                 return NULL;
-        fault_threads_stop(e);
+        e->faults = fault_threads_stop(e->faults);
         zsw_parallel_free(e->evict_pool);
         evict_round_free(e->evict_round);
         /* No store runs any more: the shrinker can go. */

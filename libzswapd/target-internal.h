@@ -63,7 +63,6 @@ struct evict_batch {
 };
 
 struct zsw_target {
-        struct zsw_engine *engine;
         const struct zsw_log *log;      /* the engine's */
         pid_t pid;                      /* 0 while a fork child is unidentified */
         pid_t parent_pid;               /* of a fork child still to be named */
