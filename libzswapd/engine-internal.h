@@ -83,8 +83,7 @@ struct zsw_engine {
          * reclaim's compression shared with the evict pool's threads. */
         pthread_mutex_t worker_lock;
         struct zsw_worker *worker;
-        struct zsw_parallel *evict_pool;
-        struct evict_round *evict_round;        /* reclaim's buffers, kept between calls */
+        struct evictor evict;
 
         /* Age scans: every target every age_interval_ns (0: only when
          * asked), run by the reaper thread. */

@@ -243,7 +243,7 @@ int zsw_engine_attach_with(struct zsw_engine *e, pid_t pid, const struct zsw_tar
         r = target_publish(e, t);
         if (r < 0)
                 goto out_remote;
-        r = evict_register_ranges(e, t, NULL, NULL);
+        r = evict_register_ranges(&e->evict, t, NULL, NULL);
         if (r < 0) {
                 target_unpublish(e, t);
                 goto out_remote;
@@ -431,9 +431,10 @@ int zsw_engine_reclaim_cold(struct zsw_engine *e, pid_t pid, const struct zsw_re
                 return r;
         }
         if (scan_due)
-                (void) evict_age_scan(e, t);
+                (void) evict_age_scan(&e->evict, t);
         zsw_mutex_lock(&e->worker_lock, ZSW_LOCK_WORKER);
-        r = evict_target(e, t, req->max_bytes, req->min_cold_age_ms, &res, err);
+        r = evict_target(&e->evict, t, req->max_bytes, req->min_cold_age_ms, &res,
+                         err ? err->message : NULL, sizeof(err->message));
         zsw_mutex_unlock(&e->worker_lock);
         reclaim_note_stuck(t, r, err);
         zsw_mutex_unlock(&t->evict_lock);
@@ -455,7 +456,7 @@ int zsw_engine_age_scan(struct zsw_engine *e, pid_t pid, struct zsw_engine_error
         }
         zsw_mutex_lock(&t->evict_lock, ZSW_LOCK_EVICT);
         zsw_mutex_unlock(&e->control_lock);
-        r = evict_age_scan(e, t);
+        r = evict_age_scan(&e->evict, t);
         zsw_mutex_unlock(&t->evict_lock);
         return r < 0 ? fail(err, r, "age scan of process %d failed: %s", pid, strerror(-r)) : 0;
 }
@@ -484,7 +485,7 @@ static void age_due_targets(struct zsw_engine *e) {
                  * (ages only grow coarser by one period). */
                 if (zsw_mutex_trylock(&t->evict_lock, ZSW_LOCK_EVICT) != 0)
                         continue;
-                (void) evict_age_scan(e, t);
+                (void) evict_age_scan(&e->evict, t);
                 zsw_mutex_unlock(&t->evict_lock);
         }
 }
@@ -850,7 +851,7 @@ int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **r
         if (!e)
                 return -ENOMEM;
         e->config = *config;
-        e->log = config->log;
+        e->log = e->evict.log = config->log;
         if (config->age_interval_ms != UINT32_MAX)
                 e->age_interval_ns = (uint64_t) (config->age_interval_ms ?:
                                                  ZSW_ENGINE_AGE_INTERVAL_DEFAULT_MS) * 1000000;
@@ -879,7 +880,9 @@ int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **r
         if (r >= 0) {
                 long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 
-                r = zsw_parallel_new(e->store, cpus > 1 ? (unsigned) cpus - 1 : 0, &e->evict_pool);
+                e->evict.worker = e->worker;
+                r = zsw_parallel_new(e->store, cpus > 1 ? (unsigned) cpus - 1 : 0,
+                                     &e->evict.evict_pool);
         }
         if (r >= 0) {
                 e->reaper_epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -942,8 +945,8 @@ struct zsw_engine *zsw_engine_free(struct zsw_engine *e) {
         if (held > 0)
                 return NULL;
         e->faults = fault_threads_stop(e->faults);
-        zsw_parallel_free(e->evict_pool);
-        evict_round_free(e->evict_round);
+        zsw_parallel_free(e->evict.evict_pool);
+        evict_round_free(e->evict.evict_round);
         /* No store runs any more: the shrinker can go. */
         zsw_writeback_free(e->writeback);
         zsw_worker_free(e->worker);

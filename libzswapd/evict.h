@@ -8,19 +8,29 @@
 
 #include "target-internal.h"
 
-struct zsw_engine;
-struct zsw_engine_error;
+/* What an eviction runs with: the engine's log, and, under the engine's
+ * worker_lock, its store worker, the pool that shares a round's
+ * compression, and the round's buffers (made on the first reclaim, kept
+ * between calls, freed by evict_round_free()). */
+struct evictor {
+        const struct zsw_log *log;
+        struct zsw_worker *worker;      /* the engine's */
+        struct zsw_parallel *evict_pool;
+        struct evict_round *evict_round;
+};
 
 /* A round's pages are read and stored ZSW_EVICT_CHUNK_PAGES at a time,
  * the next chunk read while the last one is compressed, through the two
  * halves of one 2 MiB buffer. */
 #define ZSW_EVICT_CHUNK_PAGES 256u
 
-int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
-                 uint64_t min_age_ms, struct zsw_reclaim_result *res, struct zsw_engine_error *err);
+/* Evicts t's pages (see zsw_engine_reclaim_cold()), with t's evict_lock
+ * held; why, if not NULL, receives what stopped an eviction under way. */
+int evict_target(struct evictor *e, struct zsw_target *t, uint64_t max_bytes,
+                 uint64_t min_age_ms, struct zsw_reclaim_result *res, char *why, size_t why_size);
 /* An age scan of t (age.c), with evict_lock held. */
-int evict_age_scan(struct zsw_engine *e, struct zsw_target *t);
-int evict_register_ranges(struct zsw_engine *e, struct zsw_target *t, struct zsw_range **ret,
+int evict_age_scan(struct evictor *e, struct zsw_target *t);
+int evict_register_ranges(struct evictor *e, struct zsw_target *t, struct zsw_range **ret,
                           size_t *ret_n);
 struct evict_round *evict_round_free(struct evict_round *rd);
 /* Called by fault threads with serve_lock held. */
