@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * What engine.c (targets, attach, detach), fault.c (fault-service threads)
- * and evict.c (the eviction protocol) share. Not a public interface.
+ * The engine's state (struct zsw_engine), engine.c's alone: fault.c,
+ * evict.c and target.c never see it. Not a public interface.
  *
  * The lock order of zswapd, every lock of libzswapd and the daemon, in one
  * line (lockdep.h has it as ranks and checks it in debug builds):
@@ -33,7 +33,7 @@
  *     returns faults first, and reading an event lets the target's thread
  *     act on it, so a fault must never be served from a store view that
  *     an event already read has not yet changed.
- *   target->round_store_lock (rwlock): see struct zsw_target.
+ *   target->round_store_lock (rwlock): see struct zsw_target (target-internal.h).
  *   target->batch_lock (mutex): the state of the eviction in flight,
  *     shared between the evicting thread and the fault threads.
  *   engine->table_lock: the target list (a fork child is published under

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * The engine: the set of targets, attach and detach, the reaper that
- * forgets targets that exited or exec'ed, and statistics. Eviction is in
- * evict.c, fault service in fault.c. Lock order: engine-internal.h.
+ * forgets targets that exited or exec'ed, and statistics. The target
+ * object is in target.c, eviction in evict.c, fault service in fault.c;
+ * none of them calls back here. Lock order: engine-internal.h.
  */
 #include <dirent.h>
 #include <errno.h>
