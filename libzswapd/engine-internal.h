@@ -1,10 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * What engine.c (targets, attach, detach), fault.c (fault-service threads)
- * and evict.c (the eviction protocol) share. Not a public interface.
- *
- * A target is freed only after fault_threads_remove(): out of every epoll
- * set, and every fault thread past the batch that may have held it.
+ * The engine's state (struct zsw_engine), engine.c's alone: fault.c,
+ * evict.c and target.c never see it. Not a public interface.
  *
  * The lock order of zswapd, every lock of libzswapd and the daemon, in one
  * line (lockdep.h has it as ranks and checks it in debug builds):
@@ -36,7 +33,7 @@
  *     returns faults first, and reading an event lets the target's thread
  *     act on it, so a fault must never be served from a store view that
  *     an event already read has not yet changed.
- *   target->round_store_lock (rwlock): see struct zsw_target.
+ *   target->round_store_lock (rwlock): see struct zsw_target (target-internal.h).
  *   target->batch_lock (mutex): the state of the eviction in flight,
  *     shared between the evicting thread and the fault threads.
  *   engine->table_lock: the target list (a fork child is published under
@@ -59,166 +56,13 @@
 #include <stdbool.h>
 #include <sys/uio.h>
 
-#include "age.h"
-#include "heat.h"
-#include "lockdep.h"
 #include "engine.h"
-#include "histogram.h"
+#include "evict.h"
+#include "fault.h"
+#include "lockdep.h"
 #include "store.h"
+#include "target-internal.h"
 #include "vma.h"
-
-/* Pages per eviction round: one ptrace stop and one injected drop. A stop
- * costs milliseconds (the target must be scheduled to stop), so a round takes
- * 16 MiB; its pages are read and stored ZSW_EVICT_CHUNK_PAGES at a time,
- * the next chunk read while the last one is compressed, through the two
- * halves of one 2 MiB buffer. */
-#define ZSW_EVICT_MAX_PAGES 4096u
-#define ZSW_EVICT_CHUNK_PAGES 256u
-#define FAULT_PREFETCH_MAX 64u
-#define FAULT_ZEROS_PAGES 64u
-#define REFAULT_RING 1024u              /* refaults noted between two age scans */
-
-enum evict_state {
-        EVICT_IDLE,             /* no eviction in flight */
-        EVICT_COLLECTING,       /* write-protected, being read and stored */
-        EVICT_DROPPING,         /* committed: the drop is being injected */
-};
-
-/* The eviction in flight of one target: the pages of one round. */
-struct evict_batch {
-        enum evict_state state;
-        size_t n;
-        uint64_t addrs[ZSW_EVICT_MAX_PAGES];     /* sorted */
-        bool cancelled[ZSW_EVICT_MAX_PAGES];
-        size_t n_cancelled;
-        /* Pages of the drop (committed, not cancelled) whose
-         * UFFD_EVENT_REMOVE has been seen: our drop raises exactly one per
-         * page, so a second one is the target's own. */
-        bool drop_seen[ZSW_EVICT_MAX_PAGES];
-        /* The target moved other pages (and their entries) over these:
-         * they are no longer the round's (evict_on_move_in()). */
-        bool moved_in[ZSW_EVICT_MAX_PAGES];
-        /* Threads that wrote during the drop wait for it to finish. */
-        bool wake_pending;
-        /* While the target is stopped for the drop: its ranges, sorted,
-         * which join the round's runs across gaps that hold no page (see
-         * evict.c's round_bridge()). Every page in them is the round's
-         * until the drop is over: a fault there waits, and the REMOVE
-         * there is ours. NULL outside that time. */
-        const struct iovec *drop;
-        size_t n_drop;
-};
-
-struct zsw_target {
-        struct zsw_engine *engine;
-        pid_t pid;                      /* 0 while a fork child is unidentified */
-        pid_t parent_pid;               /* of a fork child still to be named */
-        int pidfd;
-        int uffd;                       /* the daemon's reference */
-        int target_uffd;                /* the target's own reference, -1 for fork children */
-        struct fault_thread *fault_thread; /* the one that serves it (fault_threads_add()) */
-        uint64_t scratch;               /* scratch mapping inside the target, 0 if none */
-        size_t scratch_size;
-        struct zsw_owner *owner;
-        struct zsw_owner_config owner_config;   /* as the owner was made */
-        unsigned prefetch_window;       /* pages, <= FAULT_PREFETCH_MAX */
-        unsigned zero_window;           /* pages, <= ZSW_ZERO_WINDOW_MAX */
-        _Atomic bool dead;              /* exited or exec'ed: to be reaped */
-        /* A reclaim that could not stop the target (-ETIMEDOUT): no other
-         * is tried before stuck_retry_ns, and the wait doubles each time
-         * (STUCK_BACKOFF_*). Under evict_lock. */
-        uint64_t stuck_retry_ns;
-        unsigned stuck_backoff_s;
-        char stuck_why[192];
-
-        pthread_mutex_t serve_lock;
-        pthread_mutex_t evict_lock;
-        pthread_mutex_t batch_lock;
-        struct evict_batch batch;
-        /* Read-held by each store of the round's pages, write-held by a
-         * move of entries into the round (evict_on_move_in()). */
-        pthread_rwlock_t round_store_lock;
-
-        /* Prefetch heuristic: a fault next to the previous one means a
-         * sequential stream. Under serve_lock. */
-        uint64_t last_fault_pgno, next_fault_pgno;
-        unsigned prefetched_last;
-        /* The window prefetch uses now (<= prefetch_window), as its
-         * recent prefetches paid (fault.c's prefetch_adapt()). Under
-         * serve_lock. */
-        unsigned prefetch_now;
-        unsigned prefetch_tries, prefetch_paid, prefetch_skipped;
-        uint32_t last_fault_tid;        /* of the last missing fault (fault.c's yield) */
-        /* The page after the last zero fill with a window: a write fault
-         * there is a stream filling fresh memory (fault.c). Under
-         * serve_lock. */
-        uint64_t zero_next_pgno;
-        _Atomic bool throttle;          /* zsw_engine_set_throttle() */
-        _Atomic uint64_t throttled_faults;
-
-        /* Page ages (age.c), under evict_lock; NULL before the first
-         * age scan. */
-        struct zsw_age *age;
-        uint64_t next_age_ns;
-        /* What the scans found, for stats: written under evict_lock and
-         * age_stats_lock, read under age_stats_lock alone (stats must not
-         * wait for a reclaim). */
-        pthread_mutex_t age_stats_lock;
-        struct zsw_age_scan_stats age_last;
-        uint64_t age_scans, age_scan_ns;
-        /* Periodic age scans, from the first reclaim that asked for a
-         * minimum age on; under control_lock. */
-        bool aging;
-        /* Pages that came back by a fault, for the next age scan (see
-         * zsw_age_note_refaults()): written by fault threads under
-         * serve_lock, read by the age scan under evict_lock. A burst of
-         * more than REFAULT_RING between two scans loses the oldest:
-         * those pages only miss the longer wait. */
-        _Atomic uint64_t refault_ring[REFAULT_RING];
-        _Atomic uint64_t refault_head;
-        uint64_t refault_tail;
-
-        /* Last use seen of each page (refaults, writes that cancelled a
-         * round): the order of eviction without a minimum age. */
-        struct zsw_heat *heat;
-        /* Where the next eviction without a minimum age starts: each one
-         * goes on from where the last stopped, round the address space,
-         * as a clock hand. Under evict_lock. */
-        uint64_t hand;
-        /* Ptrace stops of the target (eviction drops, attach, detach):
-         * how many, their total and longest time, from the first thread
-         * seized to the last one let go. */
-        _Atomic uint64_t stops, stopped_ns, stop_ns_max;
-        uint64_t attached_at_ns;
-
-        struct zsw_histogram fault_hist;
-        _Atomic uint64_t faults, zero_faults, prefetched, prefetch_hits;
-        /* Pages zero-filled after the faulting one by a first touch's
-         * window (they take no fault of ours, ever). */
-        _Atomic uint64_t zero_ahead;
-        /* Faults that brought back a page we had taken; WP faults that a
-         * write raised on a page an age scan or a round had protected. */
-        _Atomic uint64_t refaults, wp_faults;
-        _Atomic uint64_t evicted, evict_aborted;
-
-        struct zsw_target *next;
-};
-
-struct fault_buf;
-
-struct fault_thread {
-        struct zsw_engine *engine;
-        pthread_t thread;
-        int epfd;
-        int stop_fd;                    /* eventfd: kicks the thread, or stops it */
-        struct fault_buf *buf;          /* its pages for UFFDIO_COPY */
-        /* Batches of epoll events it finished, and whether it still runs:
-         * see fault_threads_remove(). */
-        atomic_uint_fast64_t batches;
-        atomic_bool running;
-        struct zsw_worker *worker;
-        bool started;
-};
 
 struct zsw_engine {
         struct zsw_engine_config config;
@@ -233,18 +77,13 @@ struct zsw_engine {
         struct zsw_target *targets;
         unsigned n_targets;
 
-        struct fault_thread *threads;
-        unsigned n_threads;
-        atomic_uint next_fault_thread;  /* the next target's (fault_threads_add()) */
-        const uint8_t *zeros;           /* FAULT_ZEROS_PAGES of zeros, read-only: what
-                                         * fault.c fills written fresh pages from */
+        struct fault_threads *faults;
 
         /* Reclaim and detach run on the caller's thread with this worker,
          * reclaim's compression shared with the evict pool's threads. */
         pthread_mutex_t worker_lock;
         struct zsw_worker *worker;
-        struct zsw_parallel *evict_pool;
-        struct evict_round *evict_round;        /* reclaim's buffers, kept between calls */
+        struct evictor evict;
 
         /* Age scans: every target every age_interval_ns (0: only when
          * asked), run by the reaper thread. */
@@ -256,84 +95,3 @@ struct zsw_engine {
         int reaper_stop_fd;
         bool reaper_started;
 };
-
-/* fault.c */
-int fault_threads_start(struct zsw_engine *e);
-void fault_threads_stop(struct zsw_engine *e);
-int fault_threads_add(struct zsw_engine *e, struct zsw_target *t);
-void fault_threads_remove(struct zsw_engine *e, struct zsw_target *t);
-
-/* Notes that page pgno of t came back by a fault; serve_lock held. */
-static inline void target_note_refault(struct zsw_target *t, uint64_t pgno) {
-        uint64_t h = atomic_load_explicit(&t->refault_head, memory_order_relaxed);
-
-        atomic_store_explicit(&t->refault_ring[h % REFAULT_RING], pgno, memory_order_relaxed);
-        atomic_store_explicit(&t->refault_head, h + 1, memory_order_release);
-}
-
-/* Accounts a ptrace stop of t that began at start_ns and ends now. */
-static inline void target_count_stop(struct zsw_target *t, uint64_t start_ns) {
-        uint64_t ns = zsw_now_ns() - start_ns;
-        uint64_t max = atomic_load_explicit(&t->stop_ns_max, memory_order_relaxed);
-
-        atomic_fetch_add_explicit(&t->stops, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&t->stopped_ns, ns, memory_order_relaxed);
-        while (ns > max && !atomic_compare_exchange_weak_explicit(&t->stop_ns_max, &max, ns,
-                                                                  memory_order_relaxed,
-                                                                  memory_order_relaxed))
-                ;
-}
-
-/* evict.c */
-int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
-                 uint64_t min_age_ms, struct zsw_reclaim_result *res, struct zsw_engine_error *err);
-/* An age scan of t (age.c), with evict_lock held. */
-int evict_age_scan(struct zsw_engine *e, struct zsw_target *t);
-int evict_register_ranges(struct zsw_engine *e, struct zsw_target *t, struct zsw_range **ret,
-                          size_t *ret_n);
-int target_read_vmas(struct zsw_target *t, struct zsw_vma_list *ret);
-struct evict_round *evict_round_free(struct evict_round *rd);
-/* Called by fault threads with serve_lock held. */
-bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr);
-enum evict_removal {
-        REMOVAL_REMOVE,         /* UFFD_EVENT_REMOVE: the target's DONTNEED/FREE, or our drop */
-        REMOVAL_UNMAP,          /* munmap: entries go */
-        REMOVAL_MOVE,           /* the source of an mremap: entries move */
-};
-/* Applies the target's removal of [start, end): pages of the round in
- * flight are cancelled, and stored copies of what the target discarded are
- * dropped (the range reads zeros); our own drop changes nothing. */
-void evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, enum evict_removal kind);
-enum evict_restore {
-        RESTORE_STORE,          /* serve it from the store (or zero-fill if none) */
-        RESTORE_ZERO,           /* zero-fill: the round cancelled the page, its entry may hold
-                                 * what the target discarded (stored after the discard) */
-        RESTORE_WAIT,           /* the page is being dropped: the round wakes the thread
-                                 * once the drop is done and our REMOVE told apart from any
-                                 * of the target's (before that, an entry may be one the
-                                 * target discarded) */
-};
-/* How a missing fault on pgno may be served. With defer, RESTORE_WAIT
- * also asks the round to wake the faulting threads at its end. */
-enum evict_restore evict_may_restore(struct zsw_target *t, uint64_t pgno, bool defer);
-/* The target moved pages over [start, end) (mremap, REMAP event): pages
- * of the round in flight there leave it. Returns true if there were any:
- * then the caller moves the entries with round_store_lock write-held. */
-bool evict_on_move_in(struct zsw_target *t, uint64_t start, uint64_t end);
-
-/* The first page of [from, end) that the eviction round in flight holds
- * (whatever its state), end if none. */
-uint64_t evict_first_in_round(struct zsw_target *t, uint64_t from, uint64_t end);
-/* Pages [pgno, pgno + n) are back in place in the target: drops their
- * stored copies, now stale, except those of pages in the eviction round in
- * flight. Such a round may have read and stored the page we just placed,
- * and only the round knows whether that entry is the one that counts
- * (the page gets dropped) or not (the round cancels the page and drops
- * the entry itself); a stale entry of a present page is never read, a
- * wrongly dropped one is a lost page. batch_lock covers the invalidation
- * so that no round can take one of these pages in between. */
-void evict_forget_restored(struct zsw_target *t, uint64_t pgno, uint64_t n);
-
-/* engine.c */
-int engine_add_fork_child(struct zsw_engine *e, struct zsw_target *parent, int child_uffd);
-void engine_mark_dead(struct zsw_engine *e, struct zsw_target *t);

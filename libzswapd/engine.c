@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * The engine: the set of targets, attach and detach, the reaper that
- * forgets targets that exited or exec'ed, and statistics. Eviction is in
- * evict.c, fault service in fault.c. Lock order: engine-internal.h.
+ * forgets targets that exited or exec'ed, and statistics. The target
+ * object is in target.c, eviction in evict.c, fault service in fault.c;
+ * none of them calls back here. Lock order: engine-internal.h.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -29,11 +30,6 @@
 #define SCRATCH_SIZE (64u * 1024u)
 #define DETACH_CHUNK 64u
 #define PF_KTHREAD 0x00200000u
-/* A target that could not be stopped for a reclaim is not tried again for
- * 10 s, then 20, 40 ... up to 10 min: each try costs the caller (a policy's
- * reclaim worker) ZSW_REMOTE_STOP_TIMEOUT_MS of waiting. */
-#define STUCK_BACKOFF_MIN_S 10u
-#define STUCK_BACKOFF_MAX_S 600u
 
 static const uint64_t uffd_features = UFFD_FEATURE_EVENT_FORK | UFFD_FEATURE_EVENT_REMAP |
                                       UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP |
@@ -119,58 +115,9 @@ static int check_attachable(struct zsw_engine *e, pid_t pid, struct zsw_engine_e
         return 0;
 }
 
-static struct zsw_target *target_free(struct zsw_target *t);
-
-static struct zsw_target *target_new(struct zsw_engine *e, pid_t pid) {
-        struct zsw_target *t = calloc(1, sizeof(*t));
-
-        if (!t)
-                return NULL;
-        t->engine = e;
-        t->pid = pid;
-        t->attached_at_ns = zsw_now_ns();
-        t->pidfd = t->uffd = t->target_uffd = -EBADF;
-        pthread_mutex_init(&t->serve_lock, NULL);
-        pthread_mutex_init(&t->evict_lock, NULL);
-        pthread_mutex_init(&t->batch_lock, NULL);
-        {
-                pthread_rwlockattr_t a;
-
-                /* A move waits for the stores in flight, not for every
-                 * store still to come. */
-                pthread_rwlockattr_init(&a);
-                pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-                pthread_rwlock_init(&t->round_store_lock, &a);
-                pthread_rwlockattr_destroy(&a);
-        }
-        pthread_mutex_init(&t->age_stats_lock, NULL);
-        if (zsw_heat_new(&t->heat) < 0) {
-                target_free(t);
-                return NULL;
-        }
-        return t;
-}
-
-static struct zsw_target *target_free(struct zsw_target *t) {
-        if (!t)
-                return NULL;
-        zsw_store_owner_free(t->owner);
-        zsw_age_free(t->age);
-        zsw_heat_free(t->heat);
-        safe_close(t->uffd);
-        safe_close(t->pidfd);
-        pthread_mutex_destroy(&t->serve_lock);
-        pthread_mutex_destroy(&t->evict_lock);
-        pthread_mutex_destroy(&t->batch_lock);
-        pthread_rwlock_destroy(&t->round_store_lock);
-        pthread_mutex_destroy(&t->age_stats_lock);
-        free(t);
-        return NULL;
-}
-
 /* Makes t live: fault threads serve it, the reaper watches it. */
 static int target_publish(struct zsw_engine *e, struct zsw_target *t) {
-        int r = fault_threads_add(e, t);
+        int r = fault_threads_add(e->faults, t);
 
         if (r < 0)
                 return r;
@@ -179,7 +126,7 @@ static int target_publish(struct zsw_engine *e, struct zsw_target *t) {
 
                 if (epoll_ctl(e->reaper_epfd, EPOLL_CTL_ADD, t->pidfd, &ev) < 0) {
                         r = -errno;
-                        fault_threads_remove(e, t);
+                        fault_threads_remove(e->faults, t);
                         return r;
                 }
         }
@@ -203,7 +150,7 @@ static void target_unpublish(struct zsw_engine *e, struct zsw_target *t) {
         zsw_mutex_unlock(&e->table_lock);
         if (t->pidfd >= 0)
                 epoll_ctl(e->reaper_epfd, EPOLL_CTL_DEL, t->pidfd, NULL);
-        fault_threads_remove(e, t);
+        fault_threads_remove(e->faults, t);
 }
 
 /* Removes what attach left inside the target: its uffd reference and the
@@ -226,37 +173,6 @@ static int target_cleanup_remote(struct zsw_engine *e, struct zsw_target *t) {
         return 0;
 }
 
-/* The owner settings and prefetch window of a target from its config (NULL:
- * the engine's). */
-static int target_configure(struct zsw_engine *e, struct zsw_target *t,
-                            const struct zsw_target_config *tc, struct zsw_engine_error *err) {
-        int c = (int) e->compressor, level = e->config.compression_level;
-
-        t->prefetch_window = MIN(e->config.prefetch_window, FAULT_PREFETCH_MAX);
-        t->prefetch_now = t->prefetch_window;
-        t->zero_window = MIN(e->config.zero_window, ZSW_ZERO_WINDOW_MAX);
-        if (tc) {
-                if (tc->compressor) {
-                        c = zsw_compressor_from_string(tc->compressor);
-                        if (c < 0)
-                                return fail(err, -EINVAL, "unknown compressor '%s'",
-                                            tc->compressor);
-                        if (c != (int) e->compressor)
-                                level = 0;
-                }
-                if (tc->compression_level != 0)
-                        level = tc->compression_level;
-                t->prefetch_window = MIN(tc->prefetch_window, FAULT_PREFETCH_MAX);
-                t->prefetch_now = t->prefetch_window;
-                t->zero_window = MIN(tc->zero_window, ZSW_ZERO_WINDOW_MAX);
-                t->owner_config.max_pages = tc->max_pool_pages;
-                t->owner_config.no_writeback = tc->no_writeback;
-        }
-        t->owner_config.compressor = (enum zsw_compressor) c;
-        t->owner_config.level = c == ZSW_COMPRESSOR_ZSTD ? (level ?: ZSW_ZSTD_LEVEL_DEFAULT) : 0;
-        return 0;
-}
-
 int zsw_engine_attach(struct zsw_engine *e, pid_t pid, struct zsw_engine_error *err) {
         return zsw_engine_attach_with(e, pid, NULL, err);
 }
@@ -270,14 +186,21 @@ int zsw_engine_attach_with(struct zsw_engine *e, pid_t pid, const struct zsw_tar
         r = check_attachable(e, pid, err);
         if (r < 0)
                 goto out;
-        t = target_new(e, pid);
+        t = target_new(pid, e->log);
         if (!t) {
                 r = -ENOMEM;
                 goto out;
         }
-        r = target_configure(e, t, tc, err);
-        if (r < 0)
+        r = target_configure(t, &(struct target_defaults) {
+                                     .compressor = e->compressor,
+                                     .compression_level = e->config.compression_level,
+                                     .prefetch_window = e->config.prefetch_window,
+                                     .zero_window = e->config.zero_window,
+                             }, tc);
+        if (r < 0) {
+                r = fail(err, r, "unknown compressor '%s'", tc->compressor);
                 goto out;
+        }
         t->pidfd = (int) syscall(SYS_pidfd_open, pid, 0);
         if (t->pidfd < 0) {
                 r = fail(err, -errno, "cannot open process %d: %s", pid, strerror(errno));
@@ -321,7 +244,7 @@ int zsw_engine_attach_with(struct zsw_engine *e, pid_t pid, const struct zsw_tar
         r = target_publish(e, t);
         if (r < 0)
                 goto out_remote;
-        r = evict_register_ranges(e, t, NULL, NULL);
+        r = evict_register_ranges(&e->evict, t, NULL, NULL);
         if (r < 0) {
                 target_unpublish(e, t);
                 goto out_remote;
@@ -462,20 +385,13 @@ int zsw_engine_reclaim(struct zsw_engine *e, pid_t pid, uint64_t max_bytes,
 }
 
 /* A round that could not stop the target was given up and rolled back
- * (evict.c): say why, and hold off the next tries (STUCK_BACKOFF_*). */
+ * (evict.c): say why, and hold off the next tries (target_note_reclaim()). */
 static void reclaim_note_stuck(struct zsw_target *t, int r, struct zsw_engine_error *err) {
         struct zsw_engine_error e2 = {};
 
-        if (r != -ETIMEDOUT) {
-                if (r >= 0)
-                        t->stuck_backoff_s = 0;
+        target_note_reclaim(t, r);
+        if (r != -ETIMEDOUT)
                 return;
-        }
-        t->stuck_backoff_s = t->stuck_backoff_s ? MIN(t->stuck_backoff_s * 2, STUCK_BACKOFF_MAX_S) :
-                                                  STUCK_BACKOFF_MIN_S;
-        t->stuck_retry_ns = zsw_now_ns() + t->stuck_backoff_s * 1000000000ull;
-        if (zsw_remote_describe_stuck(t->pid, t->stuck_why, sizeof(t->stuck_why)) < 0)
-                snprintf(t->stuck_why, sizeof(t->stuck_why), "no thread of it looks stuck now");
         snprintf(e2.message, sizeof(e2.message), "the round in progress was undone; next try in "
                  "%u s", t->stuck_backoff_s);
         (void) fail_stuck(err, t->pid, e2.message);
@@ -516,9 +432,10 @@ int zsw_engine_reclaim_cold(struct zsw_engine *e, pid_t pid, const struct zsw_re
                 return r;
         }
         if (scan_due)
-                (void) evict_age_scan(e, t);
+                (void) evict_age_scan(&e->evict, t);
         zsw_mutex_lock(&e->worker_lock, ZSW_LOCK_WORKER);
-        r = evict_target(e, t, req->max_bytes, req->min_cold_age_ms, &res, err);
+        r = evict_target(&e->evict, t, req->max_bytes, req->min_cold_age_ms, &res,
+                         err ? err->message : NULL, sizeof(err->message));
         zsw_mutex_unlock(&e->worker_lock);
         reclaim_note_stuck(t, r, err);
         zsw_mutex_unlock(&t->evict_lock);
@@ -540,7 +457,7 @@ int zsw_engine_age_scan(struct zsw_engine *e, pid_t pid, struct zsw_engine_error
         }
         zsw_mutex_lock(&t->evict_lock, ZSW_LOCK_EVICT);
         zsw_mutex_unlock(&e->control_lock);
-        r = evict_age_scan(e, t);
+        r = evict_age_scan(&e->evict, t);
         zsw_mutex_unlock(&t->evict_lock);
         return r < 0 ? fail(err, r, "age scan of process %d failed: %s", pid, strerror(-r)) : 0;
 }
@@ -569,7 +486,7 @@ static void age_due_targets(struct zsw_engine *e) {
                  * (ages only grow coarser by one period). */
                 if (zsw_mutex_trylock(&t->evict_lock, ZSW_LOCK_EVICT) != 0)
                         continue;
-                (void) evict_age_scan(e, t);
+                (void) evict_age_scan(&e->evict, t);
                 zsw_mutex_unlock(&t->evict_lock);
         }
 }
@@ -628,13 +545,15 @@ static pid_t find_new_child(struct zsw_engine *e, pid_t parent) {
         return best;
 }
 
-int engine_add_fork_child(struct zsw_engine *e, struct zsw_target *parent, int child_uffd) {
-        struct zsw_target *t = target_new(e, 0);
+/* A fork of parent (struct fault_events): the child is served from now on. */
+static void engine_add_fork_child(void *userdata, struct zsw_target *parent, int child_uffd) {
+        struct zsw_engine *e = userdata;
+        struct zsw_target *t = target_new(0, e->log);
         int r;
 
         if (!t) {
                 safe_close(child_uffd);
-                return -ENOMEM;
+                return;
         }
         t->uffd = child_uffd;
         t->owner_config = parent->owner_config;
@@ -649,7 +568,7 @@ int engine_add_fork_child(struct zsw_engine *e, struct zsw_target *parent, int c
                         "Cannot follow fork of process %d: %s; the child's evicted pages are lost",
                         parent->pid, strerror(-r));
                 target_free(t);
-                return r;
+                return;
         }
         /* The child is not in the parent's children list until its fork
          * completes, which waits for us to finish reading this event: the
@@ -658,13 +577,15 @@ int engine_add_fork_child(struct zsw_engine *e, struct zsw_target *parent, int c
         r = target_publish(e, t);
         if (r < 0) {
                 target_free(t);
-                return r;
+                return;
         }
         zsw_log(e->log, LOG_INFO, "Process %d forked; serving its child too", parent->pid);
-        return 0;
 }
 
-void engine_mark_dead(struct zsw_engine *e, struct zsw_target *t) {
+/* A target its fault thread gave up on (struct fault_events): the reaper
+ * forgets it. */
+static void engine_mark_dead(void *userdata, struct zsw_target *t) {
+        struct zsw_engine *e = userdata;
         uint64_t one = 1;
 
         atomic_store(&t->dead, true);
@@ -791,89 +712,13 @@ static void *reaper_main(void *userdata) {
         return NULL;
 }
 
-static void fill_target_stats(struct zsw_engine *e, struct zsw_target *t, struct zsw_target_stats *s) {
-        struct zsw_store_stats os, gs;
-        unsigned prefetch_now;
-        char path[64];
-        unsigned long long size, resident;
-        FILE *f;
-
-        /* Events the target has seen through (its munmap returned) may be
-         * read but not yet handled: wait for them, so that what we report
-         * matches what the target did. */
-        zsw_mutex_lock(&t->serve_lock, ZSW_LOCK_SERVE);
-        zsw_store_owner_get_stats(t->owner, &os);
-        prefetch_now = t->prefetch_now;
-        zsw_mutex_unlock(&t->serve_lock);
-        zsw_store_get_stats(e->store, &gs);
-        *s = (struct zsw_target_stats) {
-                .pid = t->pid,
-                .stored_pages = os.stored_pages,
-                .payload_bytes = os.payload_bytes,
-                .pool_bytes = gs.payload_bytes ? (uint64_t) ((double) gs.pool_bytes *
-                                                             os.payload_bytes / gs.payload_bytes) : 0,
-                .same_filled_pages = os.same_filled_pages,
-                .evicted_pages = atomic_load(&t->evicted),
-                .evict_aborted = atomic_load(&t->evict_aborted),
-                .faults = atomic_load(&t->faults),
-                .zero_faults = atomic_load(&t->zero_faults),
-                .zero_ahead_pages = atomic_load(&t->zero_ahead),
-                .throttled_faults = atomic_load(&t->throttled_faults),
-                .throttled = atomic_load(&t->throttle),
-                .refaults = atomic_load(&t->refaults),
-                .wp_faults = atomic_load(&t->wp_faults),
-                .prefetched_pages = atomic_load(&t->prefetched),
-                .prefetch_hits = atomic_load(&t->prefetch_hits),
-                .fault_ns_p50 = zsw_histogram_percentile(&t->fault_hist, 0.50),
-                .fault_ns_p95 = zsw_histogram_percentile(&t->fault_hist, 0.95),
-                .fault_ns_p99 = zsw_histogram_percentile(&t->fault_hist, 0.99),
-                .stops = atomic_load(&t->stops),
-                .stopped_ns = atomic_load(&t->stopped_ns),
-                .stop_ns_max = atomic_load(&t->stop_ns_max),
-                .attached_ns = zsw_now_ns() - t->attached_at_ns,
-                .heat_uses = zsw_heat_touched(t->heat),
-                .heat_table_bytes = zsw_heat_bytes(t->heat),
-                .written_back_pages = os.written_back,
-                .disk_pages = os.disk_pages,
-                .disk_bytes = os.disk_bytes,
-                .disk_reads = os.disk_reads,
-                .refused_limit = os.rejects[ZSW_REJECT_LIMIT],
-                .refused_pool_limit = os.rejects[ZSW_REJECT_POOL_LIMIT],
-                .refused_writeback_off = os.rejects[ZSW_REJECT_WRITEBACK_OFF],
-                .refused_reclaim_fail = os.rejects[ZSW_REJECT_RECLAIM_FAIL],
-                .compressor = zsw_compressor_to_string(t->owner_config.compressor),
-                .compression_level = t->owner_config.level,
-                .prefetch_window = t->prefetch_window,
-                .prefetch_window_now = prefetch_now,
-                .zero_window = t->zero_window,
-                .max_pool_pages = t->owner_config.max_pages,
-                .no_writeback = t->owner_config.no_writeback,
-        };
-        zsw_mutex_lock(&t->age_stats_lock, ZSW_LOCK_AGE_STATS);
-        s->age_scans = t->age_scans;
-        s->age_present_pages = t->age_last.present_pages;
-        s->age_idle_pages = t->age_last.idle_pages;
-        s->age_protected_pages = t->age_last.protected_pages;
-        s->age_table_bytes = t->age_last.table_bytes;
-        s->age_scan_ns_last = t->age_last.duration_ns;
-        s->age_scan_ns_total = t->age_scan_ns;
-        zsw_mutex_unlock(&t->age_stats_lock);
-        snprintf(path, sizeof(path), "/proc/%d/statm", t->pid);
-        f = t->pid > 0 ? fopen(path, "re") : NULL;
-        if (f) {
-                if (fscanf(f, "%llu %llu", &size, &resident) == 2)
-                        s->resident_bytes = resident * (uint64_t) sysconf(_SC_PAGESIZE);
-                fclose(f);
-        }
-}
-
 int zsw_engine_get_target_stats(struct zsw_engine *e, pid_t pid, struct zsw_target_stats *ret) {
         struct zsw_target *t;
 
         zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
         t = find_target(e, pid);
         if (t)
-                fill_target_stats(e, t, ret);
+                target_fill_stats(t, e->store, ret);
         zsw_mutex_unlock(&e->control_lock);
         return t ? 0 : -ENOENT;
 }
@@ -1007,7 +852,7 @@ int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **r
         if (!e)
                 return -ENOMEM;
         e->config = *config;
-        e->log = config->log;
+        e->log = e->evict.log = config->log;
         if (config->age_interval_ms != UINT32_MAX)
                 e->age_interval_ns = (uint64_t) (config->age_interval_ms ?:
                                                  ZSW_ENGINE_AGE_INTERVAL_DEFAULT_MS) * 1000000;
@@ -1036,7 +881,9 @@ int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **r
         if (r >= 0) {
                 long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 
-                r = zsw_parallel_new(e->store, cpus > 1 ? (unsigned) cpus - 1 : 0, &e->evict_pool);
+                e->evict.worker = e->worker;
+                r = zsw_parallel_new(e->store, cpus > 1 ? (unsigned) cpus - 1 : 0,
+                                     &e->evict.evict_pool);
         }
         if (r >= 0) {
                 e->reaper_epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -1046,7 +893,13 @@ int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **r
                         r = -errno;
         }
         if (r >= 0)
-                r = fault_threads_start(e);
+                r = fault_threads_start(e->store, config->fault_threads, e->log,
+                                        &(struct fault_events) {
+                                                .fork_child = engine_add_fork_child,
+                                                .dead = engine_mark_dead,
+                                                .userdata = e,
+                                        },
+                                        &e->faults);
         if (r >= 0) {
                 r = -pthread_create(&e->reaper, NULL, reaper_main, e);
                 e->reaper_started = r == 0;
@@ -1092,9 +945,9 @@ struct zsw_engine *zsw_engine_free(struct zsw_engine *e) {
         zsw_mutex_unlock(&e->control_lock);
         if (held > 0)
                 return NULL;
-        fault_threads_stop(e);
-        zsw_parallel_free(e->evict_pool);
-        evict_round_free(e->evict_round);
+        e->faults = fault_threads_stop(e->faults);
+        zsw_parallel_free(e->evict.evict_pool);
+        evict_round_free(e->evict.evict_round);
         /* No store runs any more: the shrinker can go. */
         zsw_writeback_free(e->writeback);
         zsw_worker_free(e->worker);

@@ -50,7 +50,7 @@
 #include <sys/mman.h>
 #include <sys/uio.h>
 
-#include "engine-internal.h"
+#include "evict.h"
 #include "parallel.h"
 #include "remote.h"
 #include "uffd.h"
@@ -288,24 +288,9 @@ void evict_forget_restored(struct zsw_target *t, uint64_t pgno, uint64_t n) {
 }
 
 /* Registers every eligible mapping (new ones appear as the target maps
- * memory; registering a registered range again is harmless). */
-int target_read_vmas(struct zsw_target *t, struct zsw_vma_list *ret) {
-        _cleanup_close_ int dir = -EBADF;
-        char path[32];
-
-        if (t->pid <= 0)
-                return -ESRCH;
-        snprintf(path, sizeof(path), "/proc/%d", t->pid);
-        dir = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dir < 0)
-                return -errno;
-        return zsw_vma_list_read(dir, "smaps", t->engine->log, ret);
-}
-
-/* Registers every eligible mapping (new ones appear as the target maps
  * memory; registering a registered range again is harmless) and returns
  * the ranges now registered, if ret is not NULL. */
-int evict_register_ranges(struct zsw_engine *e, struct zsw_target *t, struct zsw_range **ret,
+int evict_register_ranges(struct evictor *e, struct zsw_target *t, struct zsw_range **ret,
                           size_t *ret_n) {
         struct zsw_vma_list l = {};
         _cleanup_free_ struct zsw_range *ranges = NULL;
@@ -402,7 +387,7 @@ struct evict_round *evict_round_free(struct evict_round *rd) {
  * table; docs/performance.md), 512 of them a reclaim call's worth. The
  * buffer is one aligned huge page where the kernel has one: one fault per
  * reclaim call, as its memory goes back after each (evict_target()). */
-static int evict_round_get(struct zsw_engine *e, struct evict_round **ret) {
+static int evict_round_get(struct evictor *e, struct evict_round **ret) {
         struct evict_round *rd;
         uint8_t *m;
 
@@ -470,7 +455,7 @@ static void store_batch(void *arg, struct zsw_worker *w, size_t item) {
 }
 
 /* Step 3 for the chunk of pages from first: reads them into half h. */
-static int chunk_read(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd,
+static int chunk_read(struct evictor *e, struct zsw_target *t, struct evict_round *rd,
                       size_t first, size_t h) {
         struct evict_batch *b = &t->batch;
         size_t n = MIN((size_t) ZSW_EVICT_CHUNK_PAGES, b->n - first);
@@ -487,7 +472,7 @@ static int chunk_read(struct zsw_engine *e, struct zsw_target *t, struct evict_r
 /* Steps 3-4, a chunk at a time: while the evict pool's threads compress a
  * chunk, this thread reads the next one into the other half of the buffer,
  * then joins in the compression. */
-static int round_read_store(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd) {
+static int round_read_store(struct evictor *e, struct zsw_target *t, struct evict_round *rd) {
         struct evict_batch *b = &t->batch;
         size_t h = 0;
         int r;
@@ -561,7 +546,7 @@ static int round_keep_protected(struct zsw_target *t, struct evict_round *rd) {
 }
 
 /* Steps 2-4: protect, read, store. Pages that cannot go are cancelled. */
-static int round_collect(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd,
+static int round_collect(struct evictor *e, struct zsw_target *t, struct evict_round *rd,
                          struct zsw_reclaim_result *res) {
         struct evict_batch *b = &t->batch;
         uint64_t t0 = zsw_now_ns();
@@ -726,7 +711,7 @@ static void round_bridge(struct zsw_target *t, struct evict_round *rd) {
  *
  * round_commit_drop() runs with every thread stopped; round_drop() stops
  * them, lets them go and accounts the stop. */
-static int round_commit_drop(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd,
+static int round_commit_drop(struct evictor *e, struct zsw_target *t, struct evict_round *rd,
                              struct zsw_remote *remote) {
         struct evict_batch *b = &t->batch;
         uint64_t rseq = 0, t0;
@@ -794,7 +779,7 @@ static int round_commit_drop(struct zsw_engine *e, struct zsw_target *t, struct 
         return r;
 }
 
-static int round_drop(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd,
+static int round_drop(struct evictor *e, struct zsw_target *t, struct evict_round *rd,
                       struct zsw_reclaim_result *res) {
         struct evict_batch *b = &t->batch;
         struct zsw_remote *remote = NULL;
@@ -834,7 +819,7 @@ static int round_drop(struct zsw_engine *e, struct zsw_target *t, struct evict_r
         return r;
 }
 
-static int evict_round(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd,
+static int evict_round(struct evictor *e, struct zsw_target *t, struct evict_round *rd,
                        const struct zsw_page_run *regions, size_t n_regions,
                        struct zsw_reclaim_result *res) {
         struct evict_batch *b = &t->batch;
@@ -1039,7 +1024,7 @@ static int cmp_run(const void *a, const void *b) {
 
 /* Evicts the n regions gathered in rd->regions as one round: sorted
  * first, as they may come from both sides of the hand. */
-static int flush_round(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd, size_t n,
+static int flush_round(struct evictor *e, struct zsw_target *t, struct evict_round *rd, size_t n,
                        struct zsw_reclaim_result *res) {
         int r;
 
@@ -1081,7 +1066,7 @@ static int drop_hot(struct zsw_heat *heat, uint64_t cold_ns, struct zsw_page_run
  * for cold_ns (the minimum age: a page that came back by a fault waits
  * that long, more for a hot one, before it goes again); else pages cold
  * for cold_ns by heat alone. */
-static int evict_pass(struct zsw_engine *e, struct zsw_target *t, struct evict_round *rd,
+static int evict_pass(struct evictor *e, struct zsw_target *t, struct evict_round *rd,
                       const struct zsw_range *seg, size_t n_seg, uint64_t cold_ns, uint32_t age,
                       uint64_t budget, struct zsw_reclaim_result *res) {
         uint64_t pages = 0;
@@ -1125,9 +1110,8 @@ static int evict_pass(struct zsw_engine *e, struct zsw_target *t, struct evict_r
         return flush_round(e, t, rd, n, res);
 }
 
-int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
-                 uint64_t min_age_ms, struct zsw_reclaim_result *res,
-                 struct zsw_engine_error *err) {
+int evict_target(struct evictor *e, struct zsw_target *t, uint64_t max_bytes,
+                 uint64_t min_age_ms, struct zsw_reclaim_result *res, char *why, size_t why_size) {
         _cleanup_free_ struct zsw_range *ranges = NULL, *seg = NULL;
         _cleanup_close_ int pagemap = -EBADF;
         struct evict_round *rd = NULL;
@@ -1181,8 +1165,8 @@ int evict_target(struct zsw_engine *e, struct zsw_target *t, uint64_t max_bytes,
                 rd->ns_scan / 1000000, rd->ns_protect / 1000000, rd->ns_read / 1000000,
                 rd->ns_store / 1000000, rd->ns_drop / 1000000, rd->ns_seize / 1000000,
                 rd->ns_inject / 1000000, rd->ns_sync / 1000000, rd->runs_chosen, rd->runs_dropped);
-        if (r < 0 && err)
-                snprintf(err->message, sizeof(err->message),
+        if (r < 0 && why)
+                snprintf(why, why_size,
                          "eviction of process %d stopped after %" PRIu64 " pages: %s", t->pid,
                          res->evicted_pages, strerror(-r));
         return r < 0 ? r : 0;
@@ -1206,7 +1190,7 @@ static void age_note_refaults(struct zsw_target *t) {
         t->refault_tail = head;
 }
 
-int evict_age_scan(struct zsw_engine *e, struct zsw_target *t) {
+int evict_age_scan(struct evictor *e, struct zsw_target *t) {
         _cleanup_free_ struct zsw_range *ranges = NULL;
         _cleanup_close_ int pagemap = -EBADF;
         struct zsw_age_scan_stats st;

@@ -29,10 +29,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "engine-internal.h"
+#include "evict.h"
+#include "fault.h"
 #include "uffd.h"
 
 #define MSGS_PER_READ 16u
+#define FAULT_ZEROS_PAGES 64u
 
 struct fault_buf {
         /* One page for the faulting address and the prefetch window behind
@@ -40,7 +42,32 @@ struct fault_buf {
         _Alignas(4096) uint8_t pages[(1 + FAULT_PREFETCH_MAX) * ZSW_PAGE_SIZE];
 };
 
+struct fault_thread {
+        struct fault_threads *set;
+        pthread_t thread;
+        int epfd;
+        int stop_fd;                    /* eventfd: kicks the thread, or stops it */
+        struct fault_buf *buf;          /* its pages for UFFDIO_COPY */
+        /* Batches of epoll events it finished, and whether it still runs:
+         * see fault_threads_remove(). */
+        atomic_uint_fast64_t batches;
+        atomic_bool running;
+        struct zsw_worker *worker;
+        bool started;
+};
+
+struct fault_threads {
+        const struct zsw_log *log;
+        struct fault_events events;
+        struct fault_thread *threads;
+        unsigned n_threads;
+        atomic_uint next_fault_thread;  /* the next target's (fault_threads_add()) */
+        const uint8_t *zeros;           /* FAULT_ZEROS_PAGES of zeros, read-only: what
+                                         * written fresh pages are filled from */
+};
+
 static _Thread_local struct fault_buf *tls_buf;
+static _Thread_local const uint8_t *tls_zeros;
 
 /* A fault we could not resolve (the mappings are changing under an event
  * not read yet, the range is gone, the kernel is short of memory, somebody
@@ -51,7 +78,7 @@ static _Thread_local struct fault_buf *tls_buf;
  * the target for good. */
 static void wake_unresolved(struct zsw_target *t, uint64_t page, int error) {
         if (error != -EEXIST && error != -EAGAIN && error != -ESRCH)
-                zsw_log(t->engine->log, LOG_DEBUG, "Fault at 0x%" PRIx64 " of %d not resolved: %s; "
+                zsw_log(t->log, LOG_DEBUG, "Fault at 0x%" PRIx64 " of %d not resolved: %s; "
                         "waking the thread to retry", page, t->pid, strerror(-error));
         zsw_uffd_wake(t->uffd, page, ZSW_PAGE_SIZE);
 }
@@ -65,14 +92,14 @@ static void wake_unresolved(struct zsw_target *t, uint64_t page, int error) {
 static void fail_fault(struct zsw_target *t, uint64_t addr, int error) {
         int r;
 
-        zsw_log(t->engine->log, LOG_ERR,
+        zsw_log(t->log, LOG_ERR,
                 "Cannot restore page 0x%" PRIx64 " of process %d: %s; poisoning it, the process "
                 "gets SIGBUS there as the kernel gives on a swap read error",
                 addr, t->pid, strerror(-error));
         r = zsw_uffd_poison(t->uffd, addr, ZSW_PAGE_SIZE);
         if (r < 0) {
                 if (r != -EEXIST && r != -EAGAIN)
-                        zsw_log(t->engine->log, LOG_ERR, "Cannot poison page 0x%" PRIx64 " of %d: %s",
+                        zsw_log(t->log, LOG_ERR, "Cannot poison page 0x%" PRIx64 " of %d: %s",
                                 addr, t->pid, strerror(-r));
                 wake_unresolved(t, addr, r);
         }
@@ -137,7 +164,7 @@ static unsigned prefetch(struct fault_thread *ft, struct zsw_target *t, uint64_t
 }
 
 /* Fills [pgno, end) with zeros, real pages when real (UFFDIO_COPY from
- * the engine's zeros), else the shared zero page (UFFDIO_ZEROPAGE), and
+ * the fault threads' zeros), else the shared zero page (UFFDIO_ZEROPAGE), and
  * returns how many pages from pgno are filled, or a negative errno when
  * none is. A window that crosses the end of its mapping (one ioctl fills
  * one VMA) fails with ENOENT: it is tried shorter, down to pgno alone. */
@@ -152,7 +179,7 @@ static ssize_t fill_zeros(struct zsw_target *t, uint64_t pgno, uint64_t end, boo
                                             end - pgno - done;
                         uint64_t at = (pgno + done) * ZSW_PAGE_SIZE;
 
-                        r = real ? zsw_uffd_copy(t->uffd, at, t->engine->zeros, n * ZSW_PAGE_SIZE, 0) :
+                        r = real ? zsw_uffd_copy(t->uffd, at, tls_zeros, n * ZSW_PAGE_SIZE, 0) :
                                    zsw_uffd_zeropage(t->uffd, at, n * ZSW_PAGE_SIZE, false);
                         if (r > 0)
                                 done += (uint64_t) r / ZSW_PAGE_SIZE;
@@ -365,7 +392,7 @@ static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const stru
                                       m->arg.pagefault.feat.ptid);
                 break;
         case UFFD_EVENT_FORK:
-                engine_add_fork_child(t->engine, t, (int) m->arg.fork.ufd);
+                ft->set->events.fork_child(ft->set->events.userdata, t, (int) m->arg.fork.ufd);
                 break;
         case UFFD_EVENT_REMAP: {
                 bool into_round;
@@ -392,7 +419,7 @@ static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const stru
                                 m->event == UFFD_EVENT_UNMAP ? REMOVAL_UNMAP : REMOVAL_REMOVE);
                 break;
         default:
-                zsw_log(t->engine->log, LOG_WARNING, "Unexpected userfaultfd event %u from %d, ignoring",
+                zsw_log(t->log, LOG_WARNING, "Unexpected userfaultfd event %u from %d, ignoring",
                         m->event, t->pid);
         }
 }
@@ -421,9 +448,9 @@ static void serve_target(struct fault_thread *ft, struct zsw_target *t) {
         } while (n == (int) MSGS_PER_READ);
         zsw_mutex_unlock(&t->serve_lock);
         if (n < 0 && n != -EAGAIN) {
-                zsw_log(t->engine->log, LOG_DEBUG, "Reading the userfaultfd of %d failed: %s",
+                zsw_log(t->log, LOG_DEBUG, "Reading the userfaultfd of %d failed: %s",
                         t->pid, strerror(-n));
-                engine_mark_dead(t->engine, t);
+                ft->set->events.dead(ft->set->events.userdata, t);
         }
 }
 
@@ -433,10 +460,11 @@ static void serve_target(struct fault_thread *ft, struct zsw_target *t) {
 
 static void *fault_thread_main(void *userdata) {
         struct fault_thread *ft = userdata;
-        struct zsw_engine *e = ft->engine;
+        struct fault_threads *e = ft->set;
         struct epoll_event evs[16];
 
         tls_buf = ft->buf;
+        tls_zeros = e->zeros;
         for (;;) {
                 int n = epoll_wait(ft->epfd, evs, (int) ARRAY_SIZE(evs), -1);
                 bool stop = false;
@@ -462,10 +490,11 @@ static void *fault_thread_main(void *userdata) {
         }
         atomic_store_explicit(&ft->running, false, memory_order_release);
         tls_buf = NULL;
+        tls_zeros = NULL;
         return NULL;
 }
 
-int fault_threads_add(struct zsw_engine *e, struct zsw_target *t) {
+int fault_threads_add(struct fault_threads *e, struct zsw_target *t) {
         /* One thread per target, the targets dealt round the threads. A
          * target's messages are handled under its serve_lock anyway, one
          * at a time: more threads on one target only add wakeups (every
@@ -491,7 +520,7 @@ int fault_threads_add(struct zsw_engine *e, struct zsw_target *t) {
  * kicked awake, it finishes its current batch and one more, so once its
  * count moved it holds no pointer it got before the removal. Callers hold the
  * engine's control_lock (one removal at a time) and no target lock. */
-void fault_threads_remove(struct zsw_engine *e, struct zsw_target *t) {
+void fault_threads_remove(struct fault_threads *e, struct zsw_target *t) {
         struct fault_thread *ft = t->fault_thread;
         uint64_t kick = 1, seen;
 
@@ -508,11 +537,12 @@ void fault_threads_remove(struct zsw_engine *e, struct zsw_target *t) {
         t->fault_thread = NULL;
 }
 
-static int fault_thread_init(struct zsw_engine *e, struct fault_thread *ft) {
+static int fault_thread_init(struct fault_threads *e, struct zsw_store *store,
+                             struct fault_thread *ft) {
         struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
         int r;
 
-        ft->engine = e;
+        ft->set = e;
         ft->buf = aligned_alloc(4096, sizeof(struct fault_buf));
         if (!ft->buf)
                 return -ENOMEM;
@@ -522,7 +552,7 @@ static int fault_thread_init(struct zsw_engine *e, struct fault_thread *ft) {
                 return -errno;
         if (epoll_ctl(ft->epfd, EPOLL_CTL_ADD, ft->stop_fd, &ev) < 0)
                 return -errno;
-        r = zsw_worker_new(e->store, &ft->worker);
+        r = zsw_worker_new(store, &ft->worker);
         if (r < 0)
                 return r;
         atomic_store(&ft->running, true);
@@ -536,39 +566,56 @@ static int fault_thread_init(struct zsw_engine *e, struct fault_thread *ft) {
         return 0;
 }
 
-int fault_threads_start(struct zsw_engine *e) {
+int fault_threads_start(struct zsw_store *store, unsigned n_threads, const struct zsw_log *log,
+                        const struct fault_events *events, struct fault_threads **ret) {
+        struct fault_threads *e;
         void *zeros;
         cpu_set_t allowed;
         unsigned n = 0;
 
         if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0)
                 n = (unsigned) CPU_COUNT(&allowed);
-        if (e->config.fault_threads > 0)
-                n = e->config.fault_threads;
+        if (n_threads > 0)
+                n = n_threads;
         if (n == 0)
                 n = 1;
 
+        e = calloc(1, sizeof(*e));
+        if (!e)
+                return -ENOMEM;
+        e->log = log;
+        e->events = *events;
         /* Never written: reads of it are all the kernel ever does. */
         zeros = mmap(NULL, FAULT_ZEROS_PAGES * ZSW_PAGE_SIZE, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS,
                      -1, 0);
-        if (zeros == MAP_FAILED)
+        if (zeros == MAP_FAILED) {
+                fault_threads_stop(e);
                 return -ENOMEM;
+        }
         e->zeros = zeros;
         e->threads = calloc(n, sizeof(struct fault_thread));
-        if (!e->threads)
+        if (!e->threads) {
+                fault_threads_stop(e);
                 return -ENOMEM;
+        }
         for (unsigned i = 0; i < n; i++)
                 e->threads[i].epfd = e->threads[i].stop_fd = -EBADF;
         e->n_threads = n;
         for (unsigned i = 0; i < n; i++) {
-                int r = fault_thread_init(e, &e->threads[i]);
-                if (r < 0)
-                        return zsw_log_errno(e->log, LOG_ERR, r, "Failed to start fault thread: %m");
+                int r = fault_thread_init(e, store, &e->threads[i]);
+                if (r < 0) {
+                        zsw_log_errno(log, LOG_ERR, r, "Failed to start fault thread: %m");
+                        fault_threads_stop(e);
+                        return r;
+                }
         }
+        *ret = e;
         return 0;
 }
 
-void fault_threads_stop(struct zsw_engine *e) {
+struct fault_threads *fault_threads_stop(struct fault_threads *e) {
+        if (!e)
+                return NULL;
         for (unsigned i = 0; i < e->n_threads; i++) {
                 struct fault_thread *ft = &e->threads[i];
 
@@ -585,9 +632,8 @@ void fault_threads_stop(struct zsw_engine *e) {
                 safe_close(ft->stop_fd);
         }
         free(e->threads);
-        e->threads = NULL;
-        e->n_threads = 0;
         if (e->zeros)
                 munmap((void *) e->zeros, FAULT_ZEROS_PAGES * ZSW_PAGE_SIZE);
-        e->zeros = NULL;
+        free(e);
+        return NULL;
 }

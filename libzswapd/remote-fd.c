@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * Memory and descriptors of a target seized for injection (remote.c):
- * scratch mappings, reads and writes of its memory, and descriptors handed
+ * scratch mappings, and descriptors handed
  * to it (a socket pair it makes, one end taken with pidfd_getfd(), the
  * descriptor sent over it with SCM_RIGHTS), its userfaultfd among them.
  */
@@ -48,33 +48,6 @@ int zsw_remote_close(struct zsw_remote *r, int target_fd) {
         long k = zsw_remote_call(r, SYS_close, a);
 
         return k < 0 ? (int) k : 0;
-}
-
-static int transfer(struct zsw_remote *r, uint64_t addr, void *buf, size_t len, bool write) {
-        while (len > 0) {
-                struct iovec local = { .iov_base = buf, .iov_len = len };
-                struct iovec remote = { .iov_base = (void *) (uintptr_t) addr, .iov_len = len };
-                /* By tid: an exited leader has no memory left to name. */
-                ssize_t n = write ? process_vm_writev(zsw_remote_tid(r), &local, 1, &remote, 1, 0)
-                                  : process_vm_readv(zsw_remote_tid(r), &local, 1, &remote, 1, 0);
-
-                if (n < 0)
-                        return -errno;
-                if (n == 0)
-                        return -EFAULT;
-                buf = (uint8_t *) buf + n;
-                addr += (uint64_t) n;
-                len -= (size_t) n;
-        }
-        return 0;
-}
-
-int zsw_remote_write(struct zsw_remote *r, uint64_t addr, const void *buf, size_t len) {
-        return transfer(r, addr, (void *) buf, len, true);
-}
-
-int zsw_remote_read(struct zsw_remote *r, uint64_t addr, void *buf, size_t len) {
-        return transfer(r, addr, buf, len, false);
 }
 
 /* ---- userfaultfd ------------------------------------------------------------ */

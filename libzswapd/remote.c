@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * ptrace injection: system calls run by one thread of a target process.
- * (remote-proc.c reads the target's threads from /proc, remote-fd.c moves
- * memory and descriptors in and out of it.)
+ * (remote-proc.c reads the target's threads from /proc, remote-fd.c maps
+ * scratch memory in it and moves descriptors in and out of it.)
  *
  * How a thread is borrowed. PTRACE_SEIZE (no options that outlive us: never
  * EXITKILL, the target must survive a daemon crash) and PTRACE_INTERRUPT
@@ -60,6 +60,7 @@
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -905,6 +906,35 @@ struct zsw_remote *zsw_remote_release(struct zsw_remote *r) {
         free(r->held);
         free(r);
         return NULL;
+}
+
+/* ---- reading and writing its memory ------------------------------------------ */
+
+static int transfer(struct zsw_remote *r, uint64_t addr, void *buf, size_t len, bool write) {
+        while (len > 0) {
+                struct iovec local = { .iov_base = buf, .iov_len = len };
+                struct iovec remote = { .iov_base = (void *) (uintptr_t) addr, .iov_len = len };
+                /* By tid: an exited leader has no memory left to name. */
+                ssize_t n = write ? process_vm_writev(zsw_remote_tid(r), &local, 1, &remote, 1, 0)
+                                  : process_vm_readv(zsw_remote_tid(r), &local, 1, &remote, 1, 0);
+
+                if (n < 0)
+                        return -errno;
+                if (n == 0)
+                        return -EFAULT;
+                buf = (uint8_t *) buf + n;
+                addr += (uint64_t) n;
+                len -= (size_t) n;
+        }
+        return 0;
+}
+
+int zsw_remote_write(struct zsw_remote *r, uint64_t addr, const void *buf, size_t len) {
+        return transfer(r, addr, (void *) buf, len, true);
+}
+
+int zsw_remote_read(struct zsw_remote *r, uint64_t addr, void *buf, size_t len) {
+        return transfer(r, addr, buf, len, false);
 }
 
 /* ---- dropping pages --------------------------------------------------------- */

@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The target: one process the engine serves, its state and counters, and
+ * its lifecycle. The engine (engine.c) makes, publishes and frees targets;
+ * the fault threads (fault.c) and eviction (evict.c) work on them, under
+ * the locks they carry, in the order of engine-internal.h. Not a public
+ * interface (target.h is the public face).
+ *
+ * A target is freed only after fault_threads_remove(): out of every epoll
+ * set, and every fault thread past the batch that may have held it.
+ */
+#pragma once
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <sys/uio.h>
+
+#include "age.h"
+#include "heat.h"
+#include "histogram.h"
+#include "lockdep.h"
+#include "store.h"
+#include "target.h"
+#include "vma.h"
+
+/* Pages per eviction round: one ptrace stop and one injected drop. A stop
+ * costs milliseconds (the target must be scheduled to stop), so a round takes
+ * 16 MiB (evict.h says how it is read and stored). */
+#define ZSW_EVICT_MAX_PAGES 4096u
+#define FAULT_PREFETCH_MAX 64u          /* the most prefetch_window may be */
+#define REFAULT_RING 1024u              /* refaults noted between two age scans */
+
+enum evict_state {
+        EVICT_IDLE,             /* no eviction in flight */
+        EVICT_COLLECTING,       /* write-protected, being read and stored */
+        EVICT_DROPPING,         /* committed: the drop is being injected */
+};
+
+/* The eviction in flight of one target: the pages of one round. */
+struct evict_batch {
+        enum evict_state state;
+        size_t n;
+        uint64_t addrs[ZSW_EVICT_MAX_PAGES];     /* sorted */
+        bool cancelled[ZSW_EVICT_MAX_PAGES];
+        size_t n_cancelled;
+        /* Pages of the drop (committed, not cancelled) whose
+         * UFFD_EVENT_REMOVE has been seen: our drop raises exactly one per
+         * page, so a second one is the target's own. */
+        bool drop_seen[ZSW_EVICT_MAX_PAGES];
+        /* The target moved other pages (and their entries) over these:
+         * they are no longer the round's (evict_on_move_in()). */
+        bool moved_in[ZSW_EVICT_MAX_PAGES];
+        /* Threads that wrote during the drop wait for it to finish. */
+        bool wake_pending;
+        /* While the target is stopped for the drop: its ranges, sorted,
+         * which join the round's runs across gaps that hold no page (see
+         * evict.c's round_bridge()). Every page in them is the round's
+         * until the drop is over: a fault there waits, and the REMOVE
+         * there is ours. NULL outside that time. */
+        const struct iovec *drop;
+        size_t n_drop;
+};
+
+struct zsw_target {
+        const struct zsw_log *log;      /* the engine's */
+        pid_t pid;                      /* 0 while a fork child is unidentified */
+        pid_t parent_pid;               /* of a fork child still to be named */
+        int pidfd;
+        int uffd;                       /* the daemon's reference */
+        int target_uffd;                /* the target's own reference, -1 for fork children */
+        struct fault_thread *fault_thread; /* the one that serves it (fault_threads_add()) */
+        uint64_t scratch;               /* scratch mapping inside the target, 0 if none */
+        size_t scratch_size;
+        struct zsw_owner *owner;
+        struct zsw_owner_config owner_config;   /* as the owner was made */
+        unsigned prefetch_window;       /* pages, <= FAULT_PREFETCH_MAX */
+        unsigned zero_window;           /* pages, <= ZSW_ZERO_WINDOW_MAX */
+        _Atomic bool dead;              /* exited or exec'ed: to be reaped */
+        /* A reclaim that could not stop the target (-ETIMEDOUT): no other
+         * is tried before stuck_retry_ns, and the wait doubles each time
+         * (STUCK_BACKOFF_*). Under evict_lock. */
+        uint64_t stuck_retry_ns;
+        unsigned stuck_backoff_s;
+        char stuck_why[192];
+
+        pthread_mutex_t serve_lock;
+        pthread_mutex_t evict_lock;
+        pthread_mutex_t batch_lock;
+        struct evict_batch batch;
+        /* Read-held by each store of the round's pages, write-held by a
+         * move of entries into the round (evict_on_move_in()). */
+        pthread_rwlock_t round_store_lock;
+
+        /* Prefetch heuristic: a fault next to the previous one means a
+         * sequential stream. Under serve_lock. */
+        uint64_t last_fault_pgno, next_fault_pgno;
+        unsigned prefetched_last;
+        /* The window prefetch uses now (<= prefetch_window), as its
+         * recent prefetches paid (fault.c's prefetch_adapt()). Under
+         * serve_lock. */
+        unsigned prefetch_now;
+        unsigned prefetch_tries, prefetch_paid, prefetch_skipped;
+        uint32_t last_fault_tid;        /* of the last missing fault (fault.c's yield) */
+        /* The page after the last zero fill with a window: a write fault
+         * there is a stream filling fresh memory (fault.c). Under
+         * serve_lock. */
+        uint64_t zero_next_pgno;
+        _Atomic bool throttle;          /* zsw_engine_set_throttle() */
+        _Atomic uint64_t throttled_faults;
+
+        /* Page ages (age.c), under evict_lock; NULL before the first
+         * age scan. */
+        struct zsw_age *age;
+        uint64_t next_age_ns;
+        /* What the scans found, for stats: written under evict_lock and
+         * age_stats_lock, read under age_stats_lock alone (stats must not
+         * wait for a reclaim). */
+        pthread_mutex_t age_stats_lock;
+        struct zsw_age_scan_stats age_last;
+        uint64_t age_scans, age_scan_ns;
+        /* Periodic age scans, from the first reclaim that asked for a
+         * minimum age on; under control_lock. */
+        bool aging;
+        /* Pages that came back by a fault, for the next age scan (see
+         * zsw_age_note_refaults()): written by fault threads under
+         * serve_lock, read by the age scan under evict_lock. A burst of
+         * more than REFAULT_RING between two scans loses the oldest:
+         * those pages only miss the longer wait. */
+        _Atomic uint64_t refault_ring[REFAULT_RING];
+        _Atomic uint64_t refault_head;
+        uint64_t refault_tail;
+
+        /* Last use seen of each page (refaults, writes that cancelled a
+         * round): the order of eviction without a minimum age. */
+        struct zsw_heat *heat;
+        /* Where the next eviction without a minimum age starts: each one
+         * goes on from where the last stopped, round the address space,
+         * as a clock hand. Under evict_lock. */
+        uint64_t hand;
+        /* Ptrace stops of the target (eviction drops, attach, detach):
+         * how many, their total and longest time, from the first thread
+         * seized to the last one let go. */
+        _Atomic uint64_t stops, stopped_ns, stop_ns_max;
+        uint64_t attached_at_ns;
+
+        struct zsw_histogram fault_hist;
+        _Atomic uint64_t faults, zero_faults, prefetched, prefetch_hits;
+        /* Pages zero-filled after the faulting one by a first touch's
+         * window (they take no fault of ours, ever). */
+        _Atomic uint64_t zero_ahead;
+        /* Faults that brought back a page we had taken; WP faults that a
+         * write raised on a page an age scan or a round had protected. */
+        _Atomic uint64_t refaults, wp_faults;
+        _Atomic uint64_t evicted, evict_aborted;
+
+        struct zsw_target *next;
+};
+
+struct fault_thread;
+
+/* A target's settings where its own config (struct zsw_target_config) says
+ * nothing: the engine's. */
+struct target_defaults {
+        enum zsw_compressor compressor;
+        int compression_level;
+        unsigned prefetch_window;
+        unsigned zero_window;
+};
+
+/* A new target of pid (0 for a fork child not yet named), with its locks
+ * and heat table; NULL without memory. */
+struct zsw_target *target_new(pid_t pid, const struct zsw_log *log);
+/* Frees t, its owner in the store and its descriptors; accepts NULL and
+ * returns NULL. */
+struct zsw_target *target_free(struct zsw_target *t);
+/* The owner settings and prefetch window of t from its config (NULL: the
+ * defaults). -EINVAL for an unknown compressor. */
+int target_configure(struct zsw_target *t, const struct target_defaults *d,
+                     const struct zsw_target_config *tc);
+/* t's figures; store is the engine's, for t's share of the pool. */
+void target_fill_stats(struct zsw_target *t, struct zsw_store *store, struct zsw_target_stats *s);
+/* Notes how a reclaim of t ended, with evict_lock held: a target that
+ * could not be stopped (-ETIMEDOUT) is not tried again before
+ * stuck_retry_ns, and stuck_why says what kept it; a reclaim that went
+ * through ends the backoff. */
+void target_note_reclaim(struct zsw_target *t, int r);
+/* The mappings of t, from /proc/PID/smaps; -ESRCH for a fork child not
+ * yet named. */
+int target_read_vmas(struct zsw_target *t, struct zsw_vma_list *ret);
+
+/* Notes that page pgno of t came back by a fault; serve_lock held. */
+static inline void target_note_refault(struct zsw_target *t, uint64_t pgno) {
+        uint64_t h = atomic_load_explicit(&t->refault_head, memory_order_relaxed);
+
+        atomic_store_explicit(&t->refault_ring[h % REFAULT_RING], pgno, memory_order_relaxed);
+        atomic_store_explicit(&t->refault_head, h + 1, memory_order_release);
+}
+
+/* Accounts a ptrace stop of t that began at start_ns and ends now. */
+static inline void target_count_stop(struct zsw_target *t, uint64_t start_ns) {
+        uint64_t ns = zsw_now_ns() - start_ns;
+        uint64_t max = atomic_load_explicit(&t->stop_ns_max, memory_order_relaxed);
+
+        atomic_fetch_add_explicit(&t->stops, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&t->stopped_ns, ns, memory_order_relaxed);
+        while (ns > max && !atomic_compare_exchange_weak_explicit(&t->stop_ns_max, &max, ns,
+                                                                  memory_order_relaxed,
+                                                                  memory_order_relaxed))
+                ;
+}
