@@ -38,6 +38,13 @@ cleanup() {
 trap cleanup EXIT
 
 [ "$(id -u)" = 0 ] || skip "needs root"
+# Swap, zswap and zram are the machine's: two runs at once (another build
+# tree's suite, a benchmark) would switch them under each other. The lock
+# bench/compare takes, held across all of its runs here.
+lock=/run/lock/zswapd-compare.lock
+exec 9> "$lock"
+flock -w 400 9 || skip "another bench/compare has held $lock for 400 s"
+export ZSWAPD_COMPARE_LOCKED=1
 [ "$(awk 'NR > 1' /proc/swaps | wc -l)" = 0 ] || skip "swap already in use on this machine"
 [ -d /sys/fs/cgroup/memory ] || grep -qw memory /sys/fs/cgroup/cgroup.controllers 2>/dev/null ||
         skip "no memory cgroup controller"
