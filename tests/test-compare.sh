@@ -67,7 +67,14 @@ state() {
 }
 
 assert_restored() {
+        local foreign
+
         state > "$tmp/after"
+        # A swap area that neither bench/compare nor this test makes is
+        # another program's (one that does not take the lock), switched on
+        # meanwhile: then nothing here can be judged.
+        foreign=$(awk 'NR > 1 { print $1 }' /proc/swaps | grep -vxF -e "$swapfile" -e /dev/zram0 || true)
+        [ -z "$foreign" ] || skip "another program turned swap on during the run: $foreign"
         diff -u "$tmp/before" "$tmp/after" || fail "$1: settings not restored"
 }
 
@@ -98,6 +105,7 @@ rc=0
         --build-dir "$builddir" --swapfile "$swapfile" > "$tmp/out.json" 2> "$tmp/err" || rc=$?
 cat "$tmp/err"
 [ $rc = 77 ] && skip "bench/compare refused to run: $(tail -n 1 "$tmp/err")"
+grep -q "swap appeared meanwhile" "$tmp/err" && skip "another program turned swap on during the run"
 [ $rc = 0 ] || fail "bench/compare failed with $rc"
 assert_restored "JSON run"
 json_ok "$tmp/out.json" || fail "output is not JSON"
