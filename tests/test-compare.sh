@@ -61,13 +61,17 @@ state() {
                 echo "zram:"; cat /sys/block/zram0/disksize /sys/block/zram0/comp_algorithm
         fi
         echo "debugfs:"; grep -c ' /sys/kernel/debug ' /proc/mounts || true
-        echo "cgroups:"; find /sys/fs/cgroup/memory /sys/fs/cgroup -maxdepth 4 -type d \
-                -name 'zswapd-compare.*' 2>/dev/null || true
         echo "swapfile:"; ls "$swapfile" 2>/dev/null || true
 }
 
+# The groups bench/compare makes, of any run (zswapd-compare.PID.NAME).
+compare_groups() {
+        find /sys/fs/cgroup/memory /sys/fs/cgroup -maxdepth 4 -type d -name 'zswapd-compare.*' \
+                2>/dev/null | sort -u || true
+}
+
 assert_restored() {
-        local foreign
+        local foreign left
 
         state > "$tmp/after"
         # A swap area that neither bench/compare nor this test makes is
@@ -76,6 +80,11 @@ assert_restored() {
         foreign=$(awk 'NR > 1 { print $1 }' /proc/swaps | grep -vxF -e "$swapfile" -e /dev/zram0 || true)
         [ -z "$foreign" ] || skip "another program turned swap on during the run: $foreign"
         diff -u "$tmp/before" "$tmp/after" || fail "$1: settings not restored"
+        # Only groups that were not there before are this run's: one left
+        # by an earlier run may go meanwhile.
+        compare_groups > "$tmp/groups.after"
+        left=$(comm -13 "$tmp/groups.before" "$tmp/groups.after")
+        [ -z "$left" ] || fail "$1: groups left behind: $left"
 }
 
 # A JSON checker that exists here, strongest first.
@@ -97,6 +106,7 @@ figure() {
 }
 
 state > "$tmp/before"
+compare_groups > "$tmp/groups.before"
 contenders=floor,swapfile,zswap,zram,zswapd-lz4
 
 echo "== JSON run, both workloads"
