@@ -124,7 +124,8 @@ int corpus_fill(void *buf, size_t npages, unsigned zero_percent, uint64_t seed) 
         for (size_t i = 0; i < ARRAY_SIZE(sources); i++) {
                 src[i].fd = -EBADF;
                 collect(sources[i].dir, &src[i], 0);
-                qsort(src[i].paths, src[i].n, sizeof(char *), cmp_str);
+                if (src[i].n > 0) /* paths is NULL then, which qsort must not get */
+                        qsort(src[i].paths, src[i].n, sizeof(char *), cmp_str);
                 /* Start each source at a seed-dependent file, so that
                  * different seeds give different pages. */
                 src[i].next = src[i].n ? corpus_random(&rng) % src[i].n : 0;

@@ -155,8 +155,8 @@ static int parse_amount(struct conf_ctx *c, const char *v, unsigned flags, uint6
 }
 
 int conf_parse_size(struct conf_ctx *c, const char *v, uint64_t *ret) {
-        bool percent;
-        uint64_t n;
+        bool percent = false;
+        uint64_t n = 0;
         int r;
 
         r = parse_amount(c, v, 0, &n, &percent);
@@ -167,8 +167,8 @@ int conf_parse_size(struct conf_ctx *c, const char *v, uint64_t *ret) {
 }
 
 int conf_parse_limit(struct conf_ctx *c, const char *v, unsigned flags, struct zsw_limit *ret) {
-        bool percent;
-        uint64_t n;
+        bool percent = false;
+        uint64_t n = 0;
         int r;
 
         if ((flags & LIMIT_INFINITY) && strcmp(v, "infinity") == 0) {

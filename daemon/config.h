@@ -19,7 +19,10 @@
 #include "compress.h"
 #include "util.h"
 
+/* The build sets it from meson's sysconfdir. */
+#ifndef ZSW_CONFIG_DIR
 #define ZSW_CONFIG_DIR "/etc/zswapd"
+#endif
 #define ZSW_CONFIG_FILE "zswapd.conf"
 #define ZSW_POLICY_DIR "policy.d"
 

@@ -211,7 +211,8 @@ static void entries_destroy(struct zsw_store *s, struct zsw_lru *lru, struct zsw
                         nh = 0;
                 }
         }
-        zsw_pool_free_bulk(s->pool, handles, nh);
+        if (nh > 0)
+                zsw_pool_free_bulk(s->pool, handles, nh);
         zsw_entry_free_bulk(&s->entries, v, n);
         charge_apply(s->counters, &d);
 }

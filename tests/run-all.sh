@@ -13,5 +13,6 @@ if [ -d "$builddir/meson-private" ]; then
 else
         meson setup "$builddir" "$@"
 fi
-meson compile -C "$builddir"
+# ZSWAPD_JOBS=N: build with N jobs (default: ninja's, from the CPU count).
+meson compile -C "$builddir" ${ZSWAPD_JOBS:+-j "$ZSWAPD_JOBS"}
 meson test -C "$builddir" --print-errorlogs --num-processes 2

@@ -1,11 +1,15 @@
 #!/bin/sh
 # Installs the Debian 12 packages zswapd needs to build, test and benchmark,
 # when they are missing. Run as root (it calls apt-get).
+#   tests/setup-deps.sh [--ci]
+# --ci adds what only .ci/run uses: the static analyzer, clang-format and
+# the Debian packaging tools.
 set -eu
 
 PKGS="build-essential meson ninja-build pkg-config liburing-dev libzstd-dev liblz4-dev
 libcgroup-dev libsystemd-dev stress-ng clang libclang-rt-14-dev util-linux systemd
 e2fsprogs jq"
+[ "${1:-}" = --ci ] && PKGS="$PKGS clang-tools clang-format dpkg-dev debhelper lintian"
 
 missing=""
 for p in $PKGS; do

@@ -362,6 +362,16 @@ static void dump_uffds(pid_t pid) {
         closedir(d);
 }
 
+/* A mapping's first line in smaps ("start-end perms offset dev inode
+ * [path]"); its field lines ("Rss:   4 kB", "VmFlags: ...") never start
+ * with two hex numbers joined by '-'. */
+static bool smaps_is_mapping(const char *line) {
+        unsigned long start, end;
+        char perms[5];
+
+        return sscanf(line, "%lx-%lx %4s", &start, &end, perms) == 3;
+}
+
 /* The mappings of pid still registered with a userfaultfd. */
 static void dump_registered(pid_t pid) {
         char path[64], line[512], range[512] = "";
@@ -372,7 +382,7 @@ static void dump_registered(pid_t pid) {
         if (!f)
                 return;
         while (fgets(line, sizeof(line), f)) {
-                if (line[0] >= '0' && line[0] <= 'f' && strchr(line, '-') && !strchr(line, ':') == 0 && !strstr(line, "kB"))
+                if (smaps_is_mapping(line))
                         snprintf(range, sizeof(range), "%s", line);
                 if (strncmp(line, "VmFlags:", 8) == 0 && (strstr(line, " um") || strstr(line, " uw")))
                         fprintf(stderr, "registered: %s  %s", range, line);

@@ -38,6 +38,13 @@ cleanup() {
 trap cleanup EXIT
 
 [ "$(id -u)" = 0 ] || skip "needs root"
+# Swap, zswap and zram are the machine's: two runs at once (another build
+# tree's suite, a benchmark) would switch them under each other. The lock
+# bench/compare takes, held across all of its runs here.
+lock=/run/lock/zswapd-compare.lock
+exec 9> "$lock"
+flock -w 400 9 || skip "another bench/compare has held $lock for 400 s"
+export ZSWAPD_COMPARE_LOCKED=1
 [ "$(awk 'NR > 1' /proc/swaps | wc -l)" = 0 ] || skip "swap already in use on this machine"
 [ -d /sys/fs/cgroup/memory ] || grep -qw memory /sys/fs/cgroup/cgroup.controllers 2>/dev/null ||
         skip "no memory cgroup controller"
@@ -54,14 +61,30 @@ state() {
                 echo "zram:"; cat /sys/block/zram0/disksize /sys/block/zram0/comp_algorithm
         fi
         echo "debugfs:"; grep -c ' /sys/kernel/debug ' /proc/mounts || true
-        echo "cgroups:"; find /sys/fs/cgroup/memory /sys/fs/cgroup -maxdepth 4 -type d \
-                -name 'zswapd-compare.*' 2>/dev/null || true
         echo "swapfile:"; ls "$swapfile" 2>/dev/null || true
 }
 
+# The groups bench/compare makes, of any run (zswapd-compare.PID.NAME).
+compare_groups() {
+        find /sys/fs/cgroup/memory /sys/fs/cgroup -maxdepth 4 -type d -name 'zswapd-compare.*' \
+                2>/dev/null | sort -u || true
+}
+
 assert_restored() {
+        local foreign left
+
         state > "$tmp/after"
+        # A swap area that neither bench/compare nor this test makes is
+        # another program's (one that does not take the lock), switched on
+        # meanwhile: then nothing here can be judged.
+        foreign=$(awk 'NR > 1 { print $1 }' /proc/swaps | grep -vxF -e "$swapfile" -e /dev/zram0 || true)
+        [ -z "$foreign" ] || skip "another program turned swap on during the run: $foreign"
         diff -u "$tmp/before" "$tmp/after" || fail "$1: settings not restored"
+        # Only groups that were not there before are this run's: one left
+        # by an earlier run may go meanwhile.
+        compare_groups > "$tmp/groups.after"
+        left=$(comm -13 "$tmp/groups.before" "$tmp/groups.after")
+        [ -z "$left" ] || fail "$1: groups left behind: $left"
 }
 
 # A JSON checker that exists here, strongest first.
@@ -83,6 +106,7 @@ figure() {
 }
 
 state > "$tmp/before"
+compare_groups > "$tmp/groups.before"
 contenders=floor,swapfile,zswap,zram,zswapd-lz4
 
 echo "== JSON run, both workloads"
@@ -91,6 +115,7 @@ rc=0
         --build-dir "$builddir" --swapfile "$swapfile" > "$tmp/out.json" 2> "$tmp/err" || rc=$?
 cat "$tmp/err"
 [ $rc = 77 ] && skip "bench/compare refused to run: $(tail -n 1 "$tmp/err")"
+grep -q "swap appeared meanwhile" "$tmp/err" && skip "another program turned swap on during the run"
 [ $rc = 0 ] || fail "bench/compare failed with $rc"
 assert_restored "JSON run"
 json_ok "$tmp/out.json" || fail "output is not JSON"
