@@ -146,7 +146,7 @@ int timespan_scan(const char **p, uint64_t *ret_usec, char why[static TIMESPAN_R
 }
 
 int timespan_parse(const char *s, uint64_t *ret_usec, char why[static TIMESPAN_REASON_MAX]) {
-        uint64_t usec;
+        uint64_t usec = 0;
         int r;
 
         r = timespan_scan(&s, &usec, why);

@@ -198,7 +198,7 @@ int zsw_engine_attach_with(struct zsw_engine *e, pid_t pid, const struct zsw_tar
                                      .zero_window = e->config.zero_window,
                              }, tc);
         if (r < 0) {
-                r = fail(err, r, "unknown compressor '%s'", tc->compressor);
+                r = fail(err, r, "unknown compressor '%s'", tc && tc->compressor ? tc->compressor : "");
                 goto out;
         }
         t->pidfd = (int) syscall(SYS_pidfd_open, pid, 0);

@@ -156,7 +156,7 @@ static long pass_fd(struct zsw_remote *r, uint64_t scratch, int fd) {
 }
 
 int zsw_remote_install_fd(struct zsw_remote *r, int fd, int *ret_target_fd) {
-        uint64_t scratch;
+        uint64_t scratch = 0;
         long tfd;
         int k;
 
@@ -180,7 +180,7 @@ int zsw_remote_install_fd(struct zsw_remote *r, int fd, int *ret_target_fd) {
  * /dev/userfaultfd and asks that for one (Linux >= 6.1). */
 static long uffd_via_device(struct zsw_remote *r, int flags) {
         _cleanup_close_ int dev = -EBADF;
-        uint64_t scratch;
+        uint64_t scratch = 0;
         long tdev, tfd;
         int k;
 

@@ -84,7 +84,7 @@ static bool state_interruptible(char state) {
  * this file). A userfault taken in user mode is not one: the interrupt
  * sends that thread back to user space, and it faults again after us. */
 bool remote_in_kernel_userfault(pid_t pid, pid_t tid) {
-        char path[64], buf[64];
+        char path[64], buf[64] = "";
 
         snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan", pid, tid);
         if (remote_read_small_file(path, buf, sizeof(buf)) < 0 || strcmp(buf, "handle_userfault") != 0)
