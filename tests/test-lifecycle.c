@@ -201,7 +201,7 @@ static int connect_seqpacket(const char *path) {
 
 /* The value of "key" in /proc/PID/file, or its first line with key NULL. */
 static char *proc_field(pid_t pid, const char *file, const char *key) {
-        char path[64], line[256];
+        char path[384], line[256];
         char *v = NULL;
         FILE *f;
 
