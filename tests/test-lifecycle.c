@@ -384,6 +384,7 @@ TEST(stuck_thread_fails_reclaim_and_loses_nothing) {
         fprintf(stderr, "zswapctl said: %s", err);
         ASSERT_TRUE(strstr(err, "in handle_userfault in read(2)"));
         ASSERT_TRUE(strstr(err, "undone"));
+        free(TAKE_PTR(out));
         free(TAKE_PTR(err));
         /* And the next reclaim does not try again at once. */
         ASSERT_NE(CTL(d.sock, NULL, &err, "reclaim", pid), 0);
