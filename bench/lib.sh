@@ -125,11 +125,22 @@ cg_remove() {
 }
 
 cg_usage() { if [ $cg_mode = v2 ]; then cat "$1/memory.current"; else cat "$1/memory.usage_in_bytes"; fi; }
+# Writes $2 to the memory controller's file $1. A v1 limit write fails with
+# EINTR whenever a signal is pending, even one the shell got from a child
+# that just ended (SIGCHLD): tried again a few times.
+cg_write() {
+        local i
+        for i in 1 2 3 4 5 6 7 8; do
+                echo "$2" 2>/dev/null > "$1" && return 0
+                sleep 0.05
+        done
+        echo "$2" > "$1"
+}
 cg_limit_file() { if [ $cg_mode = v2 ]; then echo "$1/memory.max"; else echo "$1/memory.limit_in_bytes"; fi; }
 # The group's highest usage since cg_peak_reset (v2: since it was made).
-cg_peak_reset() { [ $cg_mode = v1 ] && echo 0 > "$1/memory.max_usage_in_bytes"; return 0; }
+cg_peak_reset() { [ $cg_mode = v1 ] && cg_write "$1/memory.max_usage_in_bytes" 0; return 0; }
 cg_peak() { if [ $cg_mode = v2 ]; then cat "$1/memory.peak" 2>/dev/null; else cat "$1/memory.max_usage_in_bytes"; fi; }
-cg_unlimit() { if [ $cg_mode = v2 ]; then echo max > "$1/memory.max"; else echo -1 > "$1/memory.limit_in_bytes"; fi; }
+cg_unlimit() { if [ $cg_mode = v2 ]; then cg_write "$1/memory.max" max; else cg_write "$1/memory.limit_in_bytes" -1; fi; }
 
 # ---- small helpers -------------------------------------------------------------
 
