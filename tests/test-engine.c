@@ -252,8 +252,12 @@ TEST(refused_pages_are_not_write_cancellations) {
         fprintf(stderr, "evicted %" PRIu64 ", refused %" PRIu64 ", cancelled by writes %" PRIu64 "\n",
                 res.evicted_pages, res.refused_pages, res.aborted_pages);
         ASSERT_GE(res.refused_pages, npages / 4);
-        /* At most the stack of the thread we inject into. */
+#ifndef __SANITIZE_THREAD__
+        /* At most the stack of the thread we inject into. (Under
+         * ThreadSanitizer its runtime's background thread writes the
+         * child's memory too: real writes, rightly cancelled.) */
         ASSERT_LE(res.aborted_pages, 2);
+#endif
         ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
         ASSERT_OK(zsw_engine_detach(e, ch.pid, &err));
         ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
