@@ -253,10 +253,12 @@ TEST(refused_pages_are_not_write_cancellations) {
                 res.evicted_pages, res.refused_pages, res.aborted_pages);
         ASSERT_GE(res.refused_pages, npages / 4);
 #ifndef __SANITIZE_THREAD__
-        /* At most the stack of the thread we inject into. (Under
-         * ThreadSanitizer its runtime's background thread writes the
-         * child's memory too: real writes, rightly cancelled.) */
-        ASSERT_LE(res.aborted_pages, 2);
+        /* Cancelled are the stack of the thread we inject into and pages
+         * the kernel happened to be moving at the commit (migration,
+         * THP splits: not present for a moment), never the refused ones.
+         * (Under ThreadSanitizer its runtime's background thread writes
+         * the child's memory too: real writes, rightly cancelled.) */
+        ASSERT_LT(res.aborted_pages, res.refused_pages / 16);
 #endif
         ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
         ASSERT_OK(zsw_engine_detach(e, ch.pid, &err));
