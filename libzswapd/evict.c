@@ -890,15 +890,38 @@ static int evict_round(struct evictor *e, struct zsw_target *t, struct evict_rou
         return r;
 }
 
-/* Takes the next round's pages from [*cursor, end): present runs, the
- * shared zero page left out (it costs no memory), at most max pages in at
- * most n_max regions, and with cold_ns only pages not seen in use for
- * that long (heat.h). Scans on until the round is full or end is reached:
- * a stop of the target per round is the cost to spread. Advances *cursor
- * past what it looked at. Returns the number of regions. */
-static int next_round(int pagemap, struct zsw_heat *heat, uint64_t cold_ns, uint64_t *cursor,
-                      uint64_t end, uint64_t max, struct zsw_page_run *regions, size_t n_max) {
-        uint64_t pages = 0, now = zsw_now_ns();
+/* Present pages a round takes besides the cold ones to join two of its
+ * runs (evict_next_round()): the drop raises one UFFD_EVENT_REMOVE per
+ * range, a round trip to a fault thread (10-20 us) with every thread of
+ * the target stopped, and cold pages lie scattered among warmer ones. A
+ * page taken this way has gone unused for at least 1/GAP_IDLE_SHARE of
+ * the round's idle time (heat.h): under uniform use any page is as likely
+ * to come back as another; under skewed use the hot pages stay. */
+#define GAP_MAX_PAGES 16u
+#define GAP_IDLE_SHARE 4u
+
+/* The pages of a gap between the round's last run and its next cold
+ * page, if it can still be joined. */
+struct gap {
+        struct zsw_page_run pages[GAP_MAX_PAGES];
+        size_t n;
+        bool broken;    /* a hot page, or too many: the next run starts anew */
+};
+
+/* Adds page p (kind categories) to the round's regions; extends the last
+ * region where p follows it. */
+static void round_add(struct zsw_page_run *regions, size_t *n, uint64_t p, uint64_t categories) {
+        if (*n > 0 && regions[*n - 1].end == p)
+                regions[*n - 1].end += ZSW_PAGE_SIZE;
+        else
+                regions[(*n)++] = (struct zsw_page_run) { p, p + ZSW_PAGE_SIZE, categories };
+}
+
+int evict_next_round(int pagemap, struct zsw_heat *heat, uint64_t cold_ns, uint64_t now,
+                     uint64_t *cursor, uint64_t end, uint64_t max, struct zsw_page_run *regions,
+                     size_t n_max) {
+        uint64_t pages = 0;
+        struct gap gap = { .broken = true };
         size_t n = 0;
 
         while (*cursor < end && pages < max && n < n_max) {
@@ -910,23 +933,40 @@ static int next_round(int pagemap, struct zsw_heat *heat, uint64_t cold_ns, uint
                 if (k < 0)
                         return n > 0 ? (int) n : k;
                 for (int i = 0; i < k; i++) {
-                        if (runs[i].categories & PAGE_IS_PFNZERO)
+                        if (runs[i].categories & PAGE_IS_PFNZERO) {
+                                gap.broken = true;
                                 continue;
+                        }
                         for (uint64_t p = runs[i].start; p < runs[i].end; p += ZSW_PAGE_SIZE) {
                                 bool extends = n > 0 && regions[n - 1].end == p;
 
-                                if (cold_ns && zsw_heat_is_hot(heat, p / ZSW_PAGE_SIZE, cold_ns, now))
+                                if (cold_ns && zsw_heat_is_hot(heat, p / ZSW_PAGE_SIZE, cold_ns, now)) {
+                                        if (gap.n == GAP_MAX_PAGES ||
+                                            zsw_heat_is_hot(heat, p / ZSW_PAGE_SIZE,
+                                                            cold_ns / GAP_IDLE_SHARE, now))
+                                                gap.broken = true;
+                                        else
+                                                gap.pages[gap.n++] = (struct zsw_page_run) {
+                                                        p, p + ZSW_PAGE_SIZE, runs[i].categories
+                                                };
                                         continue;
+                                }
+                                if (!gap.broken && gap.n > 0 && pages + gap.n < max &&
+                                    n + gap.n < n_max) {
+                                        for (size_t g = 0; g < gap.n; g++)
+                                                round_add(regions, &n, gap.pages[g].start,
+                                                          gap.pages[g].categories);
+                                        pages += gap.n;
+                                        extends = regions[n - 1].end == p;
+                                }
+                                gap.n = 0;
+                                gap.broken = false;
                                 if (pages == max || (!extends && n == n_max)) {
                                         /* Full: resume at this page next time. */
                                         *cursor = p;
                                         return (int) n;
                                 }
-                                if (extends)
-                                        regions[n - 1].end += ZSW_PAGE_SIZE;
-                                else
-                                        regions[n++] = (struct zsw_page_run) { p, p + ZSW_PAGE_SIZE,
-                                                                               runs[i].categories };
+                                round_add(regions, &n, p, runs[i].categories);
                                 pages++;
                         }
                 }
@@ -1083,8 +1123,9 @@ static int evict_pass(struct evictor *e, struct zsw_target *t, struct evict_roun
                         uint64_t t0 = zsw_now_ns();
                         int k;
 
-                        k = age == 0 ? next_round(rd->pagemap, t->heat, cold_ns, &cursor, seg[v].end,
-                                                  want, regions, ZSW_EVICT_MAX_PAGES - n) :
+                        k = age == 0 ? evict_next_round(rd->pagemap, t->heat, cold_ns, t0, &cursor,
+                                                        seg[v].end, want, regions,
+                                                        ZSW_EVICT_MAX_PAGES - n) :
                                        zsw_age_next_round(t->age, rd->pagemap, age, &cursor,
                                                           seg[v].end, want, regions,
                                                           ZSW_EVICT_MAX_PAGES - n);

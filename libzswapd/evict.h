@@ -28,6 +28,17 @@ struct evictor {
  * held; why, if not NULL, receives what stopped an eviction under way. */
 int evict_target(struct evictor *e, struct zsw_target *t, uint64_t max_bytes,
                  uint64_t min_age_ms, struct zsw_reclaim_result *res, char *why, size_t why_size);
+/* The next round's pages from [*cursor, end) of the process whose
+ * /proc/PID/pagemap is open as pagemap: present pages (not the shared zero
+ * page), at most max in at most n_max regions; with cold_ns only pages
+ * heat shows unused for that long at now, and the warmer pages of short
+ * gaps between them, so that the drop has fewer ranges. Scans on until
+ * the round is full or end is reached: a stop of the target per round is
+ * the cost to spread. Advances *cursor past what it looked at. Returns
+ * the number of regions, or -errno. */
+int evict_next_round(int pagemap, struct zsw_heat *heat, uint64_t cold_ns, uint64_t now,
+                     uint64_t *cursor, uint64_t end, uint64_t max, struct zsw_page_run *regions,
+                     size_t n_max);
 /* An age scan of t (age.c), with evict_lock held. */
 int evict_age_scan(struct evictor *e, struct zsw_target *t);
 int evict_register_ranges(struct evictor *e, struct zsw_target *t, struct zsw_range **ret,

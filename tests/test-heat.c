@@ -11,6 +11,7 @@
 
 #include "corpus.h"
 #include "engine.h"
+#include "evict.h"
 #include "heat.h"
 #include "test.h"
 #include "test-child.h"
@@ -211,6 +212,78 @@ TEST(refaulted_pages_stay_while_colder_ones_exist) {
         ASSERT_GE(st.stopped_ns, st.stop_ns_max);
         ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
         test_child_finish(&ch, e);
+}
+
+#define GAP_PAGES 64u
+
+static uint8_t *gap_buf;
+
+static int gap_setup(void) {
+        gap_buf = mmap(NULL, GAP_PAGES * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                       -1, 0);
+        if (gap_buf == MAP_FAILED)
+                return -ENOMEM;
+        memset(gap_buf, 0x5a, GAP_PAGES * PAGE);
+        return 0;
+}
+
+static uint64_t gap_command(char c, int reply) {
+        (void) c;
+        (void) reply;
+        return (uint64_t) (uintptr_t) gap_buf;
+}
+
+/* The regions evict_next_round() takes from the child's 64 pages. */
+static int gap_round(int pagemap, struct zsw_heat *h, uint64_t base, uint64_t cold_ns, uint64_t now,
+                     struct zsw_page_run *regions) {
+        uint64_t cursor = base;
+        int n = evict_next_round(pagemap, h, cold_ns, now, &cursor, base + GAP_PAGES * PAGE,
+                                 GAP_PAGES, regions, GAP_PAGES);
+
+        ASSERT_GE(n, 0);
+        return n;
+}
+
+/* A round takes the warm pages of short gaps between cold ones, so that
+ * its drop is one range, but never hot ones. The child's pages come in
+ * blocks of eight: 1-3 never used (cold), 5-7 used 20 s ago (4 and the
+ * next block's 0 are their neighbours: as warm). */
+TEST(a_round_joins_cold_pages_across_warm_gaps) {
+        struct test_child ch = test_child_start(gap_setup, gap_command, true);
+        uint64_t base = test_child_ask(&ch, 'a'), now = 1000 * SEC, pg = base / PAGE;
+        struct zsw_page_run regions[GAP_PAGES];
+        char path[64];
+        struct zsw_heat *h;
+        int pagemap;
+
+        if (geteuid() != 0)
+                TEST_SKIP("needs root to scan another process's pagemap");
+        snprintf(path, sizeof(path), "/proc/%d/pagemap", ch.pid);
+        pagemap = open(path, O_RDONLY | O_CLOEXEC);
+        ASSERT_GE(pagemap, 0);
+        ASSERT_OK(zsw_heat_new(&h));
+        for (uint64_t b = 0; b < GAP_PAGES; b += 8)
+                zsw_heat_touch(h, pg + b + 5, 3, now - 20 * SEC);
+
+        /* Idle for 60 s: the cold pages, joined across the gaps (used 20
+         * s ago, a third of that), up to the last cold page. */
+        ASSERT_EQ(gap_round(pagemap, h, base, 60 * SEC, now, regions), 1);
+        ASSERT_EQ(regions[0].start, base);
+        ASSERT_EQ(regions[0].end, base + (GAP_PAGES - 4) * PAGE);
+        /* Idle for 200 s: the gaps are hot at a quarter of that. */
+        ASSERT_EQ(gap_round(pagemap, h, base, 200 * SEC, now, regions), (int) GAP_PAGES / 8);
+        for (unsigned b = 0; b < GAP_PAGES / 8; b++)
+                ASSERT_EQ(regions[b].end, base + (b * 8 + 4) * PAGE);
+        /* A page in use now splits the round at its gap. */
+        zsw_heat_touch(h, pg + 2 * 8 + 6, 1, now);
+        ASSERT_EQ(gap_round(pagemap, h, base, 60 * SEC, now, regions), 2);
+        ASSERT_EQ(regions[0].end, base + (2 * 8 + 4) * PAGE);
+        ASSERT_EQ(regions[1].start, base + (3 * 8 + 1) * PAGE);
+        ASSERT_EQ(regions[1].end, base + (GAP_PAGES - 4) * PAGE);
+
+        zsw_heat_free(h);
+        close(pagemap);
+        test_child_stop(&ch);
 }
 
 static unsigned prefetch_now(struct zsw_engine *e, pid_t pid) {
