@@ -212,7 +212,7 @@ static void target_match_json(struct json *j, const struct policy_target *t) {
 
 int policy_manager_dump_targets(struct policy_manager *m, FILE *f, bool json) {
         _cleanup_free_ pid_t *pids = NULL;
-        double page = getpagesize();
+        double page = ZSW_PAGE_SIZE;
         struct json j;
         size_t n;
         int r;
@@ -273,7 +273,7 @@ int policy_manager_dump_targets(struct policy_manager *m, FILE *f, bool json) {
 int policy_manager_dump_status(struct policy_manager *m, FILE *f, bool json) {
         struct zsw_engine_stats s;
         struct zsw_psi psi = {};
-        double page = getpagesize();
+        double page = ZSW_PAGE_SIZE;
         int r;
 
         r = zsw_engine_get_stats(m->engine, &s);

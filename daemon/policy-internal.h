@@ -92,7 +92,7 @@ static inline struct policy_step_limits policy_group_limits(const struct policy_
         return (struct policy_step_limits) {
                 .max_reclaim_rate = g->policy->max_reclaim_rate,
                 .period_usec = POLICY_PERIOD_USEC,
-                .page_size = (uint64_t) getpagesize(),
+                .page_size = (uint64_t) ZSW_PAGE_SIZE,
                 .budget = g->policy->memory_budget.kind != ZSW_LIMIT_NONE,
         };
 }

@@ -588,7 +588,7 @@ static void group_reclaim_done(void *userdata, const struct reclaim_request *req
         LOG_FIELDS(.policy = g->policy_name, .cgroup = g->cgroup);
 
         g->reclaiming = NULL;
-        group_reclaimed(g, req->result.evicted_pages * (uint64_t) getpagesize());
+        group_reclaimed(g, req->result.evicted_pages * (uint64_t) ZSW_PAGE_SIZE);
         /* Over budget, the next reclaim need not wait for the next check. */
         if (group_has_budget(g))
                 group_check_budget(g->manager, g);
@@ -605,7 +605,7 @@ static void group_reclaim(struct policy_manager *m, struct policy_group *g, uint
                 .max_bytes = want,
                 .min_cold_age_ms = DIV_ROUND_UP(g->policy->min_cold_age_usec, 1000),
         };
-        uint64_t got = 0, page = (uint64_t) getpagesize();
+        uint64_t got = 0, page = (uint64_t) ZSW_PAGE_SIZE;
         size_t n;
 
         if (!pids) {
@@ -755,7 +755,7 @@ static void group_check_budget(struct policy_manager *m, struct policy_group *g)
             g->trigger_fired || g->reclaiming)
                 return;
         cap = group_rate_credit(g, now_usec());
-        if (cap < (uint64_t) getpagesize())
+        if (cap < (uint64_t) ZSW_PAGE_SIZE)
                 return;
         /* Down to the target mark: each reclaim stops the targets a
          * moment, fewer and larger ones cost them less than one per check. */

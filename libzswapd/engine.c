@@ -156,6 +156,12 @@ int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **r
         struct zsw_engine *e;
         int r;
 
+        /* Pages are ZSW_PAGE_SIZE bytes in every part of the engine, its
+         * buffers and uffd copies, and for the daemon. */
+        if (sysconf(_SC_PAGESIZE) != ZSW_PAGE_SIZE)
+                return zsw_log_errno(config->log, LOG_ERR, -EOPNOTSUPP, "This machine's pages are "
+                                     "%ld bytes; zswapd runs only where they are %u bytes",
+                                     sysconf(_SC_PAGESIZE), ZSW_PAGE_SIZE);
         e = calloc(1, sizeof(*e));
         if (!e)
                 return -ENOMEM;

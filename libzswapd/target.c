@@ -166,7 +166,7 @@ void target_fill_stats(struct zsw_target *t, struct zsw_store *store, struct zsw
         f = t->pid > 0 ? fopen(path, "re") : NULL;
         if (f) {
                 if (fscanf(f, "%llu %llu", &size, &resident) == 2)
-                        s->resident_bytes = resident * (uint64_t) sysconf(_SC_PAGESIZE);
+                        s->resident_bytes = resident * (uint64_t) ZSW_PAGE_SIZE;
                 fclose(f);
         }
 }

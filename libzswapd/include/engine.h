@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "page.h"
 #include "target.h"
 #include "util.h"
 
