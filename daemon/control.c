@@ -337,7 +337,7 @@ static void stats_json_target(struct json *j, const struct zsw_target_stats *t) 
         json_u64(j, "prefetch_window", t->prefetch_window);
         json_u64(j, "prefetch_window_now", t->prefetch_window_now);
         json_u64(j, "zero_window", t->zero_window);
-        json_u64(j, "max_pool_pages", t->max_pool_pages);
+        json_u64(j, "max_pool_pages", t->max_pool_bytes / ZSW_PAGE_SIZE);
         json_string(j, "writeback_allowed", t->no_writeback ? "no" : "yes");
         json_object_open(j, "age");
         json_u64(j, "scans", t->age_scans);

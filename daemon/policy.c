@@ -331,19 +331,20 @@ void policy_manager_forget(struct policy_manager *m, pid_t pid) {
  * whether its pages may be written back. */
 static void policy_target_config(struct policy_manager *m, const struct zsw_policy *p,
                                  struct zsw_target_config *ret) {
-        struct zsw_engine_stats es = {};
+        struct zsw_engine_limits el = {};
         uint64_t limit;
 
-        (void) zsw_engine_get_stats(m->engine, &es);
-        limit = p->pool_limit.kind == ZSW_LIMIT_RELATIVE && es.pool_limit_bytes == 0 ?
-                        UINT64_MAX : limit_resolve(&p->pool_limit, es.pool_limit_bytes);
+        (void) zsw_engine_get_limits(m->engine, &el);
+        limit = p->pool_limit.kind == ZSW_LIMIT_RELATIVE && el.pool_limit_bytes == 0 ?
+                        UINT64_MAX : limit_resolve(&p->pool_limit, el.pool_limit_bytes);
         *ret = (struct zsw_target_config) {
                 .compressor = zsw_compressor_to_string(p->compressor),
                 .compression_level = p->compression_level,
                 .prefetch_window = p->prefetch_window,
                 .zero_window = p->zero_window,
-                /* At least one page: 0 would mean no limit at all. */
-                .max_pool_pages = limit == UINT64_MAX ? 0 : MAX(limit / getpagesize(), 1u),
+                /* At least a byte (the engine makes it a page): 0 would
+                 * mean no limit at all. */
+                .max_pool_bytes = limit == UINT64_MAX ? 0 : MAX(limit, 1u),
                 .no_writeback = !p->writeback,
         };
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * What the engine tells about itself: statistics, the engine's (every target's
+ * What the engine tells about itself: its limits (fixed when it is made,
+ * so read without a lock), and statistics, the engine's (every target's
  * counters and fault latencies merged, the store's and the writeback
  * tier's figures) and one target's (target_fill_stats()).
  */
@@ -8,6 +9,15 @@
 
 #include "engine-internal.h"
 #include "writeback.h"
+
+int zsw_engine_get_limits(struct zsw_engine *e, struct zsw_engine_limits *ret) {
+        *ret = (struct zsw_engine_limits) {
+                .pool_limit_bytes = e->config.pool_limit_bytes,
+                .swapfile_max_bytes = !e->swapfile ? 0 :
+                                      e->config.swapfile_max_bytes ?: ZSW_ENGINE_SWAPFILE_DEFAULT,
+        };
+        return 0;
+}
 
 int zsw_engine_get_target_stats(struct zsw_engine *e, pid_t pid, struct zsw_target_stats *ret) {
         struct zsw_target *t;
