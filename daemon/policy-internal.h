@@ -97,11 +97,6 @@ static inline struct policy_step_limits policy_group_limits(const struct policy_
         };
 }
 
-/* Writes why a target matched, e.g. "Unit=a.service Executable=redis-server
- * (argv0-name)", from the pattern of each key (NULL: not set), or "-". */
-void policy_match_format(char *buf, size_t size, const char *unit, const char *cgroup_path,
-                         const char *executable, enum zsw_exe_form form);
-
 static inline char *strjoin2(const char *a, const char *b) {
         char *s = malloc(strlen(a) + strlen(b) + 1);
 
