@@ -61,6 +61,8 @@ struct zsw_engine_error {
         char message[256];
 };
 
+/* Makes the engine and starts its threads. -EOPNOTSUPP (and a log
+ * message) on a machine whose pages are not ZSW_PAGE_SIZE bytes. */
 int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **ret);
 
 /* Detaches every target (every page put back) and frees the engine. A
