@@ -87,6 +87,27 @@ const char *zsw_proc_exe_name(const struct zsw_proc_exe *e, enum zsw_exe_form f)
         }
 }
 
+void policy_match_format(char *buf, size_t size, const char *unit, const char *cgroup_path,
+                         const char *executable, enum zsw_exe_form form) {
+        FILE *f = fmemopen(buf, size, "w");
+
+        if (!f) {
+                snprintf(buf, size, "-");
+                return;
+        }
+        if (unit)
+                fprintf(f, "Unit=%s", unit);
+        if (cgroup_path)
+                fprintf(f, "%sCgroupPath=%s", unit ? " " : "", cgroup_path);
+        if (executable)
+                fprintf(f, "%sExecutable=%s (%s)", unit || cgroup_path ? " " : "", executable,
+                        zsw_exe_form_to_string(form));
+        if (!unit && !cgroup_path && !executable)
+                fputc('-', f);
+        fclose(f);
+        buf[size - 1] = '\0'; /* fmemopen() adds none to a full buffer */
+}
+
 /* A path pattern is compared with the paths, a name with the names, in
  * the order of enum zsw_exe_form: the file the kernel runs first. */
 static bool match_executable(const char *pattern, const struct zsw_proc_exe *e,

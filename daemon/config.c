@@ -182,7 +182,7 @@ static int assign_pressure(struct conf_ctx *c, const char *v, void *field, unsig
 }
 
 static int assign_swapfile_size(struct conf_ctx *c, const char *v, void *field, unsigned arg) {
-        uint64_t size, page = (uint64_t) sysconf(_SC_PAGESIZE);
+        uint64_t size, page = (uint64_t) ZSW_PAGE_SIZE;
         int r = conf_parse_size(c, v, &size);
 
         if (r < 0)

@@ -228,6 +228,11 @@ struct zsw_match {
         enum zsw_exe_form executable_form; /* when executable is set */
 };
 
+/* Writes why a target matched, e.g. "Unit=a.service Executable=redis-server
+ * (argv0-name)", from the pattern of each key (NULL: not set), or "-". */
+void policy_match_format(char *buf, size_t size, const char *unit, const char *cgroup_path,
+                         const char *executable, enum zsw_exe_form form);
+
 /*
  * Returns the first policy, in file order, that matches a process in cgroup
  * CGROUP_PATH (as in /proc/PID/cgroup, e.g. "/system.slice/nginx.service")

@@ -248,7 +248,7 @@ static const char *verb_name(enum control_verb verb) {
 }
 
 static double ratio(uint64_t pages, uint64_t pool_bytes) {
-        return pool_bytes > 0 ? (double) pages * (double) getpagesize() / (double) pool_bytes : 0;
+        return pool_bytes > 0 ? (double) pages * (double) ZSW_PAGE_SIZE / (double) pool_bytes : 0;
 }
 
 static void stats_json_global(struct json *j, const struct zsw_engine_stats *g) {
@@ -270,7 +270,7 @@ static void stats_json_global(struct json *j, const struct zsw_engine_stats *g) 
         json_u64(j, "fault_ns_p50", g->fault_ns_p50);
         json_u64(j, "fault_ns_p95", g->fault_ns_p95);
         json_u64(j, "fault_ns_p99", g->fault_ns_p99);
-        json_u64(j, "page_size", (uint64_t) getpagesize());
+        json_u64(j, "page_size", (uint64_t) ZSW_PAGE_SIZE);
         json_double(j, "ratio", ratio(g->stored_pages, g->pool_bytes));
         json_object_open(j, "writeback");
         json_u64(j, "pool_limit_bytes", g->pool_limit_bytes);
@@ -337,7 +337,7 @@ static void stats_json_target(struct json *j, const struct zsw_target_stats *t) 
         json_u64(j, "prefetch_window", t->prefetch_window);
         json_u64(j, "prefetch_window_now", t->prefetch_window_now);
         json_u64(j, "zero_window", t->zero_window);
-        json_u64(j, "max_pool_pages", t->max_pool_pages);
+        json_u64(j, "max_pool_pages", t->max_pool_bytes / ZSW_PAGE_SIZE);
         json_string(j, "writeback_allowed", t->no_writeback ? "no" : "yes");
         json_object_open(j, "age");
         json_u64(j, "scans", t->age_scans);
@@ -363,7 +363,7 @@ static void stats_json_target(struct json *j, const struct zsw_target_stats *t) 
 
 static void stats_text(FILE *f, const struct zsw_engine_stats *g, const struct zsw_target_stats *t,
                        size_t n, bool detail) {
-        double page = getpagesize();
+        double page = ZSW_PAGE_SIZE;
 
         fprintf(f, "targets: %u   stored: %.1f MiB (%" PRIu64 " pages) in a %.1f MiB pool, "
                    "ratio %.2f\n",
@@ -526,7 +526,7 @@ static void reclaim_body(struct zsw_engine *engine, const struct control_request
                               " present pages (%.1f MiB) in %.1f ms; %" PRIu64
                               " cancelled by writes, %" PRIu64 " refused by the store\n",
                         req->pid, res.evicted_pages, res.scanned_pages,
-                        res.evicted_pages * (double) getpagesize() / MIB, res.duration_ns / 1e6,
+                        res.evicted_pages * (double) ZSW_PAGE_SIZE / MIB, res.duration_ns / 1e6,
                         res.aborted_pages, res.refused_pages);
         if (!req->json && req->min_age_ms > 0) {
                 struct zsw_target_stats ts;

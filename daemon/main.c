@@ -96,9 +96,9 @@ static void notify_status(struct zsw_engine *engine, struct policy_manager *poli
                 return;
         sd_notifyf(false, "STATUS=Serving %u targets: %.1f MiB stored in %.1f MiB (ratio %.2f), "
                           "%zu policies",
-                   s.targets, s.stored_pages * (double) getpagesize() / (1024.0 * 1024.0),
+                   s.targets, s.stored_pages * (double) ZSW_PAGE_SIZE / (1024.0 * 1024.0),
                    s.pool_bytes / (1024.0 * 1024.0),
-                   s.pool_bytes ? s.stored_pages * (double) getpagesize() / s.pool_bytes : 0.0,
+                   s.pool_bytes ? s.stored_pages * (double) ZSW_PAGE_SIZE / s.pool_bytes : 0.0,
                    policy_manager_get_config(policies)->n_policies);
 }
 
@@ -350,7 +350,7 @@ static unsigned give_back(struct zsw_engine *engine, int priority, uint64_t *ret
                          "(%.1f MiB) back, zswapd holds their only copy: %s. %s; zswapd keeps "
                          "them, serves the process, and tries again every %llu s.",
                          pids[i], cg ?: "unknown", ts.stored_pages,
-                         ts.stored_pages * (double) getpagesize() / (1024.0 * 1024.0),
+                         ts.stored_pages * (double) ZSW_PAGE_SIZE / (1024.0 * 1024.0),
                          err.message[0] ? err.message : strerror(-r),
                          r == -ENOMEM ? "Raise that cgroup's memory limit (memory.limit_in_bytes, "
                                         "memory.max) or kill the process" :

@@ -158,27 +158,6 @@ static const struct policy_target *find_target(struct policy_manager *m, pid_t p
         return NULL;
 }
 
-void policy_match_format(char *buf, size_t size, const char *unit, const char *cgroup_path,
-                         const char *executable, enum zsw_exe_form form) {
-        FILE *f = fmemopen(buf, size, "w");
-
-        if (!f) {
-                snprintf(buf, size, "-");
-                return;
-        }
-        if (unit)
-                fprintf(f, "Unit=%s", unit);
-        if (cgroup_path)
-                fprintf(f, "%sCgroupPath=%s", unit ? " " : "", cgroup_path);
-        if (executable)
-                fprintf(f, "%sExecutable=%s (%s)", unit || cgroup_path ? " " : "", executable,
-                        zsw_exe_form_to_string(form));
-        if (!unit && !cgroup_path && !executable)
-                fputc('-', f);
-        fclose(f);
-        buf[size - 1] = '\0'; /* fmemopen() adds none to a full buffer */
-}
-
 static void match_json(struct json *j, const char *key, const char *pattern, const char *form,
                        const char *value) {
         if (!pattern)
@@ -212,7 +191,7 @@ static void target_match_json(struct json *j, const struct policy_target *t) {
 
 int policy_manager_dump_targets(struct policy_manager *m, FILE *f, bool json) {
         _cleanup_free_ pid_t *pids = NULL;
-        double page = getpagesize();
+        double page = ZSW_PAGE_SIZE;
         struct json j;
         size_t n;
         int r;
@@ -273,7 +252,7 @@ int policy_manager_dump_targets(struct policy_manager *m, FILE *f, bool json) {
 int policy_manager_dump_status(struct policy_manager *m, FILE *f, bool json) {
         struct zsw_engine_stats s;
         struct zsw_psi psi = {};
-        double page = getpagesize();
+        double page = ZSW_PAGE_SIZE;
         int r;
 
         r = zsw_engine_get_stats(m->engine, &s);

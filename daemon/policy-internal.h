@@ -92,15 +92,10 @@ static inline struct policy_step_limits policy_group_limits(const struct policy_
         return (struct policy_step_limits) {
                 .max_reclaim_rate = g->policy->max_reclaim_rate,
                 .period_usec = POLICY_PERIOD_USEC,
-                .page_size = (uint64_t) getpagesize(),
+                .page_size = (uint64_t) ZSW_PAGE_SIZE,
                 .budget = g->policy->memory_budget.kind != ZSW_LIMIT_NONE,
         };
 }
-
-/* Writes why a target matched, e.g. "Unit=a.service Executable=redis-server
- * (argv0-name)", from the pattern of each key (NULL: not set), or "-". */
-void policy_match_format(char *buf, size_t size, const char *unit, const char *cgroup_path,
-                         const char *executable, enum zsw_exe_form form);
 
 static inline char *strjoin2(const char *a, const char *b) {
         char *s = malloc(strlen(a) + strlen(b) + 1);

@@ -331,19 +331,20 @@ void policy_manager_forget(struct policy_manager *m, pid_t pid) {
  * whether its pages may be written back. */
 static void policy_target_config(struct policy_manager *m, const struct zsw_policy *p,
                                  struct zsw_target_config *ret) {
-        struct zsw_engine_stats es = {};
+        struct zsw_engine_limits el = {};
         uint64_t limit;
 
-        (void) zsw_engine_get_stats(m->engine, &es);
-        limit = p->pool_limit.kind == ZSW_LIMIT_RELATIVE && es.pool_limit_bytes == 0 ?
-                        UINT64_MAX : limit_resolve(&p->pool_limit, es.pool_limit_bytes);
+        (void) zsw_engine_get_limits(m->engine, &el);
+        limit = p->pool_limit.kind == ZSW_LIMIT_RELATIVE && el.pool_limit_bytes == 0 ?
+                        UINT64_MAX : limit_resolve(&p->pool_limit, el.pool_limit_bytes);
         *ret = (struct zsw_target_config) {
                 .compressor = zsw_compressor_to_string(p->compressor),
                 .compression_level = p->compression_level,
                 .prefetch_window = p->prefetch_window,
                 .zero_window = p->zero_window,
-                /* At least one page: 0 would mean no limit at all. */
-                .max_pool_pages = limit == UINT64_MAX ? 0 : MAX(limit / getpagesize(), 1u),
+                /* At least a byte (the engine makes it a page): 0 would
+                 * mean no limit at all. */
+                .max_pool_bytes = limit == UINT64_MAX ? 0 : MAX(limit, 1u),
                 .no_writeback = !p->writeback,
         };
 }
@@ -588,7 +589,7 @@ static void group_reclaim_done(void *userdata, const struct reclaim_request *req
         LOG_FIELDS(.policy = g->policy_name, .cgroup = g->cgroup);
 
         g->reclaiming = NULL;
-        group_reclaimed(g, req->result.evicted_pages * (uint64_t) getpagesize());
+        group_reclaimed(g, req->result.evicted_pages * (uint64_t) ZSW_PAGE_SIZE);
         /* Over budget, the next reclaim need not wait for the next check. */
         if (group_has_budget(g))
                 group_check_budget(g->manager, g);
@@ -605,7 +606,7 @@ static void group_reclaim(struct policy_manager *m, struct policy_group *g, uint
                 .max_bytes = want,
                 .min_cold_age_ms = DIV_ROUND_UP(g->policy->min_cold_age_usec, 1000),
         };
-        uint64_t got = 0, page = (uint64_t) getpagesize();
+        uint64_t got = 0, page = (uint64_t) ZSW_PAGE_SIZE;
         size_t n;
 
         if (!pids) {
@@ -755,7 +756,7 @@ static void group_check_budget(struct policy_manager *m, struct policy_group *g)
             g->trigger_fired || g->reclaiming)
                 return;
         cap = group_rate_credit(g, now_usec());
-        if (cap < (uint64_t) getpagesize())
+        if (cap < (uint64_t) ZSW_PAGE_SIZE)
                 return;
         /* Down to the target mark: each reclaim stops the targets a
          * moment, fewer and larger ones cost them less than one per check. */

@@ -41,7 +41,7 @@ static struct reclaim_request *request_free(struct reclaim_request *req) {
 /* Runs one request on the worker. A target that went away meanwhile is
  * skipped; the request fails only if no target could be reclaimed from. */
 static void request_run(struct zsw_engine *engine, struct reclaim_request *req) {
-        uint64_t start = zsw_now_ns(), got = 0, page = (uint64_t) getpagesize();
+        uint64_t start = zsw_now_ns(), got = 0, page = (uint64_t) ZSW_PAGE_SIZE;
         bool any = false, failed = false;
 
         req->r = -ENOENT;

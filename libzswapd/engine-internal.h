@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * The engine's state (struct zsw_engine), engine.c's alone: fault.c,
- * evict.c and target.c never see it. Not a public interface.
+ * The engine's state (struct zsw_engine), shared by engine.c and its
+ * engine-*.c parts alone: fault.c, evict.c and target.c never see it.
+ * Not a public interface.
  *
  * The lock order of zswapd, every lock of libzswapd and the daemon, in one
  * line (lockdep.h has it as ranks and checks it in debug builds):
@@ -95,3 +96,34 @@ struct zsw_engine {
         int reaper_stop_fd;
         bool reaper_started;
 };
+
+/* engine-targets.c: the target table, and control calls' errors. */
+int engine_fail(struct zsw_engine_error *err, int r, const char *fmt, ...) _printf_(3, 4);
+/* -ETIMEDOUT for a process none of whose threads stopped in time, with
+ * what keeps it (the thread, its state, what it waits in) and advice. */
+int engine_fail_stuck(struct zsw_engine_error *err, pid_t pid, const char *advice);
+/* The live target of pid, or NULL; the caller holds control_lock. */
+struct zsw_target *engine_find_target(struct zsw_engine *e, pid_t pid);
+/* Makes t live: fault threads serve it, the reaper watches it. */
+int engine_publish(struct zsw_engine *e, struct zsw_target *t);
+/* The opposite of engine_publish(); afterwards t may be freed. */
+void engine_unpublish(struct zsw_engine *e, struct zsw_target *t);
+
+/* engine-attach.c: puts every page of t back, removes what attach left
+ * in it and frees it; under control_lock. On failure t stays attached. */
+int engine_detach_locked(struct zsw_engine *e, struct zsw_target *t,
+                         struct zsw_engine_error *err);
+
+/* engine-fork.c: a fork of parent (struct fault_events): the child is
+ * served from now on; the reaper names it (engine_name_children()). */
+void engine_add_fork_child(void *userdata, struct zsw_target *parent, int child_uffd);
+void engine_name_children(struct zsw_engine *e);
+
+/* engine-reaper.c: its descriptors (before the fault threads and any
+ * target), its thread, and the stop of it. */
+int engine_reaper_open(struct zsw_engine *e);
+int engine_reaper_start(struct zsw_engine *e);
+void engine_reaper_stop(struct zsw_engine *e);
+/* A target its fault thread gave up on (struct fault_events): the reaper
+ * forgets it. */
+void engine_mark_dead(void *userdata, struct zsw_target *t);

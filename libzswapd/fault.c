@@ -39,7 +39,7 @@
 struct fault_buf {
         /* One page for the faulting address and the prefetch window behind
          * it, contiguous so that one UFFDIO_COPY fills them all. */
-        _Alignas(4096) uint8_t pages[(1 + FAULT_PREFETCH_MAX) * ZSW_PAGE_SIZE];
+        _Alignas(ZSW_PAGE_SIZE) uint8_t pages[(1 + FAULT_PREFETCH_MAX) * ZSW_PAGE_SIZE];
 };
 
 struct fault_thread {
@@ -543,7 +543,7 @@ static int fault_thread_init(struct fault_threads *e, struct zsw_store *store,
         int r;
 
         ft->set = e;
-        ft->buf = aligned_alloc(4096, sizeof(struct fault_buf));
+        ft->buf = aligned_alloc(ZSW_PAGE_SIZE, sizeof(struct fault_buf));
         if (!ft->buf)
                 return -ENOMEM;
         ft->epfd = epoll_create1(EPOLL_CLOEXEC);

@@ -18,7 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ZSW_PAGE_SIZE 4096u
+#include "page.h"
+
 #define ZSW_POOL_CLASS_STEP 32u
 #define ZSW_POOL_MAX_OBJECT ZSW_PAGE_SIZE
 

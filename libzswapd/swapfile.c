@@ -42,7 +42,7 @@
  * rare, small enough that an idle daemon does not hold much disk. */
 #define RESERVE_CHUNK (8ull << 20)
 #define STAGING_BYTES (ZSW_SWAPFILE_BATCH_MAX * ZSW_SWAPFILE_ENTRY_MAX)
-#define STAGING_ALIGN 4096u
+#define STAGING_ALIGN ZSW_PAGE_SIZE
 #define ZERO_BYTES (256u << 10)
 
 struct zsw_swapfile {
@@ -254,8 +254,8 @@ static int reserve_more(struct zsw_swapfile *sf, uint64_t need) {
         uint64_t start = sf->reserved_blocks;
         uint64_t room = sf->max_blocks - start;
         uint64_t chunk = MIN(room, RESERVE_CHUNK / sf->block);
-        uint64_t per_page = 4096 / sf->block;
-        uint64_t exact = DIV_ROUND_UP(need, per_page) * per_page;     /* whole 4 KiB pages */
+        uint64_t per_page = ZSW_PAGE_SIZE / sf->block;
+        uint64_t exact = DIV_ROUND_UP(need, per_page) * per_page;     /* whole pages */
         uint64_t grow = MAX(chunk, exact);
         int r;
 
@@ -430,7 +430,7 @@ static int dio_block(int fd) {
         if ((stx.stx_mask & STATX_DIOALIGN) && stx.stx_dio_offset_align > block)
                 block = stx.stx_dio_offset_align;
         /* An entry must fit one staging slot, and blocks are powers of two. */
-        if (block > 4096 || (block & (block - 1)) != 0 ||
+        if (block > ZSW_SWAPFILE_ENTRY_MAX || (block & (block - 1)) != 0 ||
             ((stx.stx_mask & STATX_DIOALIGN) && stx.stx_dio_mem_align > STAGING_ALIGN))
                 return -EOPNOTSUPP;
         return (int) block;
@@ -482,7 +482,7 @@ int zsw_swapfile_open(const char *path, uint64_t max_bytes, const struct zsw_log
         _cleanup_(zsw_swapfile_closep) struct zsw_swapfile *sf = NULL;
         int r;
 
-        if (!path || !ret || max_bytes < 4096)
+        if (!path || !ret || max_bytes < ZSW_PAGE_SIZE)
                 return -EINVAL;
         sf = calloc(1, sizeof(*sf));
         if (!sf)
@@ -502,7 +502,7 @@ int zsw_swapfile_open(const char *path, uint64_t max_bytes, const struct zsw_log
         sf->block = (uint32_t) r;
         sf->block_sectors = sf->block / ZSW_SWAPFILE_SECTOR;
 
-        sf->max_blocks = max_bytes / 4096 * (4096 / sf->block);
+        sf->max_blocks = max_bytes / ZSW_PAGE_SIZE * (ZSW_PAGE_SIZE / sf->block);
         sf->stats.file_bytes_max = sf->max_blocks * sf->block;
         sf->bitmap = calloc(DIV_ROUND_UP(sf->max_blocks, BITS_PER_WORD), sizeof(uint64_t));
         if (!sf->bitmap)

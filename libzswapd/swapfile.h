@@ -26,12 +26,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "page.h"
 #include "util.h"
 
 /* Slots count sectors of this size: an entry lives at byte slot * 512. */
 #define ZSW_SWAPFILE_SECTOR 512u
 /* Largest payload of one entry: a compressed page never exceeds a page. */
-#define ZSW_SWAPFILE_ENTRY_MAX 4096u
+#define ZSW_SWAPFILE_ENTRY_MAX ZSW_PAGE_SIZE
 /* Entries per write round; larger batches are written in rounds of this. */
 #define ZSW_SWAPFILE_BATCH_MAX 32u
 /* The slot of an entry that was not written. */

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * The target: one process the engine serves, its state and counters, and
- * its lifecycle. The engine (engine.c) makes, publishes and frees targets;
- * the fault threads (fault.c) and eviction (evict.c) work on them, under
- * the locks they carry, in the order of engine-internal.h. Not a public
+ * its lifecycle. The engine makes (engine-attach.c, engine-fork.c),
+ * publishes (engine-targets.c) and frees targets; the fault threads
+ * (fault.c) and eviction (evict.c) work on them, under the locks they
+ * carry, in the order of engine-internal.h. Not a public
  * interface (target.h is the public face).
  *
  * A target is freed only after fault_threads_remove(): out of every epoll

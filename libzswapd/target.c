@@ -87,7 +87,8 @@ int target_configure(struct zsw_target *t, const struct target_defaults *d,
                 t->prefetch_window = MIN(tc->prefetch_window, FAULT_PREFETCH_MAX);
                 t->prefetch_now = t->prefetch_window;
                 t->zero_window = MIN(tc->zero_window, ZSW_ZERO_WINDOW_MAX);
-                t->owner_config.max_pages = tc->max_pool_pages;
+                t->owner_config.max_pages =
+                        tc->max_pool_bytes ? MAX(tc->max_pool_bytes / ZSW_PAGE_SIZE, 1u) : 0;
                 t->owner_config.no_writeback = tc->no_writeback;
         }
         t->owner_config.compressor = (enum zsw_compressor) c;
@@ -150,7 +151,7 @@ void target_fill_stats(struct zsw_target *t, struct zsw_store *store, struct zsw
                 .prefetch_window = t->prefetch_window,
                 .prefetch_window_now = prefetch_now,
                 .zero_window = t->zero_window,
-                .max_pool_pages = t->owner_config.max_pages,
+                .max_pool_bytes = t->owner_config.max_pages * ZSW_PAGE_SIZE,
                 .no_writeback = t->owner_config.no_writeback,
         };
         zsw_mutex_lock(&t->age_stats_lock, ZSW_LOCK_AGE_STATS);
@@ -166,7 +167,7 @@ void target_fill_stats(struct zsw_target *t, struct zsw_store *store, struct zsw
         f = t->pid > 0 ? fopen(path, "re") : NULL;
         if (f) {
                 if (fscanf(f, "%llu %llu", &size, &resident) == 2)
-                        s->resident_bytes = resident * (uint64_t) sysconf(_SC_PAGESIZE);
+                        s->resident_bytes = resident * (uint64_t) ZSW_PAGE_SIZE;
                 fclose(f);
         }
 }

@@ -14,6 +14,7 @@
 #include <sys/ioctl.h>
 #include <sys/uio.h>
 
+#include "page.h"
 #include "vma.h"
 
 _Static_assert(sizeof(struct zsw_page_run) == sizeof(struct page_region),
@@ -253,7 +254,7 @@ int zsw_vma_scan(int pagemap_fd, uint64_t start, uint64_t end, uint64_t want, ui
 
 int zsw_vma_read_pages(pid_t pid, const uint64_t *addrs, size_t n, void *const *bufs,
                        bool *ret_ok) {
-        const size_t page = (size_t) getpagesize();
+        const size_t page = ZSW_PAGE_SIZE;
         struct iovec local[IOV_MAX], remote[IOV_MAX];
         size_t i = 0, done = 0;
 

@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#include "page.h"
 #include "test.h"
 #include "test-cgroups.h"
 #include "util.h"
@@ -214,7 +215,7 @@ struct target {
 /* Text-like, compressible content with a zero page now and then, all of it
  * a function of the page number. */
 static void target_fill(uint8_t *buf, size_t size, bool check, bool *ok) {
-        size_t page = getpagesize();
+        size_t page = ZSW_PAGE_SIZE;
 
         for (size_t p = 0; p < size / page; p++) {
                 uint64_t x = p * 0x9e3779b97f4a7c15ull + 1;
@@ -806,12 +807,12 @@ TEST(attach_reclaim_stats_detach) {
         out = ctl_ok(d.sock, CTL_ARGS(d.sock, "reclaim", pid_s, "--bytes", "4M", "--json"));
         assert_json(out);
         ASSERT_GT(json_u64(out, "evicted_pages"), 0);
-        ASSERT_LE(json_u64(out, "evicted_pages") * getpagesize(), 4u << 20);
+        ASSERT_LE(json_u64(out, "evicted_pages") * ZSW_PAGE_SIZE, 4u << 20);
         free(out);
 
         out = ctl_ok(d.sock, CTL_ARGS(d.sock, "reclaim", pid_s, "--all", "--json"));
         assert_json(out);
-        ASSERT_GE(json_u64(out, "evicted_pages") * getpagesize(), TARGET_SIZE / 2);
+        ASSERT_GE(json_u64(out, "evicted_pages") * ZSW_PAGE_SIZE, TARGET_SIZE / 2);
         free(out);
         rss = rss_bytes(t.pid);
         ASSERT_LT(rss, rss_full - TARGET_SIZE / 2);
@@ -820,9 +821,9 @@ TEST(attach_reclaim_stats_detach) {
         ts = stats_target(out, t.pid);
         ASSERT_TRUE(ts);
         ASSERT_EQ(json_u64(out, "targets"), 1);
-        ASSERT_GE(json_u64(ts, "stored_pages") * getpagesize(), TARGET_SIZE / 2);
+        ASSERT_GE(json_u64(ts, "stored_pages") * ZSW_PAGE_SIZE, TARGET_SIZE / 2);
         ASSERT_GT(json_u64(ts, "pool_bytes"), 0);
-        ASSERT_LT(json_u64(ts, "pool_bytes"), json_u64(ts, "stored_pages") * getpagesize());
+        ASSERT_LT(json_u64(ts, "pool_bytes"), json_u64(ts, "stored_pages") * ZSW_PAGE_SIZE);
         free(out);
 
         /* Every byte comes back through faults... */
@@ -940,7 +941,7 @@ TEST(sigterm_puts_every_page_back) {
 
         free(ctl_ok(d.sock, CTL_ARGS(d.sock, "attach", pid_s)));
         out = ctl_ok(d.sock, CTL_ARGS(d.sock, "reclaim", pid_s, "--json"));
-        ASSERT_GE(json_u64(out, "evicted_pages") * getpagesize(), TARGET_SIZE / 2);
+        ASSERT_GE(json_u64(out, "evicted_pages") * ZSW_PAGE_SIZE, TARGET_SIZE / 2);
         ASSERT_LT(rss_bytes(t.pid), TARGET_SIZE / 2);
 
         ASSERT_EQ(daemon_stop(&d, SIGTERM), 0);
@@ -1470,7 +1471,7 @@ TEST(policy_settings_apply_per_target) {
         ASSERT_EQ(json_u64(a, "prefetch_window"), 0);
         ASSERT_EQ(json_u64(b, "prefetch_window"), 8);
         ASSERT_EQ(json_u64(a, "max_pool_pages"), 0);
-        ASSERT_EQ_U(json_u64(b, "max_pool_pages"), (2u << 20) / getpagesize());
+        ASSERT_EQ_U(json_u64(b, "max_pool_pages"), (2u << 20) / ZSW_PAGE_SIZE);
         ASSERT_TRUE(strstr(b, "\"writeback_allowed\":\"no\""));
 
         /* Compressor: the same content, zstd's payload clearly smaller. */

@@ -378,6 +378,46 @@ TEST(mremap_over_a_round_keeps_the_moved_pages) {
         test_child_finish(&ch, e);
 }
 
+/* Limits are bytes at every boundary: the engine gives back the pool
+ * limit it was made with, and a target's own limit is kept in whole
+ * pages, at least one. */
+TEST(limits_in_bytes) {
+        struct test_child ch = child_start(1, 0);
+        struct zsw_engine *e = test_engine_new(&(struct zsw_engine_config) {
+                .pool_limit_bytes = 8 << 20,
+                .log = &test_log,
+        });
+        struct zsw_engine_error err = {};
+        struct zsw_engine_limits el;
+        struct zsw_target_stats ts;
+
+        ASSERT_OK(zsw_engine_get_limits(e, &el));
+        ASSERT_EQ_U(el.pool_limit_bytes, 8 << 20);
+        ASSERT_EQ_U(el.swapfile_max_bytes, 0);
+        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
+
+        ASSERT_OK(zsw_engine_attach_with(e, ch.pid, &(struct zsw_target_config) {
+                                                 .max_pool_bytes = 3 * PAGE + 1,
+                                         }, &err));
+        ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &ts));
+        ASSERT_EQ_U(ts.max_pool_bytes, 3 * PAGE);
+        ASSERT_OK(zsw_engine_detach(e, ch.pid, &err));
+
+        ASSERT_OK(zsw_engine_attach_with(e, ch.pid, &(struct zsw_target_config) {
+                                                 .max_pool_bytes = 1,
+                                         }, &err));
+        ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &ts));
+        ASSERT_EQ_U(ts.max_pool_bytes, PAGE);
+        ASSERT_OK(zsw_engine_detach(e, ch.pid, &err));
+
+        ASSERT_OK(zsw_engine_attach(e, ch.pid, &err));
+        ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &ts));
+        ASSERT_EQ_U(ts.max_pool_bytes, 0);
+        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
+        test_child_stop(&ch);
+        zsw_engine_free(e);
+}
+
 TEST(bad_input_changes_nothing) {
         struct test_child ch = child_start(1, 0);
         struct zsw_engine *e = engine_start();

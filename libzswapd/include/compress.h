@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "page.h"
 #include "util.h"
 
 enum zsw_compressor {

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "page.h"
 #include "target.h"
 #include "util.h"
 
@@ -60,6 +61,8 @@ struct zsw_engine_error {
         char message[256];
 };
 
+/* Makes the engine and starts its threads. -EOPNOTSUPP (and a log
+ * message) on a machine whose pages are not ZSW_PAGE_SIZE bytes. */
 int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **ret);
 
 /* Detaches every target (every page put back) and frees the engine. A
@@ -173,6 +176,19 @@ struct zsw_engine_stats {
  * a group over its memory budget. -ENOENT if pid is not attached. */
 int zsw_engine_set_throttle(struct zsw_engine *engine, pid_t pid, bool on);
 
+/* The limits the engine was made with, in bytes, defaults filled in. They
+ * never change, so this takes no lock and builds no statistics: cheap
+ * enough for every attach. */
+struct zsw_engine_limits {
+        uint64_t pool_limit_bytes;      /* 0: none */
+        uint64_t swapfile_max_bytes;    /* 0: no writeback */
+};
+
+int zsw_engine_get_limits(struct zsw_engine *engine, struct zsw_engine_limits *ret);
+
+/* Every target's counters and fault latencies merged, with the store's
+ * and the writeback tier's figures: takes control_lock, the target table
+ * and each target's age figures. */
 int zsw_engine_get_stats(struct zsw_engine *engine, struct zsw_engine_stats *ret);
 int zsw_engine_get_target_stats(struct zsw_engine *engine, pid_t pid, struct zsw_target_stats *ret);
 

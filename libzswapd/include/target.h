@@ -28,11 +28,12 @@ struct zsw_target_config {
          * copy-on-write fault (1-10 us) instead of a round trip through a
          * fault thread (50-100 us). */
         unsigned zero_window;
-        /* Pages the target may keep in the pool (neither same-filled nor
-         * written back), 0 for no limit of its own. At it, its coldest
-         * pages are written back, or with no_writeback its stores are
-         * refused (counted in refused_limit / refused_writeback_off). */
-        uint64_t max_pool_pages;
+        /* Bytes of pages the target may keep in the pool (neither
+         * same-filled nor written back), 0 for no limit of its own;
+         * counted in whole pages, at least one. At it, its coldest pages
+         * are written back, or with no_writeback its stores are refused
+         * (counted in refused_limit / refused_writeback_off). */
+        uint64_t max_pool_bytes;
         bool no_writeback;              /* never write its pages to the swapfile */
 };
 
@@ -90,7 +91,7 @@ struct zsw_target_stats {
         unsigned prefetch_window;
         unsigned prefetch_window_now;   /* as recent prefetches paid */
         unsigned zero_window;
-        uint64_t max_pool_pages;
+        uint64_t max_pool_bytes;        /* whole pages */
         bool no_writeback;
         /* Page ages, as the last age scan found them. */
         uint64_t age_scans;

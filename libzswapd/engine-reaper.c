@@ -1,0 +1,149 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The reaper: the engine's own thread. It wakes when a target's pidfd
+ * says it exited, when a fault thread gives a target up
+ * (engine_mark_dead()), and at least once a second; each time, under
+ * control_lock, it names new fork children (engine-fork.c), forgets the
+ * targets that exited or exec'ed, and runs the age scans that are due.
+ */
+#include <errno.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <linux/kcmp.h>
+
+#include "engine-internal.h"
+#include "uffd.h"
+
+/* Age scans that are due, from the reaper with control_lock held. A
+ * target that cannot be scanned (exiting, unnamed fork child) is tried
+ * again at its next period. */
+static void age_due_targets(struct zsw_engine *e) {
+        uint64_t now = zsw_now_ns();
+
+        if (e->age_interval_ns == 0)
+                return;
+        for (;;) {
+                struct zsw_target *t;
+
+                zsw_mutex_lock(&e->table_lock, ZSW_LOCK_TABLE);
+                for (t = e->targets; t; t = t->next)
+                        if (t->aging && t->pid > 0 && !atomic_load(&t->dead) && t->next_age_ns <= now)
+                                break;
+                zsw_mutex_unlock(&e->table_lock);
+                if (!t)
+                        return;
+                t->next_age_ns = now + e->age_interval_ns;
+                /* A reclaim of it is running: the reaper holds control_lock
+                 * and must not wait for it; this period's scan is skipped
+                 * (ages only grow coarser by one period). */
+                if (zsw_mutex_trylock(&t->evict_lock, ZSW_LOCK_EVICT) != 0)
+                        continue;
+                (void) evict_age_scan(&e->evict, t);
+                zsw_mutex_unlock(&t->evict_lock);
+        }
+}
+
+void engine_mark_dead(void *userdata, struct zsw_target *t) {
+        struct zsw_engine *e = userdata;
+        uint64_t one = 1;
+
+        atomic_store(&t->dead, true);
+        if (write(e->reaper_stop_fd, &one, sizeof(one)) < 0)
+                zsw_log_errno(e->log, LOG_WARNING, errno, "Cannot wake the reaper, ignoring: %m");
+}
+
+/* A target whose uffd reference inside it is gone has exec'ed (the
+ * reference is O_CLOEXEC) or closed it: its old address space, and with it
+ * everything we stored, is gone. */
+static bool target_exec_ed(struct zsw_target *t) {
+        if (t->target_uffd < 0 || t->pid <= 0)
+                return false;
+        return syscall(SYS_kcmp, getpid(), t->pid, KCMP_FILE, t->uffd, t->target_uffd) != 0;
+}
+
+/* A fork child we could not name has no pidfd to tell us it exited: its
+ * address space tells us instead. (Short-lived children, fork then exec,
+ * are usually gone before the reaper looks for them.) */
+static bool target_unnamed_gone(struct zsw_target *t) {
+        return t->pid == 0 && t->parent_pid == 0 && zsw_uffd_mm_alive(t->uffd) == -ESRCH;
+}
+
+static void reap(struct zsw_engine *e) {
+        for (;;) {
+                struct zsw_target *t;
+
+                zsw_mutex_lock(&e->table_lock, ZSW_LOCK_TABLE);
+                for (t = e->targets; t; t = t->next)
+                        if (atomic_load(&t->dead) || target_exec_ed(t) || target_unnamed_gone(t))
+                                break;
+                zsw_mutex_unlock(&e->table_lock);
+                if (!t)
+                        return;
+                if (t->pid > 0)
+                        zsw_log(e->log, LOG_INFO, "Process %d exited or exec'ed; forgetting it", t->pid);
+                else
+                        zsw_log(e->log, LOG_INFO, "A fork child that exited before we could name it is "
+                                "forgotten");
+                atomic_store(&t->dead, true);
+                /* A reclaim of it may still run (zsw_engine_reclaim drops
+                 * control_lock): it ends quickly on a dead target. */
+                zsw_mutex_lock(&t->evict_lock, ZSW_LOCK_EVICT);
+                zsw_mutex_unlock(&t->evict_lock);
+                engine_unpublish(e, t);
+                target_free(t);
+        }
+}
+
+static void *reaper_main(void *userdata) {
+        struct zsw_engine *e = userdata;
+
+        /* Wakes at least once a second, and often enough for age scans. */
+        int timeout_ms = e->age_interval_ns ? (int) MIN(e->age_interval_ns / 1000000, 1000u) : 1000;
+
+        for (;;) {
+                struct epoll_event evs[8];
+                int n = epoll_wait(e->reaper_epfd, evs, (int) ARRAY_SIZE(evs), MAX(timeout_ms, 1));
+                uint64_t v;
+
+                if (n < 0 && errno != EINTR)
+                        break;
+                for (int i = 0; i < n; i++)
+                        if (evs[i].data.ptr)
+                                atomic_store(&((struct zsw_target *) evs[i].data.ptr)->dead, true);
+                if (read(e->reaper_stop_fd, &v, sizeof(v)) == sizeof(v) && v >= (1ull << 32))
+                        break;
+                zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
+                engine_name_children(e);
+                reap(e);
+                age_due_targets(e);
+                zsw_mutex_unlock(&e->control_lock);
+        }
+        return NULL;
+}
+
+int engine_reaper_open(struct zsw_engine *e) {
+        struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+
+        e->reaper_epfd = epoll_create1(EPOLL_CLOEXEC);
+        e->reaper_stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (e->reaper_epfd < 0 || e->reaper_stop_fd < 0 ||
+            epoll_ctl(e->reaper_epfd, EPOLL_CTL_ADD, e->reaper_stop_fd, &ev) < 0)
+                return -errno;
+        return 0;
+}
+
+int engine_reaper_start(struct zsw_engine *e) {
+        int r = -pthread_create(&e->reaper, NULL, reaper_main, e);
+
+        e->reaper_started = r == 0;
+        return r;
+}
+
+void engine_reaper_stop(struct zsw_engine *e) {
+        uint64_t stop = 1ull << 32;
+
+        if (e->reaper_started && write(e->reaper_stop_fd, &stop, sizeof(stop)) == sizeof(stop))
+                pthread_join(e->reaper, NULL);
+}
