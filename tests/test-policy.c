@@ -7,6 +7,8 @@
  * left alone; disabling a policy by reload detaches its processes.
  */
 #define TEST_NO_MAIN
+#include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 
 #include "config.h"
@@ -38,6 +40,10 @@ static pid_t spawn_how(const struct test_cgroup *g, bool sd_only, const struct s
         if (pid == 0) {
                 char *argv[] = { (char *) (how->argv0 ?: file), (char *) "1000", NULL };
 
+                /* Dies with the test: a sleeper left behind by a failed
+                 * check would hold the test's output open, and meson would
+                 * wait for it until the timeout. */
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
                 if (g && (sd_only ? test_cgroup_enter_systemd(g) : test_cgroup_enter(g)) < 0)
                         _exit(2);
                 if ((how->cwd && chdir(how->cwd) < 0) ||
@@ -53,13 +59,25 @@ static pid_t spawn_how(const struct test_cgroup *g, bool sd_only, const struct s
         close(ready[1]);
         ASSERT_EQ(read(ready[0], (char[1]) {}, 1), 1);
         close(ready[0]);
-        /* Until exec has happened, /proc/PID/exe names this test. */
-        for (int i = 0; i < 1000; i++) {
-                char path[64], target[128] = "";
+        /* Until exec has happened, /proc/PID/exe names this test; exec
+         * sets the new exe before the new arguments, and until those are
+         * in place /proc/PID/cmdline reads empty. */
+        for (int i = 0; i < 10000; i++) {
+                char path[64], target[128] = "", cmdline[8];
+                int fd;
+                ssize_t n = 0;
 
                 snprintf(path, sizeof(path), "/proc/%d/exe", pid);
-                if (readlink(path, target, sizeof(target) - 1) > 0 && strstr(target, "sleeper"))
-                        return pid;
+                if (readlink(path, target, sizeof(target) - 1) > 0 && strstr(target, "sleeper")) {
+                        snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
+                        fd = open(path, O_RDONLY | O_CLOEXEC);
+                        if (fd >= 0) {
+                                n = read(fd, cmdline, sizeof(cmdline));
+                                close(fd);
+                        }
+                        if (n > 0)
+                                return pid;
+                }
                 usleep(1000);
         }
         TEST_FAIL("child %d never ran %s", pid, sleeper);
