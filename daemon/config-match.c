@@ -58,7 +58,7 @@ static const char *file_name(const char *path) {
         return slash ? slash + 1 : path;
 }
 
-const char *zsw_exe_form_to_string(enum zsw_exe_form f) {
+const char *exe_form_to_string(enum zsw_exe_form f) {
         static const char *const names[_ZSW_EXE_FORM_MAX] = {
                 [ZSW_EXE_PATH] = "exe",
                 [ZSW_EXE_PATH_NAME] = "exe-name",
@@ -70,7 +70,7 @@ const char *zsw_exe_form_to_string(enum zsw_exe_form f) {
         return (unsigned) f < _ZSW_EXE_FORM_MAX ? names[f] : NULL;
 }
 
-const char *zsw_proc_exe_name(const struct zsw_proc_exe *e, enum zsw_exe_form f) {
+const char *proc_exe_name(const struct zsw_proc_exe *e, enum zsw_exe_form f) {
         switch (f) {
         case ZSW_EXE_PATH:
                 return e->path;
@@ -101,7 +101,7 @@ void policy_match_format(char *buf, size_t size, const char *unit, const char *c
                 fprintf(f, "%sCgroupPath=%s", unit ? " " : "", cgroup_path);
         if (executable)
                 fprintf(f, "%sExecutable=%s (%s)", unit || cgroup_path ? " " : "", executable,
-                        zsw_exe_form_to_string(form));
+                        exe_form_to_string(form));
         if (!unit && !cgroup_path && !executable)
                 fputc('-', f);
         fclose(f);
@@ -116,7 +116,7 @@ static bool match_executable(const char *pattern, const struct zsw_proc_exe *e,
 
         for (enum zsw_exe_form f = 0; f < _ZSW_EXE_FORM_MAX; f++) {
                 bool is_path = f == ZSW_EXE_PATH || f == ZSW_EXE_ARGV0;
-                const char *name = zsw_proc_exe_name(e, f);
+                const char *name = proc_exe_name(e, f);
 
                 if (is_path == path && name &&
                     fnmatch(pattern, name, path ? FNM_PATHNAME : 0) == 0) {
@@ -386,8 +386,8 @@ static char *argv0_path(int pid_dir_fd, const struct exe_id *id) {
         return s;
 }
 
-int zsw_proc_exe_read(int pid_dir_fd, const struct zsw_config *config,
-                      struct zsw_proc_exe *ret) {
+int proc_exe_read(int pid_dir_fd, const struct zsw_config *config,
+                  struct zsw_proc_exe *ret) {
         static const char deleted_suffix[] = " (deleted)";
         _cleanup_free_ char *path = NULL, *comm = NULL;
         char buf[CONF_PATH_MAX], *argv0 = NULL;
@@ -428,7 +428,7 @@ int zsw_proc_exe_read(int pid_dir_fd, const struct zsw_config *config,
         return 0;
 }
 
-void zsw_proc_exe_done(struct zsw_proc_exe *e) {
+void proc_exe_done(struct zsw_proc_exe *e) {
         free(e->path);
         free(e->argv0);
         free(e->comm);

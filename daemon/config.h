@@ -191,7 +191,7 @@ int config_dump(const struct zsw_config *c, FILE *f);
 
 /*
  * The names a process's executable goes by, which Executable= patterns are
- * compared with; zsw_proc_exe_read() fills them in from /proc/PID.
+ * compared with; proc_exe_read() fills them in from /proc/PID.
  */
 struct zsw_proc_exe {
         char *path;   /* "exe": the file the kernel runs, symlinks resolved and
@@ -214,10 +214,10 @@ enum zsw_exe_form {
 };
 
 /* "exe", "exe-name", "argv0", "argv0-name", "comm"; NULL if out of range. */
-const char *zsw_exe_form_to_string(enum zsw_exe_form f);
+const char *exe_form_to_string(enum zsw_exe_form f);
 
 /* The name of E in form F (the file name for the *_NAME forms), or NULL. */
-const char *zsw_proc_exe_name(const struct zsw_proc_exe *e, enum zsw_exe_form f);
+const char *proc_exe_name(const struct zsw_proc_exe *e, enum zsw_exe_form f);
 
 /* Why a policy matched: for each [Match] key the policy sets, the pattern
  * that matched; NULL for keys it does not set. Points into the config. */
@@ -270,11 +270,11 @@ bool policy_matches(const struct zsw_policy *p, const char *cgroup_path,
  * neither "exe" nor "comm" can be read (-ENOENT, -ESRCH: the process is
  * gone); *ret is then untouched.
  */
-int zsw_proc_exe_read(int pid_dir_fd, const struct zsw_config *config,
-                      struct zsw_proc_exe *ret);
+int proc_exe_read(int pid_dir_fd, const struct zsw_config *config,
+                  struct zsw_proc_exe *ret);
 
 /* Frees the names; the struct may be reused. */
-void zsw_proc_exe_done(struct zsw_proc_exe *e);
+void proc_exe_done(struct zsw_proc_exe *e);
 
 /*
  * Finds the cgroup path that names a process's systemd unit in the text of

@@ -174,7 +174,7 @@ static void match_json(struct json *j, const char *key, const char *pattern, con
 
 /* Why the policy attached T, and the names of its executable then. */
 static void target_match_json(struct json *j, const struct policy_target *t) {
-        const char *form = t && t->match_executable ? zsw_exe_form_to_string(t->match_form) : NULL;
+        const char *form = t && t->match_executable ? exe_form_to_string(t->match_form) : NULL;
 
         json_string(j, "exe", t && t->exe.path ? t->exe.path : "");
         json_string(j, "argv0", t && t->exe.argv0 ? t->exe.argv0 : "");
@@ -184,7 +184,7 @@ static void target_match_json(struct json *j, const struct policy_target *t) {
                 match_json(j, "Unit", t->match_unit, NULL, NULL);
                 match_json(j, "CgroupPath", t->match_cgroup_path, NULL, NULL);
                 match_json(j, "Executable", t->match_executable, form,
-                           zsw_proc_exe_name(&t->exe, t->match_form));
+                           proc_exe_name(&t->exe, t->match_form));
         }
         json_array_close(j);
 }

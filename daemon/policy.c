@@ -32,7 +32,7 @@ static uint64_t now_usec(void) {
 /* ---- groups ----------------------------------------------------------------- */
 
 static void target_done(struct policy_target *t) {
-        zsw_proc_exe_done(&t->exe);
+        proc_exe_done(&t->exe);
         free(t->match_unit);
         free(t->match_cgroup_path);
         free(t->match_executable);
@@ -397,7 +397,7 @@ static int scan_attach(struct policy_manager *m, const struct zsw_policy *p, pid
 
 /* Looks at one /proc entry: matches it and attaches when it should. */
 static int scan_one(struct policy_manager *m, int proc_fd, pid_t pid) {
-        _cleanup_(zsw_proc_exe_done) struct zsw_proc_exe exe = {};
+        _cleanup_(proc_exe_done) struct zsw_proc_exe exe = {};
         struct zsw_proc_cgroups cg = {};
         _cleanup_free_ char *unit_path = NULL;
         _cleanup_close_ int fd = -EBADF;
@@ -414,14 +414,14 @@ static int scan_one(struct policy_manager *m, int proc_fd, pid_t pid) {
                 return 0;
         if (proc_cgroup_read(fd, &unit_path) < 0)
                 unit_path = NULL;
-        if (zsw_proc_exe_read(fd, m->config, &exe) < 0)
+        if (proc_exe_read(fd, m->config, &exe) < 0)
                 return 0;
         p = config_match(m->config, unit_path, &exe, &match);
         if (!p || !p->enabled)
                 return 0;
         /* All its names, for `zswapctl targets`; what matched is in them. */
-        zsw_proc_exe_done(&exe);
-        if (zsw_proc_exe_read(fd, NULL, &exe) < 0)
+        proc_exe_done(&exe);
+        if (proc_exe_read(fd, NULL, &exe) < 0)
                 return 0;
         if (zsw_proc_cgroups_read(fd, &cg) < 0)
                 return 0;

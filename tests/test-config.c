@@ -789,12 +789,12 @@ TEST(match_executable_forms) {
         ASSERT_TRUE(m.cgroup_path == NULL);
         ASSERT_STREQ(m.executable, "redis-server");
         ASSERT_EQ(m.executable_form, ZSW_EXE_ARGV0_NAME);
-        ASSERT_STREQ(zsw_proc_exe_name(&redis, m.executable_form), "redis-server");
+        ASSERT_STREQ(proc_exe_name(&redis, m.executable_form), "redis-server");
 
         ASSERT_STREQ(config_match(c, "/", &redis, &m)->name, "20-path");
         ASSERT_TRUE(m.unit == NULL);
         ASSERT_EQ(m.executable_form, ZSW_EXE_ARGV0);
-        ASSERT_STREQ(zsw_exe_form_to_string(m.executable_form), "argv0");
+        ASSERT_STREQ(exe_form_to_string(m.executable_form), "argv0");
 
         /* Not started through the link's path: the name still is its comm. */
         ASSERT_STREQ(config_match(c, "/system.slice/redis.service", &no_argv0, &m)->name,
@@ -804,7 +804,7 @@ TEST(match_executable_forms) {
          * resolved file first. */
         ASSERT_STREQ(config_match(c, "/", &no_argv0, &m)->name, "30-glob");
         ASSERT_EQ(m.executable_form, ZSW_EXE_PATH_NAME);
-        ASSERT_STREQ(zsw_proc_exe_name(&no_argv0, m.executable_form), "redis-check-rdb");
+        ASSERT_STREQ(proc_exe_name(&no_argv0, m.executable_form), "redis-check-rdb");
 
         /* A script: the kernel names the process after it. */
         ASSERT_STREQ(config_match(c, "/", &script, &m)->name, "40-comm");
@@ -812,10 +812,10 @@ TEST(match_executable_forms) {
 
         ASSERT_TRUE(config_match(c, "/", NULL, &m) == NULL);
         ASSERT_TRUE(config_match(c, "/", &(struct zsw_proc_exe) {}, NULL) == NULL);
-        ASSERT_STREQ(zsw_exe_form_to_string(ZSW_EXE_PATH), "exe");
-        ASSERT_STREQ(zsw_exe_form_to_string(ZSW_EXE_PATH_NAME), "exe-name");
-        ASSERT_STREQ(zsw_exe_form_to_string(ZSW_EXE_ARGV0_NAME), "argv0-name");
-        ASSERT_TRUE(zsw_exe_form_to_string(_ZSW_EXE_FORM_MAX) == NULL);
+        ASSERT_STREQ(exe_form_to_string(ZSW_EXE_PATH), "exe");
+        ASSERT_STREQ(exe_form_to_string(ZSW_EXE_PATH_NAME), "exe-name");
+        ASSERT_STREQ(exe_form_to_string(ZSW_EXE_ARGV0_NAME), "argv0-name");
+        ASSERT_TRUE(exe_form_to_string(_ZSW_EXE_FORM_MAX) == NULL);
 }
 
 static void write_bytes(int dir_fd, const char *name, const char *data, size_t size) {
@@ -838,9 +838,9 @@ static char *argv0_of(int pid_fd, const char *cmdline, size_t size) {
         char *s;
 
         write_bytes(pid_fd, "cmdline", cmdline, size);
-        ASSERT_OK(zsw_proc_exe_read(pid_fd, NULL, &e));
+        ASSERT_OK(proc_exe_read(pid_fd, NULL, &e));
         s = strdup(e.argv0 ?: "(none)");
-        zsw_proc_exe_done(&e);
+        proc_exe_done(&e);
         return s;
 }
 
@@ -868,12 +868,12 @@ TEST(proc_exe_read) {
         snprintf(real, sizeof(real), "%s/bin/real", dir);
         snprintf(other, sizeof(other), "%s/other", dir);
 
-        ASSERT_ERRNO(zsw_proc_exe_read(pid, NULL, &e), ENOENT); /* nothing to read */
+        ASSERT_ERRNO(proc_exe_read(pid, NULL, &e), ENOENT); /* nothing to read */
         write_file(pid, "comm", "renamed\n");
-        ASSERT_OK(zsw_proc_exe_read(pid, NULL, &e)); /* a kernel thread: comm only */
+        ASSERT_OK(proc_exe_read(pid, NULL, &e)); /* a kernel thread: comm only */
         ASSERT_TRUE(!e.path && !e.argv0);
         ASSERT_STREQ(e.comm, "renamed");
-        zsw_proc_exe_done(&e);
+        proc_exe_done(&e);
 
         relink(pid, "exe", real);
         relink(pid, "root", "/");
@@ -881,12 +881,12 @@ TEST(proc_exe_read) {
         relink(pid, "cwd", p);
         snprintf(cmd, sizeof(cmd), "%s%c-x%c", link, 0, 0);
         write_bytes(pid, "cmdline", cmd, strlen(link) + 4);
-        ASSERT_OK(zsw_proc_exe_read(pid, NULL, &e));
+        ASSERT_OK(proc_exe_read(pid, NULL, &e));
         ASSERT_STREQ(e.path, real);
         ASSERT_STREQ(e.argv0, link); /* the link it was started through */
         ASSERT_STREQ(e.comm, "renamed");
         ASSERT_FALSE(e.deleted);
-        zsw_proc_exe_done(&e);
+        proc_exe_done(&e);
 
         /* Relative to the current directory, shown simplified. */
         ASSERT_ARGV0(pid, "./link\0-x\0", link);
@@ -941,24 +941,24 @@ TEST(proc_exe_read) {
                 _cleanup_(config_freep) struct zsw_config *c2 = load_policies(1, files, other_name);
                 _cleanup_(config_freep) struct zsw_config *c3 = load_policies(2, files, by_path);
 
-                ASSERT_OK(zsw_proc_exe_read(pid, c1, &e));
+                ASSERT_OK(proc_exe_read(pid, c1, &e));
                 ASSERT_TRUE(e.argv0 == NULL && e.comm == NULL);
                 ASSERT_STREQ(e.path, real);
-                zsw_proc_exe_done(&e);
-                ASSERT_OK(zsw_proc_exe_read(pid, c2, &e));
+                proc_exe_done(&e);
+                ASSERT_OK(proc_exe_read(pid, c2, &e));
                 ASSERT_TRUE(e.argv0 == NULL);
                 ASSERT_STREQ(e.comm, "renamed");
-                zsw_proc_exe_done(&e);
-                ASSERT_OK(zsw_proc_exe_read(pid, c3, &e));
+                proc_exe_done(&e);
+                ASSERT_OK(proc_exe_read(pid, c3, &e));
                 ASSERT_STREQ(e.argv0, link);
-                zsw_proc_exe_done(&e);
+                proc_exe_done(&e);
                 write_bytes(pid, "cmdline", "link", 5); /* through PATH */
-                ASSERT_OK(zsw_proc_exe_read(pid, c3, &e));
+                ASSERT_OK(proc_exe_read(pid, c3, &e));
                 ASSERT_STREQ(e.argv0, link);
-                zsw_proc_exe_done(&e);
-                ASSERT_OK(zsw_proc_exe_read(pid, c2, &e));
+                proc_exe_done(&e);
+                ASSERT_OK(proc_exe_read(pid, c2, &e));
                 ASSERT_TRUE(e.argv0 == NULL);
-                zsw_proc_exe_done(&e);
+                proc_exe_done(&e);
         }
 
         /* Replaced by an upgrade: the path it ran from still counts, and
@@ -967,11 +967,11 @@ TEST(proc_exe_read) {
         relink(pid, "exe", p);
         snprintf(cmd, sizeof(cmd), "%s", link);
         write_bytes(pid, "cmdline", cmd, strlen(cmd) + 1);
-        ASSERT_OK(zsw_proc_exe_read(pid, NULL, &e));
+        ASSERT_OK(proc_exe_read(pid, NULL, &e));
         ASSERT_STREQ(e.path, real);
         ASSERT_TRUE(e.deleted);
         ASSERT_STREQ(e.argv0, link);
-        zsw_proc_exe_done(&e);
+        proc_exe_done(&e);
         snprintf(cmd, sizeof(cmd), "%s", other);
         {
                 _cleanup_free_ char *a = argv0_of(pid, cmd, strlen(cmd) + 1);

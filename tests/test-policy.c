@@ -118,20 +118,20 @@ TEST(eligible_and_executable) {
         close(fd);
         fd = proc_dir(2);
         ASSERT_EQ(policy_process_eligible(fd, 2), 0); /* kthreadd */
-        ASSERT_OK(zsw_proc_exe_read(fd, NULL, &exe)); /* no exe: comm */
+        ASSERT_OK(proc_exe_read(fd, NULL, &exe)); /* no exe: comm */
         ASSERT_TRUE(!exe.path && !exe.argv0);
         ASSERT_STREQ(exe.comm, "kthreadd");
-        zsw_proc_exe_done(&exe);
+        proc_exe_done(&exe);
         close(fd);
 
         child = spawn(NULL);
         fd = proc_dir(child);
         ASSERT_EQ(policy_process_eligible(fd, child), 1);
-        ASSERT_OK(zsw_proc_exe_read(fd, NULL, &exe));
+        ASSERT_OK(proc_exe_read(fd, NULL, &exe));
         ASSERT_STREQ(exe.path, sleeper);
         ASSERT_STREQ(exe.argv0, sleeper);
         ASSERT_TRUE(strncmp(exe.comm, strrchr(sleeper, '/') + 1, 15) == 0);
-        zsw_proc_exe_done(&exe);
+        proc_exe_done(&exe);
         close(fd);
         reap(child);
 

@@ -86,7 +86,7 @@ static void match_some(const struct zsw_config *c) {
         for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++) {
                 for (size_t j = 0; j < sizeof(exes) / sizeof(exes[0]); j++)
                         if (config_match(c, groups[i], &exes[j], &m) && m.executable &&
-                            !zsw_proc_exe_name(&exes[j], m.executable_form))
+                            !proc_exe_name(&exes[j], m.executable_form))
                                 abort(); /* a match names what it matched */
                 config_match(c, groups[i], NULL, NULL);
         }
