@@ -119,7 +119,7 @@ static bool drop_covers(const struct evict_batch *b, uint64_t start, uint64_t en
  * message stays queued. So the rules never depend on who raised it: in a
  * committed round the page is being dropped whoever wrote it, and the
  * writer is woken to fault it back in once the drop is done. */
-bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr) {
+bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr, bool *ret_round) {
         struct evict_batch *b = &t->batch;
         bool handled = false;
         ssize_t i;
@@ -137,6 +137,8 @@ bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr) {
                 atomic_fetch_add_explicit(&t->evict_aborted, 1, memory_order_relaxed);
         }
         zsw_mutex_unlock(&t->batch_lock);
+        /* Else an age scan protected it. */
+        *ret_round = i >= 0;
         /* Written while a round was taking it: in use. */
         if (i >= 0 && !handled)
                 zsw_heat_touch(t->heat, addr / ZSW_PAGE_SIZE, 1, zsw_now_ns());
@@ -1194,6 +1196,10 @@ int evict_age_scan(struct evictor *e, struct zsw_target *t) {
         _cleanup_free_ struct zsw_range *ranges = NULL;
         _cleanup_close_ int pagemap = -EBADF;
         struct zsw_age_scan_stats st;
+        struct zsw_age_cost cost = {
+                atomic_load_explicit(&t->age_wp_faults, memory_order_relaxed),
+                atomic_load_explicit(&t->age_wp_fault_ns, memory_order_relaxed),
+        };
         uint64_t start = zsw_now_ns();
         size_t n_ranges = 0;
         int r;
@@ -1210,7 +1216,7 @@ int evict_age_scan(struct evictor *e, struct zsw_target *t) {
                 if (r < 0)
                         return r;
         }
-        r = zsw_age_scan(t->age, pagemap, t->uffd, ranges, n_ranges, &st);
+        r = zsw_age_scan(t->age, pagemap, t->uffd, ranges, n_ranges, &cost, &st);
         if (r < 0)
                 return zsw_log_errno(e->log, LOG_DEBUG, r, "Age scan of %d failed: %m", t->pid);
         age_note_refaults(t);
@@ -1224,8 +1230,9 @@ int evict_age_scan(struct evictor *e, struct zsw_target *t) {
         zsw_mutex_unlock(&t->age_stats_lock);
         zsw_log(e->log, LOG_DEBUG,
                 "Age scan of %d: %" PRIu64 " pages present, %" PRIu64 " idle, %" PRIu64
-                " protected again (%" PRIu64 " runs could not be), %" PRIu64 " us",
+                " protected again (%" PRIu64 " runs could not be), %" PRIu64 " written left "
+                "unprotected (hot pages' least level %" PRIu64 "), %" PRIu64 " us",
                 t->pid, st.present_pages, st.idle_pages, st.protected_pages,
-                st.protect_failures, st.duration_ns / 1000);
+                st.protect_failures, st.unprotected_pages, st.rearm_floor, st.duration_ns / 1000);
         return 0;
 }
