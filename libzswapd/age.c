@@ -14,7 +14,7 @@
  * Write protection is what costs the target: a page's first write after
  * a scan protected it is a WP fault served by a fault thread (one
  * userfaultfd round trip, tens of microseconds). Two rules keep that cost
- * below ZSW_AGE_COST_SHARE of the target's time:
+ * below ZSW_AGE_COST_PERCENT of the target's time:
  *
  * - Backoff per page. A page found written (HOT) keeps a level in its
  *   age bits (a written page has age 0). Each time it is found written
@@ -36,13 +36,15 @@
  *   the protections. And while less than half the bucket is left, every
  *   page's level is raised to at least a floor that grows by one per
  *   scan (up to FLOOR_MAX), and comes down again once three quarters are
- *   back: the protections thin out evenly before the bucket runs dry. The pages left out stay unprotected and young, the
- *   safe side (nothing written is ever taken). Pages new since the last
- *   scan (new memory) are always protected: each one already cost the
- *   target a fault of its own (its first touch), and costs at most one
- *   more. So does the first write to a page that was protected and
- *   idle, once per time it goes idle: that is how a scan learns it is in
- *   use again.
+ *   back: the protections thin out evenly before the bucket runs dry.
+ *   The pages left out stay unprotected and young, the safe side
+ *   (nothing written is ever taken). Pages new since the last scan (new
+ *   memory) are always protected: each one already cost the target a
+ *   fault of its own (its first touch), and costs at most one more. A
+ *   page protected while idle costs its fault whenever it is written
+ *   again: that is how a scan learns it is in use; many such pages
+ *   written at once can overdraw the bucket, which then holds later
+ *   protections back until it is paid.
  *
  * Reads are not seen, so a page that is only read is taken when it is
  * old enough and comes back by a fault. Such a page keeps REFAULTED while
