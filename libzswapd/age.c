@@ -18,10 +18,11 @@
  *
  * - Backoff per page. A page found written (HOT) keeps a level in its
  *   age bits (a written page has age 0). Each time it is found written
- *   after we protected it (ARMED), its level rises by one, up to
- *   LEVEL_MAX, and it is protected again only at one scan in 2^level
- *   (which one depends on the page's address, so the protections of
- *   many hot pages spread over the scans instead of coming together). A
+ *   after we protected it (ARMED), its level rises, to 2 the first time
+ *   then by one up to LEVEL_MAX, and it is protected again only at one
+ *   scan in 2^level (which one depends on the page's address, so the
+ *   protections of many hot pages spread over the scans instead of
+ *   coming together). A
  *   page written all the time costs one fault per 2^LEVEL_MAX scans, and
  *   a hot page that turns cold starts aging at most 2^level - 1 scans
  *   late. A page found untouched ages and forgets its level.
@@ -235,9 +236,11 @@ static void scan_written(struct scan *s, size_t i, uint64_t addr, uint8_t old) {
 
         if (old & AGE_HOT) {
                 level = old & HOT_LEVEL_MASK;
-                /* Written again after we protected it: hotter. */
+                /* Written again after we protected it: hotter. Written
+                 * within a scan interval of its protection, it is likely
+                 * to be again: the first step is two levels. */
                 if (old & HOT_ARMED)
-                        level = MIN(level + 1, LEVEL_MAX);
+                        level = MIN(level + (level ? 1 : 2), LEVEL_MAX);
         }
         if (fresh)
                 armed = HOT_ARMED;

@@ -267,9 +267,9 @@ TEST(faulted_in_pages_are_not_taken_again_within_the_age) {
 
 /* A page the target writes all the time costs a WP fault each time a
  * scan protects it: a hot page is protected again less and less often,
- * at last at one scan in 8, so N scans cost each hot page at most
- * 3 + N / 8 faults (at scans 1, 2, 4, then one in 8), against N if every
- * scan protected it again. The child writes its hot half between any two
+ * at one scan in 4, then in 8, so N scans cost each hot page at most
+ * 3 + N / 8 faults (at scan 1, one of the next 4, then one in 8),
+ * against N if every scan protected it again. The child writes its hot half between any two
  * scans and answers once every write went through, so the count does
  * not depend on timing; the cost budget can only lower it. */
 #define BACKOFF_SCANS 64u
