@@ -948,6 +948,8 @@ static unsigned cold_passes(struct zsw_target *t, uint64_t min_age_ms, uint64_t 
         if (min_age == ZSW_AGE_NEVER)
                 return 0;
         res->cold_pages = zsw_age_count(t->age, min_age);
+        if (res->cold_pages == 0)
+                return 0;
         passes[0] = zsw_age_coldest(t->age, min_age, budget);
         passes[1] = min_age;
         return passes[0] > min_age ? 2 : 1;
@@ -1122,6 +1124,13 @@ int evict_target(struct evictor *e, struct zsw_target *t, uint64_t max_bytes,
         size_t n_ranges = 0, n_seg;
         int r;
 
+        /* With a minimum age and no page old enough at the last age scan,
+         * nothing can be taken: spare the target the walk of its mappings
+         * (smaps reads its page tables, registering takes its mmap lock
+         * for writing) that a policy would otherwise make it pay at each
+         * period until pages turn cold. */
+        if (min_age_ms > 0 && cold_passes(t, min_age_ms, budget, passes, res) == 0)
+                return 0;
         r = evict_register_ranges(e, t, &ranges, &n_ranges);
         if (r < 0)
                 return r;
