@@ -298,6 +298,10 @@ static double stopped_percent(const struct zsw_target_stats *t) {
         return t->attached_ns ? 100.0 * (double) t->stopped_ns / (double) t->attached_ns : 0.0;
 }
 
+static double age_cost_percent(const struct zsw_target_stats *t) {
+        return t->attached_ns ? 100.0 * (double) t->age_cost_ns / (double) t->attached_ns : 0.0;
+}
+
 static void stats_json_target(struct json *j, const struct zsw_target_stats *t) {
         json_object_open(j, NULL);
         json_i64(j, "pid", t->pid);
@@ -347,6 +351,11 @@ static void stats_json_target(struct json *j, const struct zsw_target_stats *t) 
         json_u64(j, "table_bytes", t->age_table_bytes);
         json_u64(j, "scan_ns_last", t->age_scan_ns_last);
         json_u64(j, "scan_ns_total", t->age_scan_ns_total);
+        json_u64(j, "unprotected_pages", t->age_unprotected_pages);
+        json_u64(j, "wp_faults", t->age_wp_faults);
+        json_u64(j, "wp_fault_ns", t->age_wp_fault_ns);
+        json_u64(j, "cost_ns", t->age_cost_ns);
+        json_double(j, "cost_percent", age_cost_percent(t));
         json_object_close(j);
         json_object_open(j, "writeback");
         json_u64(j, "written_back_pages", t->written_back_pages);
@@ -405,11 +414,17 @@ static void stats_text(FILE *f, const struct zsw_engine_stats *g, const struct z
                         t->throttled ? ", throttled now" : "", t->prefetched_pages, t->prefetch_hits,
                         t->fault_ns_p95 / 1e3);
                 fprintf(f, "ages: %" PRIu64 " scans; at the last, %" PRIu64 " pages present, %" PRIu64
-                           " idle since the scan before, %" PRIu64 " protected again, %.2f ms; "
-                           "table %.1f KiB; %" PRIu64 " write-protect faults\n",
+                           " idle since the scan before, %" PRIu64 " protected again, %" PRIu64
+                           " written left unprotected, %.2f ms; table %.1f KiB; %" PRIu64
+                           " write-protect faults\n",
                         t->age_scans, t->age_present_pages, t->age_idle_pages,
-                        t->age_protected_pages, t->age_scan_ns_last / 1e6,
+                        t->age_protected_pages, t->age_unprotected_pages, t->age_scan_ns_last / 1e6,
                         t->age_table_bytes / 1024.0, t->wp_faults);
+                fprintf(f, "age scans' cost to the process: %" PRIu64 " write-protect faults on pages "
+                           "they protected, served in %.1f ms, about %.1f ms with the round trips "
+                           "(%.3f%% of the time attached); no stops\n",
+                        t->age_wp_faults, t->age_wp_fault_ns / 1e6, t->age_cost_ns / 1e6,
+                        age_cost_percent(t));
                 fprintf(f, "stops: %" PRIu64 ", %.1f ms in all (%.2f%% of the %.0f s attached), "
                            "longest %.2f ms; uses seen %" PRIu64 ", heat table %.1f KiB\n",
                         t->stops, t->stopped_ns / 1e6, stopped_percent(t), t->attached_ns / 1e9,

@@ -5,17 +5,47 @@
  *
  * A page's byte holds its age in scans (bits 0-5), REFAULTED (bit 6):
  * the page came back by a fault after we took it, and HOT (bit 7): the
- * page was found written or faulted in at the last scan. The age of a
+ * page was found written or faulted in at the last scan; a hot page has
+ * age 0, and its bits 0-3 hold its backoff instead (below). The age of a
  * page means: "write-protected at the end of scan S - age and found
  * untouched by every scan since", so it has gone unused since the end of
  * that scan; times[] keeps when the last ZSW_AGE_MAX + 1 scans ended.
  *
- * Write protection is what costs: a page's first write after a scan
- * protected it is a WP fault served by a fault thread (one userfaultfd
- * round trip, tens of microseconds). A page found written twice in a row
- * is left unprotected for REARM_HOT - 1 scans, so a page written all the
- * time costs one fault every REARM_HOT scans instead of one per scan, and
- * a page that turns cold starts aging at most REARM_HOT - 1 scans late.
+ * Write protection is what costs the target: a page's first write after
+ * a scan protected it is a WP fault served by a fault thread (one
+ * userfaultfd round trip, tens of microseconds). Two rules keep that cost
+ * below ZSW_AGE_COST_PERCENT of the target's time:
+ *
+ * - Backoff per page. A page found written (HOT) keeps a level in its
+ *   age bits (a written page has age 0). Each time it is found written
+ *   after we protected it (ARMED), its level rises, to 2 the first time
+ *   then by one up to LEVEL_MAX, and it is protected again only at one
+ *   scan in 2^level (which one depends on the page's address, so the
+ *   protections of many hot pages spread over the scans instead of
+ *   coming together). A
+ *   page written all the time costs one fault per 2^LEVEL_MAX scans, and
+ *   a hot page that turns cold starts aging at most 2^level - 1 scans
+ *   late. A page found untouched ages and forgets its level.
+ * - A budget per target: ZSW_AGE_COST_PERCENT of its time, kept as a
+ *   bucket that fills at that share of the time up to what a minute
+ *   gives (BUDGET_WINDOW_NS), from which each scan takes what the WP
+ *   faults on pages the scans protected cost since the scan before
+ *   (struct zsw_age_cost: their service time plus AGE_WP_UNSEEN_NS
+ *   each). A scan protects again at most as many written pages as what
+ *   is left pays for at the cost per fault measured, whatever the levels
+ *   say: a page protected once faults at most once, so the faults follow
+ *   the protections. And while less than half the bucket is left, every
+ *   page's level is raised to at least a floor that grows by one per
+ *   scan (up to FLOOR_MAX), and comes down again once three quarters are
+ *   back: the protections thin out evenly before the bucket runs dry.
+ *   The pages left out stay unprotected and young, the safe side
+ *   (nothing written is ever taken). Pages new since the last scan (new
+ *   memory) are always protected: each one already cost the target a
+ *   fault of its own (its first touch), and costs at most one more. A
+ *   page protected while idle costs its fault whenever it is written
+ *   again: that is how a scan learns it is in use; many such pages
+ *   written at once can overdraw the bucket, which then holds later
+ *   protections back until it is paid.
  *
  * Reads are not seen, so a page that is only read is taken when it is
  * old enough and comes back by a fault. Such a page keeps REFAULTED while
@@ -41,7 +71,17 @@
 #define AGE_MASK 0x3fu
 #define AGE_REFAULTED 0x40u
 #define AGE_HOT 0x80u
-#define REARM_HOT 4u
+/* With AGE_HOT the age bits hold the backoff: a level, and whether the
+ * last scan protected the page. */
+#define HOT_LEVEL_MASK 0x07u
+#define HOT_ARMED 0x08u
+#define LEVEL_MAX 3u
+#define FLOOR_MAX 6u
+/* The part of a WP fault's round trip the fault thread cannot time: the
+ * target's trap into the kernel and the fault thread's wake-up (a bare
+ * userfaultfd round trip is 10-80 us, docs/performance.md). */
+#define AGE_WP_UNSEEN_NS 25000u
+#define BUDGET_WINDOW_NS (60 * UINT64_C(1000000000))
 #define SCAN_RUNS 256u
 #define PROTECT_TRIES 1000u
 
@@ -58,6 +98,10 @@ struct zsw_age {
         uint64_t scans;                 /* scans done; scan S ended at times[S % ...] */
         uint64_t times[ZSW_AGE_MAX + 1];
         uint64_t hist[ZSW_AGE_MAX + 1]; /* present, still protected pages by effective age */
+        unsigned floor;                 /* the least level of hot pages now */
+        struct zsw_age_cost cost_seen;  /* as it was at the last scan */
+        int64_t bucket_ns;              /* the budget left */
+        bool budget_started;
 };
 
 int zsw_age_new(struct zsw_age **ret) {
@@ -90,6 +134,8 @@ struct scan {
         uint8_t prev[CHUNK_PAGES];      /* cur's ages before this scan */
         uint64_t hist[ZSW_AGE_MAX + 1];
         uint64_t protect_start, protect_end;
+        /* Written pages this scan may still protect again (the budget). */
+        uint64_t rearm_left;
         struct zsw_age_scan_stats st;
 };
 
@@ -164,9 +210,50 @@ static int scan_enter_chunk(struct scan *s, uint64_t pgno) {
         return 0;
 }
 
-/* The age a page counts for: half its age after a refault. */
+/* The age a page counts for: none while hot, half its age after a
+ * refault. */
 static uint32_t effective_age(uint8_t byte) {
+        if (byte & AGE_HOT)
+                return 0;
         return byte & AGE_REFAULTED ? (byte & AGE_MASK) / 2 : byte & AGE_MASK;
+}
+
+/* Whether a hot page at this level is protected again at this scan: at
+ * one scan in 2^level, runs of 8 pages at different scans. */
+static bool rearm_turn(const struct scan *s, uint64_t addr, unsigned level) {
+        uint64_t phase = addr / ZSW_PAGE_SIZE / 8;
+
+        return ((s->a->scans + phase) & ((UINT64_C(1) << level) - 1)) == 0;
+}
+
+/* A page used since the last scan (written, faulted back in, or left
+ * unprotected by the last scan): young; protected again when the
+ * backoff and the budget let it (see the top of this file). */
+static void scan_written(struct scan *s, size_t i, uint64_t addr, uint8_t old) {
+        bool fresh = (old & ~AGE_REFAULTED) == 0;
+        unsigned level = 0;
+        uint8_t armed = 0;
+
+        if (old & AGE_HOT) {
+                level = old & HOT_LEVEL_MASK;
+                /* Written again after we protected it: hotter. Written
+                 * within a scan interval of its protection, it is likely
+                 * to be again: the first step is two levels. */
+                if (old & HOT_ARMED)
+                        level = MIN(level + (level ? 1 : 2), LEVEL_MAX);
+        }
+        if (fresh)
+                armed = HOT_ARMED;
+        else if (rearm_turn(s, addr, MAX(level, s->a->floor)) && s->rearm_left > 0) {
+                s->rearm_left--;
+                armed = HOT_ARMED;
+        }
+        if (armed)
+                protect_page(s, addr);
+        else
+                s->st.unprotected_pages++;
+        s->cur->age[i] = (uint8_t) (AGE_HOT | armed | level | (old & AGE_REFAULTED));
+        s->hist[0]++;
 }
 
 static void scan_page(struct scan *s, uint64_t addr, bool written) {
@@ -175,18 +262,14 @@ static void scan_page(struct scan *s, uint64_t addr, bool written) {
 
         s->st.present_pages++;
         if (written) {
-                /* Used since the last scan (written, or faulted back in).
-                 * Protect it again, unless it was hot last time too and
-                 * this is not its turn. */
-                if (!(old & AGE_HOT) || s->a->scans % REARM_HOT == 0)
-                        protect_page(s, addr);
-                s->cur->age[i] = AGE_HOT | (old & AGE_REFAULTED);
-                s->hist[0]++;
+                scan_written(s, i, addr, old);
                 return;
         }
-        /* Untouched since it was protected; at the first scan we do not
-         * know since when, so it starts at 0. */
-        age = s->a->scans == 1 ? 0 : (uint8_t) MIN((old & AGE_MASK) + 1u, ZSW_AGE_MAX);
+        /* Untouched since it was protected (a hot page starts from 0);
+         * at the first scan we do not know since when, so it starts at
+         * 0. */
+        age = s->a->scans == 1 ? 0 :
+              (uint8_t) MIN((old & AGE_HOT ? 0u : old & AGE_MASK) + 1u, ZSW_AGE_MAX);
         s->cur->age[i] = age | (old & AGE_REFAULTED);
         s->hist[effective_age(s->cur->age[i])]++;
         if (age > 0)
@@ -230,8 +313,47 @@ static int scan_range(struct scan *s, int pagemap_fd, uint64_t start, uint64_t e
         return 0;
 }
 
+uint64_t zsw_age_cost_ns(const struct zsw_age_cost *c) {
+        return c->wp_fault_ns + c->wp_faults * AGE_WP_UNSEEN_NS;
+}
+
+/* Takes what the WP faults on pages the scans protected cost since the
+ * last scan from the bucket, adds the share of the time since: sets the
+ * floor of the levels and how many written pages this scan may protect
+ * again. */
+static void scan_budget(struct scan *s, const struct zsw_age_cost *cost, uint64_t now) {
+        struct zsw_age *a = s->a;
+        const int64_t full = BUDGET_WINDOW_NS / 100 * ZSW_AGE_COST_PERCENT;
+        uint64_t last_end = a->times[a->scans % (ZSW_AGE_MAX + 1)];
+        uint64_t allowed = 0, spent, per_fault;
+        struct zsw_age_cost d;
+
+        s->rearm_left = UINT64_MAX;
+        if (!cost)
+                return;
+        if (!a->budget_started) {
+                a->bucket_ns = full;
+                a->budget_started = true;
+        }
+        d = (struct zsw_age_cost) { cost->wp_faults - a->cost_seen.wp_faults,
+                                    cost->wp_fault_ns - a->cost_seen.wp_fault_ns };
+        spent = zsw_age_cost_ns(&d);
+        if (a->scans > 0 && now > last_end)
+                allowed = (now - last_end) / 100 * ZSW_AGE_COST_PERCENT;
+        /* A burst of writes to pages long protected can overdraw it; a
+         * minute of the share pays any debt back. */
+        a->bucket_ns = MAX(MIN(a->bucket_ns + (int64_t) allowed - (int64_t) spent, full), -full);
+        if (a->bucket_ns < full / 2)
+                a->floor = MIN(a->floor + 1, FLOOR_MAX);
+        else if (a->bucket_ns >= full / 4 * 3 && a->floor > 0)
+                a->floor--;
+        per_fault = (cost->wp_faults ? cost->wp_fault_ns / cost->wp_faults : 0) + AGE_WP_UNSEEN_NS;
+        s->rearm_left = a->bucket_ns > 0 ? (uint64_t) a->bucket_ns / per_fault : 0;
+        a->cost_seen = *cost;
+}
+
 int zsw_age_scan(struct zsw_age *a, int pagemap_fd, int uffd, const struct zsw_range *ranges,
-                 size_t n_ranges, struct zsw_age_scan_stats *ret) {
+                 size_t n_ranges, const struct zsw_age_cost *cost, struct zsw_age_scan_stats *ret) {
         struct scan *s;
         uint64_t start = zsw_now_ns();
         int r = 0;
@@ -241,6 +363,8 @@ int zsw_age_scan(struct zsw_age *a, int pagemap_fd, int uffd, const struct zsw_r
                 return -ENOMEM;
         s->a = a;
         s->uffd = uffd;
+        scan_budget(s, cost, start);
+        s->st.rearm_floor = a->floor;
         a->scans++;
         for (size_t i = 0; i < n_ranges && r >= 0; i++)
                 r = scan_range(s, pagemap_fd, ranges[i].start, ranges[i].end);

@@ -32,12 +32,27 @@
 /* zsw_age_threshold(): no page can be old enough yet. */
 #define ZSW_AGE_NEVER UINT32_MAX
 
+/* The most of a target's time that the WP faults on pages age scans
+ * protected may cost it (age.c says how). */
+#define ZSW_AGE_COST_PERCENT 1u
+
 struct zsw_age;
+
+/* The WP faults a target took on pages that age scans protected, and
+ * their service time as the fault threads measure it (from reading the
+ * fault to letting the write through), since it was attached. */
+struct zsw_age_cost {
+        uint64_t wp_faults;
+        uint64_t wp_fault_ns;
+};
 
 struct zsw_age_scan_stats {
         uint64_t present_pages;         /* resident pages seen (the zero page left out) */
         uint64_t idle_pages;            /* of those, untouched since the scan before */
         uint64_t protected_pages;       /* write-protected again by this scan */
+        uint64_t unprotected_pages;     /* found written and left unprotected: the
+                                         * backoff of hot pages or the budget */
+        uint64_t rearm_floor;           /* the least backoff level of hot pages */
         uint64_t protect_failures;      /* runs left unprotected (they stay young) */
         uint64_t table_bytes;           /* memory of the age table after it */
         uint64_t duration_ns;
@@ -49,11 +64,17 @@ struct zsw_age *zsw_age_free(struct zsw_age *a);
 /* Scans ranges (sorted, disjoint; the target's registered ranges) of the
  * target whose /proc/PID/pagemap is pagemap_fd and whose userfaultfd,
  * registered for WP, is uffd: ages the pages that stayed write-protected,
- * makes the others young and write-protects them again.
- * Returns 0, or a negative errno (-ESRCH: the target is gone); after a
- * failure the table starts afresh, every page young. */
+ * makes the others young and write-protects them again, as far as the
+ * backoff of hot pages and the budget let it. cost: the target's WP
+ * faults on pages the scans protected so far, for the budget (NULL: no
+ * budget). Returns 0, or a negative errno (-ESRCH: the target is gone);
+ * after a failure the table starts afresh, every page young. */
 int zsw_age_scan(struct zsw_age *a, int pagemap_fd, int uffd, const struct zsw_range *ranges,
-                 size_t n_ranges, struct zsw_age_scan_stats *ret);
+                 size_t n_ranges, const struct zsw_age_cost *cost, struct zsw_age_scan_stats *ret);
+
+/* What those faults cost the target: their service time, and the part of
+ * each round trip the fault threads cannot time (an estimate). */
+uint64_t zsw_age_cost_ns(const struct zsw_age_cost *c);
 
 /* Marks pages (page numbers) that came back by a fault after we took
  * them: while they stay, they count half their age, so they must go

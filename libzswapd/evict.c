@@ -119,7 +119,7 @@ static bool drop_covers(const struct evict_batch *b, uint64_t start, uint64_t en
  * message stays queued. So the rules never depend on who raised it: in a
  * committed round the page is being dropped whoever wrote it, and the
  * writer is woken to fault it back in once the drop is done. */
-bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr) {
+bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr, bool *ret_round) {
         struct evict_batch *b = &t->batch;
         bool handled = false;
         ssize_t i;
@@ -137,6 +137,8 @@ bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr) {
                 atomic_fetch_add_explicit(&t->evict_aborted, 1, memory_order_relaxed);
         }
         zsw_mutex_unlock(&t->batch_lock);
+        /* Else an age scan protected it. */
+        *ret_round = i >= 0;
         /* Written while a round was taking it: in use. */
         if (i >= 0 && !handled)
                 zsw_heat_touch(t->heat, addr / ZSW_PAGE_SIZE, 1, zsw_now_ns());
@@ -986,6 +988,8 @@ static unsigned cold_passes(struct zsw_target *t, uint64_t min_age_ms, uint64_t 
         if (min_age == ZSW_AGE_NEVER)
                 return 0;
         res->cold_pages = zsw_age_count(t->age, min_age);
+        if (res->cold_pages == 0)
+                return 0;
         passes[0] = zsw_age_coldest(t->age, min_age, budget);
         passes[1] = min_age;
         return passes[0] > min_age ? 2 : 1;
@@ -1161,6 +1165,13 @@ int evict_target(struct evictor *e, struct zsw_target *t, uint64_t max_bytes,
         size_t n_ranges = 0, n_seg;
         int r;
 
+        /* With a minimum age and no page old enough at the last age scan,
+         * nothing can be taken: spare the target the walk of its mappings
+         * (smaps reads its page tables, registering takes its mmap lock
+         * for writing) that a policy would otherwise make it pay at each
+         * period until pages turn cold. */
+        if (min_age_ms > 0 && cold_passes(t, min_age_ms, budget, passes, res) == 0)
+                return 0;
         r = evict_register_ranges(e, t, &ranges, &n_ranges);
         if (r < 0)
                 return r;
@@ -1235,6 +1246,10 @@ int evict_age_scan(struct evictor *e, struct zsw_target *t) {
         _cleanup_free_ struct zsw_range *ranges = NULL;
         _cleanup_close_ int pagemap = -EBADF;
         struct zsw_age_scan_stats st;
+        struct zsw_age_cost cost = {
+                atomic_load_explicit(&t->age_wp_faults, memory_order_relaxed),
+                atomic_load_explicit(&t->age_wp_fault_ns, memory_order_relaxed),
+        };
         uint64_t start = zsw_now_ns();
         size_t n_ranges = 0;
         int r;
@@ -1251,7 +1266,7 @@ int evict_age_scan(struct evictor *e, struct zsw_target *t) {
                 if (r < 0)
                         return r;
         }
-        r = zsw_age_scan(t->age, pagemap, t->uffd, ranges, n_ranges, &st);
+        r = zsw_age_scan(t->age, pagemap, t->uffd, ranges, n_ranges, &cost, &st);
         if (r < 0)
                 return zsw_log_errno(e->log, LOG_DEBUG, r, "Age scan of %d failed: %m", t->pid);
         age_note_refaults(t);
@@ -1265,8 +1280,9 @@ int evict_age_scan(struct evictor *e, struct zsw_target *t) {
         zsw_mutex_unlock(&t->age_stats_lock);
         zsw_log(e->log, LOG_DEBUG,
                 "Age scan of %d: %" PRIu64 " pages present, %" PRIu64 " idle, %" PRIu64
-                " protected again (%" PRIu64 " runs could not be), %" PRIu64 " us",
+                " protected again (%" PRIu64 " runs could not be), %" PRIu64 " written left "
+                "unprotected (hot pages' least level %" PRIu64 "), %" PRIu64 " us",
                 t->pid, st.present_pages, st.idle_pages, st.protected_pages,
-                st.protect_failures, st.duration_ns / 1000);
+                st.protect_failures, st.unprotected_pages, st.rearm_floor, st.duration_ns / 1000);
         return 0;
 }

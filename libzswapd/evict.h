@@ -45,7 +45,7 @@ int evict_register_ranges(struct evictor *e, struct zsw_target *t, struct zsw_ra
                           size_t *ret_n);
 struct evict_round *evict_round_free(struct evict_round *rd);
 /* Called by fault threads with serve_lock held. */
-bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr);
+bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr, bool *ret_round);
 enum evict_removal {
         REMOVAL_REMOVE,         /* UFFD_EVENT_REMOVE: the target's DONTNEED/FREE, or our drop */
         REMOVAL_UNMAP,          /* munmap: entries go */

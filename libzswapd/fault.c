@@ -54,6 +54,9 @@ struct fault_thread {
         atomic_bool running;
         struct zsw_worker *worker;
         bool started;
+        /* When the messages being handled were read (or the thread woke
+         * for them): a WP fault's service time starts there. */
+        uint64_t read_ns;
 };
 
 struct fault_threads {
@@ -369,23 +372,30 @@ static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_
 /* A write to a write-protected page: the eviction round decides whether
  * the write goes through now (un-protect, which wakes the writer) or waits
  * for the drop (the round wakes it). */
-static void serve_wp(struct zsw_target *t, uint64_t addr) {
+static void serve_wp(struct fault_thread *ft, struct zsw_target *t, uint64_t addr) {
         uint64_t page = addr & ~(uint64_t) (ZSW_PAGE_SIZE - 1);
+        bool round;
         int r;
 
         atomic_fetch_add_explicit(&t->wp_faults, 1, memory_order_relaxed);
-        if (evict_on_wp_fault(t, page))
+        if (evict_on_wp_fault(t, page, &round))
                 return;
         r = zsw_uffd_writeprotect(t->uffd, page, ZSW_PAGE_SIZE, false, false);
         if (r < 0)
                 wake_unresolved(t, page, r);
+        /* What age scans cost the target, for their budget. */
+        if (!round) {
+                atomic_fetch_add_explicit(&t->age_wp_faults, 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&t->age_wp_fault_ns, zsw_now_ns() - ft->read_ns,
+                                          memory_order_relaxed);
+        }
 }
 
 static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const struct uffd_msg *m) {
         switch (m->event) {
         case UFFD_EVENT_PAGEFAULT:
                 if (m->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP)
-                        serve_wp(t, m->arg.pagefault.address);
+                        serve_wp(ft, t, m->arg.pagefault.address);
                 else
                         serve_missing(ft, t, m->arg.pagefault.address,
                                       m->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE,
@@ -428,6 +438,7 @@ static void serve_target(struct fault_thread *ft, struct zsw_target *t) {
         struct uffd_msg msgs[MSGS_PER_READ];
         int n;
 
+        ft->read_ns = zsw_now_ns();
         zsw_mutex_lock(&t->serve_lock, ZSW_LOCK_SERVE);
         /* A short read emptied the queue: stop there rather than pay one
          * more read for its EAGAIN; what arrives later wakes epoll again.
@@ -445,6 +456,7 @@ static void serve_target(struct fault_thread *ft, struct zsw_target *t) {
                 for (int i = 0; i < n; i++)
                         if (msgs[i].event == UFFD_EVENT_PAGEFAULT)
                                 handle_msg(ft, t, &msgs[i]);
+                ft->read_ns = zsw_now_ns();
         } while (n == (int) MSGS_PER_READ);
         zsw_mutex_unlock(&t->serve_lock);
         if (n < 0 && n != -EAGAIN) {

@@ -153,6 +153,9 @@ struct zsw_target {
         /* Faults that brought back a page we had taken; WP faults that a
          * write raised on a page an age scan or a round had protected. */
         _Atomic uint64_t refaults, wp_faults;
+        /* Of the WP faults, those on pages an age scan protected, and
+         * their service time (zsw_age_scan()'s budget). */
+        _Atomic uint64_t age_wp_faults, age_wp_fault_ns;
         _Atomic uint64_t evicted, evict_aborted;
 
         struct zsw_target *next;

@@ -162,7 +162,12 @@ void target_fill_stats(struct zsw_target *t, struct zsw_store *store, struct zsw
         s->age_table_bytes = t->age_last.table_bytes;
         s->age_scan_ns_last = t->age_last.duration_ns;
         s->age_scan_ns_total = t->age_scan_ns;
+        s->age_unprotected_pages = t->age_last.unprotected_pages;
         zsw_mutex_unlock(&t->age_stats_lock);
+        s->age_wp_faults = atomic_load(&t->age_wp_faults);
+        s->age_wp_fault_ns = atomic_load(&t->age_wp_fault_ns);
+        s->age_cost_ns = zsw_age_cost_ns(&(struct zsw_age_cost) { s->age_wp_faults,
+                                                                  s->age_wp_fault_ns });
         snprintf(path, sizeof(path), "/proc/%d/statm", t->pid);
         f = t->pid > 0 ? fopen(path, "re") : NULL;
         if (f) {

@@ -4,7 +4,8 @@
  * cold half it never touches; reclaim with a minimum age must take the
  * cold half and leave the hot one; a page faulted back in is not taken
  * again before it has aged twice the minimum; refaults count pages we took that
- * came back, never first touches. Scans are asked for explicitly
+ * came back, never first touches; pages written at every scan are
+ * protected again less and less often. Scans are asked for explicitly
  * (age_interval_ms = UINT32_MAX) and the test sleeps for the minimum age
  * between them, so no assertion depends on how fast the machine is.
  */
@@ -259,6 +260,54 @@ TEST(faulted_in_pages_are_not_taken_again_within_the_age) {
         ASSERT_OK(zsw_engine_age_scan(e, ch.pid, NULL));
         (void) reclaim(e, ch.pid, MIN_AGE_MS);
         ASSERT_EQ(present(ch.pid, hot, half), 0);
+        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
+        test_child_stop(&ch);
+        zsw_engine_free(e);
+}
+
+/* A page the target writes all the time costs a WP fault each time a
+ * scan protects it: a hot page is protected again less and less often,
+ * at one scan in 4, then in 8, so N scans cost each hot page at most
+ * 3 + N / 8 faults (at scan 1, one of the next 4, then one in 8),
+ * against N if every scan protected it again. The child writes its hot half between any two
+ * scans and answers once every write went through, so the count does
+ * not depend on timing; the cost budget can only lower it. */
+#define BACKOFF_SCANS 64u
+
+TEST(pages_written_at_every_scan_back_off) {
+        struct test_child ch = child_start(8);
+        struct zsw_engine *e = engine_start(UINT32_MAX);
+        uint64_t hot = test_child_ask(&ch, 'a');
+        size_t half = npages / 2;
+        struct zsw_target_stats s0, s;
+        uint64_t faults;
+
+        ASSERT_OK(zsw_engine_attach(e, ch.pid, NULL));
+        s0 = stats(e, ch.pid);
+        for (unsigned i = 0; i < BACKOFF_SCANS; i++) {
+                ASSERT_OK(zsw_engine_age_scan(e, ch.pid, NULL));
+                test_child_ask(&ch, 'w');
+        }
+        s = stats(e, ch.pid);
+        faults = s.wp_faults - s0.wp_faults;
+        fprintf(stderr, "%u scans, %zu hot pages: %" PRIu64 " WP faults (%.2f per page and scan), "
+                "%" PRIu64 " written pages left unprotected by the last scan, "
+                "%.1f ms of the child's time by the fault threads' count\n",
+                BACKOFF_SCANS, half, faults, (double) faults / half / BACKOFF_SCANS,
+                s.age_unprotected_pages, s.age_wp_fault_ns / 1e6);
+        /* The first scan protected every page: each hot one was written
+         * once after it (the child's own stack and data add a few). */
+        ASSERT_GE(faults, half);
+        ASSERT_LE(faults, (half + 64) * (3 + BACKOFF_SCANS / 8));
+        /* No eviction ran: every WP fault was an age scan's, and each
+         * took some service time. */
+        ASSERT_EQ(s.age_wp_faults - s0.age_wp_faults, faults);
+        ASSERT_GT(s.age_wp_fault_ns, 0);
+        ASSERT_GE(s.age_cost_ns, s.age_wp_fault_ns);
+
+        /* Written since, or left unprotected: young, never taken. */
+        (void) reclaim(e, ch.pid, 1);
+        ASSERT_EQ(present(ch.pid, hot, half), half);
         ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
         test_child_stop(&ch);
         zsw_engine_free(e);

@@ -101,4 +101,14 @@ struct zsw_target_stats {
         uint64_t age_table_bytes;       /* memory of the target's age table */
         uint64_t age_scan_ns_last;      /* cost of the last scan */
         uint64_t age_scan_ns_total;
+        uint64_t age_unprotected_pages; /* written pages the last scan left unprotected
+                                         * (backoff of hot pages, or the budget) */
+        /* What age scans cost the target itself (they never stop it):
+         * WP faults on pages they protected, the faults' service time as
+         * the fault threads measured it, and with the part of each round
+         * trip they cannot time added (an estimate; age scans keep it
+         * below 1% of attached_ns). */
+        uint64_t age_wp_faults;
+        uint64_t age_wp_fault_ns;
+        uint64_t age_cost_ns;
 };
