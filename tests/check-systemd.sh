@@ -77,14 +77,16 @@ trap cleanup EXIT
 
 # Bounded wait: WAIT SECONDS WHAT COMMAND...: polls until COMMAND succeeds,
 # fails naming WHAT after SECONDS. No verdict rests on how long it took.
-wait_for() {
-        local secs=$1 what=$2 end
-        shift 2
-        end=$((SECONDS + secs))
+poll() { # SECONDS COMMAND...: 1 when COMMAND did not succeed in time
+        local end=$((SECONDS + $1))
+        shift
         until "$@"; do
-                [ $SECONDS -lt $end ] || fail "$what: not within ${secs}s"
+                [ $SECONDS -lt $end ] || return 1
                 sleep 0.2
         done
+}
+wait_for() {
+        poll "$1" "${@:3}" || fail "$2: not within ${1}s"
 }
 
 # --- the package
@@ -241,6 +243,17 @@ start_target() { # UNIT [systemd-run options...]
         grep -q "^ok ready pid=${tpid[$unit]}\$" "$io/$unit.out" ||
                 fail "$unit: MainPID ${tpid[$unit]}, the target says $(cat "$io/$unit.out")"
 }
+# What a target that does not answer is doing: its answers so far, the
+# state and kernel stack of each of its threads.
+tdiag() {
+        local t
+        echo "answers: $(tr '\n' ';' < "$io/$1.out")"
+        for t in $(ct ls "/proc/${tpid[$1]}/task"); do
+                echo "thread $t: $(ct grep State: "/proc/${tpid[$1]}/task/$t/status")"
+                ct cat "/proc/${tpid[$1]}/task/$t/stack" | head -n 12
+        done
+}
+answered() { [ "$(wc -l < "$io/$1.out")" -gt "$2" ]; }
 # tcmd UNIT SECONDS COMMAND: sends COMMAND, prints its answer, fails unless "ok".
 tcmd() {
         local unit=$1 secs=$2 cmd=$3 n
@@ -249,7 +262,8 @@ tcmd() {
         # shellcheck disable=SC2016 # expanded by that sh
         timeout 10 sh -c 'echo "$1" > "$2"' sh "$cmd" "$io/$unit.in" ||
                 fail "$unit does not take commands (state $(prop "$unit" ActiveState))"
-        wait_for "$secs" "$unit to answer '$cmd'" test "$(wc -l < "$io/$unit.out")" -gt "$n"
+        poll "$secs" answered "$unit" "$n" ||
+                fail "$unit did not answer '$cmd' within ${secs}s: $(tdiag "$unit")"
         local ans
         ans=$(sed -n "$((n + 1))p" "$io/$unit.out")
         [ "${ans%% *}" = ok ] || fail "$unit: '$cmd' answered '$ans'"
