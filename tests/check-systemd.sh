@@ -289,6 +289,8 @@ for u in "${units[@]}"; do
         tcmd "$u" 120 "fill 64" >/dev/null
         wait_for 30 "policy 50-check-systemd to attach $u (pid ${tpid[$u]})" attached "$u"
 done
+status_serves() { prop zswapd StatusText | grep -q "^Serving $1 targets: "; }
+wait_for 30 "zswapd's status text to count 2 targets (it says '$(prop zswapd StatusText)')" status_serves 2
 say "policy attached both targets (root and User=nobody), 64 MiB each"
 
 # reclaim_all PHASE: every target's pages into the store; resident memory
@@ -354,5 +356,13 @@ errs=$(ct journalctl -u zswapd --no-pager -o cat -p err) || true
 for u in "${units[@]}"; do
         active "$u" active || fail "$u is $(ct systemctl is-active "$u")"
 done
-say "ok: install, start, reload, policy attach (root and nobody), reclaim, restart, stop, start" \
+
+# Removing the package with pages stored: its prerm stops the unit, which
+# gives every page back.
+reclaim_all "before dpkg --remove"
+ct dpkg --remove zswapd > "$tmp/dpkg.log" 2>&1 || { cat "$tmp/dpkg.log"; fail "dpkg --remove zswapd"; }
+active zswapd active && fail "zswapd still active after dpkg --remove"
+[ "$(prop zswapd Result)" = success ] || fail "zswapd stopped with result $(prop zswapd Result) by dpkg --remove"
+given_back "dpkg --remove"
+say "ok: install, start, reload, policy attach (root and nobody), reclaim, restart, stop, start, remove" \
     "under systemd $(ct systemctl --version | sed -n '1s/^systemd \([0-9]*\).*/\1/p')"
