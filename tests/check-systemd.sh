@@ -152,7 +152,9 @@ io=$run/var/lib/zswapd-test
 #                              their userfaultfd serves kernel-mode faults;
 #   --private-network          the machine's network stays the host's alone
 #                              (and the container keeps CAP_NET_ADMIN, which
-#                              the unit's PrivateNetwork= uses for its loopback).
+#                              the unit's PrivateNetwork= uses for its loopback);
+#   --capability=CAP_IPC_LOCK  not in nspawn's default set, and in the unit's
+#                              CapabilityBoundingSet= (io_uring buffers).
 # Without a system bus there is no machinectl or systemd-run -M: commands
 # run in the container's namespaces with nsenter (ct below).
 # CAP_SYS_RESOURCE may be outside this host's bounding set; zswapd then
@@ -160,7 +162,7 @@ io=$run/var/lib/zswapd-test
 machine=zswapd-test-$$
 systemd-nspawn --quiet -D "$run" --machine="$machine" --boot \
         --register=no --keep-unit --private-network \
-        --system-call-filter=pidfd_getfd --bind=/dev/userfaultfd \
+        --system-call-filter=pidfd_getfd --bind=/dev/userfaultfd --capability=CAP_IPC_LOCK \
         --console=read-only > "$tmp/console.log" 2>&1 &
 nspawn=$!
 
@@ -210,7 +212,34 @@ check_started() {
 check_started "installed by dpkg"
 say "installed $(basename "$deb"): enabled, active, status: $(prop zswapd StatusText)"
 
+# The unit's privileges as the kernel applied them: the capabilities of its
+# CapabilityBoundingSet= (DAC_READ_SEARCH 2, IPC_LOCK 14, SYS_PTRACE 19,
+# SYS_RESOURCE 24) that the container has, and OOMScoreAdjust= where the
+# container may lower it (CAP_SYS_RESOURCE).
+main=$(prop zswapd MainPID)
+bnd=$(ct sed -n 's/^CapBnd:\t//p' /proc/1/status)
+eff=$(ct sed -n 's/^CapEff:\t//p' "/proc/$main/status")
+want=$(( 0x$bnd & ((1 << 2) | (1 << 14) | (1 << 19) | (1 << 24)) ))
+[ $((0x$eff)) = "$want" ] || fail "zswapd's capabilities are $eff, the unit and the container give $(printf %x "$want")"
+oom=$(ct cat "/proc/$main/oom_score_adj")
+if (( 0x$bnd & (1 << 24) )); then
+        [ "$oom" = -900 ] || fail "zswapd's oom_score_adj is $oom, the unit sets -900"
+        say "capabilities $eff as the unit sets them, oom_score_adj $oom"
+else
+        say "capabilities $eff as the unit sets them, without CAP_SYS_RESOURCE (not in this" \
+            "host's bounding set): oom_score_adj $oom, not the unit's -900"
+fi
+
 # The unit's ExecReload (SIGHUP); the policy must then be loaded.
+# A second policy keeps at most 16 MiB of its target in the pool: the rest
+# goes to the swapfile once writeback is on.
+cat > "$run/etc/zswapd/policy.d/60-check-systemd-writeback.conf" <<EOF
+[Match]
+Unit=zt-writeback.service
+[Policy]
+MinColdAge=1d
+PoolLimit=16M
+EOF
 cat > "$run/etc/zswapd/policy.d/50-check-systemd.conf" <<EOF
 [Match]
 Unit=zt-root.service zt-nobody.service
@@ -275,9 +304,9 @@ verify() {
         ans=$(tcmd "$1" 300 verify)
         [ "$ans" = "ok good=16384 bad=0 first_bad=-1" ] || fail "$1 after $2: verify says '$ans'"
 }
-attached() { # UNIT: attached by our policy
+attached() { # UNIT: attached by one of our policies
         ct zswapctl targets --json | jq -e --argjson p "${tpid[$1]}" \
-                '.targets[] | select(.pid == $p and .policy == "50-check-systemd")' >/dev/null
+                '.targets[] | select(.pid == $p and (.policy | test("^[56]0-check-systemd")))' >/dev/null
 }
 tstat() { ct zswapctl stats "${tpid[$1]}" --json | jq -r ".targets[0].$2"; }
 
@@ -309,15 +338,18 @@ reclaim_all() {
                 say "$1: $u reclaimed: $stored pages stored, resident $before -> $after KiB"
         done
 }
-# given_back PHASE: no page left in a store that is gone, every byte right.
+# given_back PHASE [UNIT...]: no page left in a store that is gone, every
+# byte right (default: the two targets).
 given_back() {
-        local u r
-        for u in "${units[@]}"; do
+        local u r phase=$1
+        shift
+        [ $# -gt 0 ] || set -- "${units[@]}"
+        for u in "$@"; do
                 r=$(rss_kib "$u")
-                [ "$r" -ge 65536 ] || fail "$u: resident $r KiB after $1: pages not given back"
-                verify "$u" "$1"
+                [ "$r" -ge 65536 ] || fail "$u: resident $r KiB after $phase: pages not given back"
+                verify "$u" "$phase"
         done
-        say "$1: every page back in both targets, every byte verified"
+        say "$phase: every page back in $*, every byte verified"
 }
 
 reclaim_all "reclaim"
@@ -325,8 +357,16 @@ for u in "${units[@]}"; do verify "$u" "the reclaim"; done
 [ "$(ct zswapctl stats --json | jq -r .global.faults)" -gt 0 ] || fail "the verifies raised no fault"
 say "reclaim: both targets verified through the faults"
 
-# restart: stop gives the pages back, start attaches again.
+# restart: stop gives the pages back, start attaches again; the new
+# zswapd has writeback on, with its swapfile where the unit lets it write
+# (/var/lib/zswapd, the StateDirectory=).
 reclaim_all "before restart"
+cat >> "$run/etc/zswapd/zswapd.conf" <<EOF
+
+[Writeback]
+Enabled=yes
+SwapfileSize=256M
+EOF
 old=$(prop zswapd MainPID)
 ct systemctl restart zswapd || fail "systemctl restart zswapd"
 check_started "after systemctl restart"
@@ -336,12 +376,28 @@ for u in "${units[@]}"; do
         wait_for 30 "policy to attach $u again after the restart" attached "$u"
 done
 
-# stop with pages stored, then start.
+# Writeback under the unit's sandbox (io_uring, O_TMPFILE in /var/lib/zswapd):
+# a target held to 16 MiB in the pool, its pages read back from disk.
+wb() { ct zswapctl stats --json | jq -r ".global.writeback.$1"; }
+start_target zt-writeback
+tcmd zt-writeback 120 "fill 64" >/dev/null
+wait_for 30 "policy 60-check-systemd-writeback to attach zt-writeback" attached zt-writeback
+ct zswapctl reclaim "${tpid[zt-writeback]}" > "$tmp/reclaim" || fail "zswapctl reclaim zt-writeback: $(cat "$tmp/reclaim")"
+written=$(wb written_back_pages)
+[ "$written" -gt 0 ] || fail "writeback: nothing written ($(ct zswapctl stats --json | jq -c .global.writeback))"
+[ "$(wb write_failures)" = 0 ] || fail "writeback: $(wb write_failures) writes failed"
+verify zt-writeback "writeback"
+[ "$(wb disk_reads)" -gt 0 ] || fail "writeback: the verify read nothing back from disk"
+say "writeback: $written pages written to the swapfile, $(wb disk_reads) read back, every byte verified"
+
+# stop with pages stored (some of them on disk), then start.
 reclaim_all "before stop"
+ct zswapctl reclaim "${tpid[zt-writeback]}" > "$tmp/reclaim" || fail "zswapctl reclaim zt-writeback: $(cat "$tmp/reclaim")"
 ct systemctl stop zswapd || fail "systemctl stop zswapd"
 active zswapd inactive || fail "zswapd is $(ct systemctl is-active zswapd) after stop"
 [ "$(prop zswapd Result)" = success ] || fail "zswapd stopped with result $(prop zswapd Result)"
 given_back "systemctl stop"
+given_back "systemctl stop" zt-writeback
 ct systemctl start zswapd || fail "systemctl start zswapd"
 check_started "after systemctl start"
 for u in "${units[@]}"; do
