@@ -210,6 +210,7 @@ check_started() {
         ct zswapctl status > "$tmp/status" || fail "zswapctl status: $(cat "$tmp/status")"
 }
 check_started "installed by dpkg"
+watchdog0=$(prop zswapd WatchdogTimestampMonotonic)
 say "installed $(basename "$deb"): enabled, active, status: $(prop zswapd StatusText)"
 
 # The unit's privileges as the kernel applied them: the capabilities of its
@@ -356,6 +357,12 @@ reclaim_all "reclaim"
 for u in "${units[@]}"; do verify "$u" "the reclaim"; done
 [ "$(ct zswapctl stats --json | jq -r .global.faults)" -gt 0 ] || fail "the verifies raised no fault"
 say "reclaim: both targets verified through the faults"
+
+# WatchdogSec=30s: systemd records each WATCHDOG=1 (zswapd sends one at
+# least every 10 s); a daemon that never pinged would be killed at 30 s.
+watchdog_pinged() { [ "$(prop zswapd WatchdogTimestampMonotonic)" != "$watchdog0" ]; }
+wait_for 30 "zswapd to ping systemd's watchdog" watchdog_pinged
+say "watchdog: pinged"
 
 # restart: stop gives the pages back, start attaches again; the new
 # zswapd has writeback on, with its swapfile where the unit lets it write
