@@ -4,13 +4,17 @@
 # installed in it with dpkg, and then, through systemctl and zswapctl run
 # inside the container:
 #   - the maintainer scripts enable and start zswapd.service, which reaches
-#     active (Type=notify: READY=1) with its status text, and reloads;
+#     active (Type=notify: READY=1) with its status text, the capabilities
+#     the unit gives it, watchdog pings, and reloads;
 #   - a policy in /etc/zswapd/policy.d attaches two transient services
 #     (systemd-run) of the test target, one root and one User=nobody;
 #   - zswapctl reclaim takes their pages (stored, resident memory falls)
 #     and every byte verifies after the faults bring them back;
 #   - systemctl restart, stop and start with pages stored: each stop gives
-#     every page back, each start attaches the targets again.
+#     every page back, each start attaches the targets again;
+#   - writeback to a swapfile under the unit's sandbox;
+#   - dpkg --remove with pages stored gives every page back.
+# docs/systemd-tests.md has the details.
 #   tests/check-systemd.sh BUILD_DIR [DEB]
 # BUILD_DIR holds the built test target (tests/zswapd-test-target). Without
 # DEB the package is built first (tests/check-deb.sh). Run as root. Exits
@@ -75,8 +79,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Bounded wait: WAIT SECONDS WHAT COMMAND...: polls until COMMAND succeeds,
-# fails naming WHAT after SECONDS. No verdict rests on how long it took.
+# Bounded waits, polling state; no verdict rests on how long it took.
 poll() { # SECONDS COMMAND...: 1 when COMMAND did not succeed in time
         local end=$((SECONDS + $1))
         shift
@@ -85,7 +88,7 @@ poll() { # SECONDS COMMAND...: 1 when COMMAND did not succeed in time
                 sleep 0.2
         done
 }
-wait_for() {
+wait_for() { # SECONDS WHAT COMMAND...: fails naming WHAT after SECONDS
         poll "$1" "${@:3}" || fail "$2: not within ${1}s"
 }
 
@@ -115,7 +118,9 @@ if [ -d "$base" ] && [ -f "$base.includes" ] &&
 else
         command -v mmdebstrap >/dev/null || skip "no cached root and no mmdebstrap: apt-get install mmdebstrap"
         host=$(echo "$mirror" | sed -E 's|^[a-z]+://([^/:]+).*|\1|')
-        timeout 20 bash -c "exec 3<>/dev/tcp/$host/80" 2>/dev/null ||
+        port=80
+        [ "${mirror#https:}" = "$mirror" ] || port=443
+        timeout 20 bash -c "exec 3<>/dev/tcp/$host/$port" 2>/dev/null ||
                 skip "no cached root in $cache and $host cannot be reached to make one"
         say "making a Debian 12 root in $base (minbase + $include_list)"
         rm -rf --one-file-system "$base.new"
@@ -157,8 +162,9 @@ io=$run/var/lib/zswapd-test
 #                              CapabilityBoundingSet= (io_uring buffers).
 # Without a system bus there is no machinectl or systemd-run -M: commands
 # run in the container's namespaces with nsenter (ct below).
-# CAP_SYS_RESOURCE may be outside this host's bounding set; zswapd then
-# widens its PSI windows and says so, which does not change these checks.
+# CAP_SYS_RESOURCE may be outside this host's bounding set, and then the
+# container's: zswapd widens its PSI windows and says so, and systemd cannot
+# apply the unit's OOMScoreAdjust=; the checks below allow for that alone.
 machine=zswapd-test-$$
 systemd-nspawn --quiet -D "$run" --machine="$machine" --boot \
         --register=no --keep-unit --private-network \
@@ -231,8 +237,7 @@ else
             "host's bounding set): oom_score_adj $oom, not the unit's -900"
 fi
 
-# The unit's ExecReload (SIGHUP); the policy must then be loaded.
-# A second policy keeps at most 16 MiB of its target in the pool: the rest
+# Two policies, loaded by the unit's ExecReload= (SIGHUP). The second keeps at most 16 MiB of its target in the pool: the rest
 # goes to the swapfile once writeback is on.
 cat > "$run/etc/zswapd/policy.d/60-check-systemd-writeback.conf" <<EOF
 [Match]
@@ -252,10 +257,13 @@ Unit=zt-root.service zt-nobody.service
 MinColdAge=1d
 EOF
 ct systemctl reload zswapd || fail "systemctl reload zswapd"
-has_policy() { ct zswapctl policies --json | jq -e '.policies[] | select(.name == "50-check-systemd")' >/dev/null; }
-wait_for 30 "policy 50-check-systemd loaded after systemctl reload" has_policy
+has_policies() {
+        ct zswapctl policies --json |
+                jq -e '[.policies[].name | select(test("^[56]0-check-systemd"))] | length == 2' >/dev/null
+}
+wait_for 30 "policies 50-check-systemd and 60-check-systemd-writeback loaded after systemctl reload" has_policies
 active zswapd active || fail "zswapd not active after the reload"
-say "systemctl reload: policy loaded"
+say "systemctl reload: policies loaded"
 
 # --- the targets: transient services of the test target. Each reads its
 # commands from a FIFO it holds open read-write itself (so it never sees
