@@ -26,6 +26,9 @@
 # from a clean Debian 12 without zswapd. ZSWAPD_NSPAWN_MIRROR (default
 # http://deb.debian.org/debian) is where it comes from.
 set -euo pipefail
+# Paths as given, before the cd to the tree.
+build=$(realpath -m "${1:?usage: $0 BUILD_DIR [DEB]}")
+deb=${2:+$(realpath -m "$2")}
 cd "$(dirname "$0")/.."
 
 pid1=
@@ -41,8 +44,6 @@ fail() {
 skip() { echo "check-systemd: SKIP: $*" >&2; exit 77; }
 say() { echo "check-systemd: $*"; }
 
-build=${1:?usage: $0 BUILD_DIR [DEB]}
-deb=${2:-}
 cache=${ZSWAPD_NSPAWN_CACHE:-/var/cache/zswapd-test}
 mirror=${ZSWAPD_NSPAWN_MIRROR:-http://deb.debian.org/debian}
 target_bin=$build/tests/zswapd-test-target
