@@ -14,8 +14,11 @@
 #     every page back, each start attaches the targets again;
 #   - writeback to a swapfile under the unit's sandbox;
 #   - dpkg --remove with pages stored gives every page back.
+# With --meson-install instead of a package, the build's `meson install`
+# (its prefix, /usr/local by default) goes into the root, the unit is
+# enabled and started with systemctl and at the end disabled and stopped.
 # docs/systemd-tests.md has the details.
-#   tests/check-systemd.sh BUILD_DIR [DEB]
+#   tests/check-systemd.sh BUILD_DIR [DEB | --meson-install]
 # BUILD_DIR holds the built test target (tests/zswapd-test-target). Without
 # DEB the package is built first (tests/check-deb.sh). Run as root. Exits
 # 77 (skipped) where nspawn cannot run: not root, no systemd-nspawn or
@@ -27,8 +30,13 @@
 # http://deb.debian.org/debian) is where it comes from.
 set -euo pipefail
 # Paths as given, before the cd to the tree.
-build=$(realpath -m "${1:?usage: $0 BUILD_DIR [DEB]}")
-deb=${2:+$(realpath -m "$2")}
+build=$(realpath -m "${1:?usage: $0 BUILD_DIR [DEB | --meson-install]}")
+mode=deb
+deb=
+case ${2:-} in
+--meson-install) mode=meson ;;
+?*) deb=$(realpath -m "$2") ;;
+esac
 cd "$(dirname "$0")/.."
 
 pid1=
@@ -93,16 +101,32 @@ wait_for() { # SECONDS WHAT COMMAND...: fails naming WHAT after SECONDS
         poll "$1" "${@:3}" || fail "$2: not within ${1}s"
 }
 
-# --- the package
-if [ -z "$deb" ]; then
-        mkdir "$tmp/deb"
-        CHECK_DEB_OUT=$tmp/deb tests/check-deb.sh
-        deb=$(ls "$tmp"/deb/zswapd_*.deb)
+# --- what to install, and the Debian packages it needs
+confdir=/etc/zswapd
+if [ $mode = meson ]; then
+        opt() { meson introspect --buildoptions "$build" | jq -r ".[] | select(.name == \"$1\") | .value"; }
+        abs() { case $1 in /*) echo "$1" ;; *) echo "$(opt prefix)/$1" ;; esac; }
+        confdir=$(abs "$(opt sysconfdir)")/zswapd
+        meson install -C "$build" --no-rebuild --quiet --destdir "$tmp/inst" ||
+                fail "meson install -C $build failed"
+        # The packages of the libraries the binaries load, and procps for
+        # the unit's ExecReload= (kill).
+        depends=$(ldd "$tmp/inst$(abs "$(opt sbindir)")/zswapd" "$tmp/inst$(abs "$(opt bindir)")/zswapctl" |
+                awk '/=> \//{ print $3 }' | sort -u | while read -r lib; do
+                        dpkg -S "$lib" 2>/dev/null || dpkg -S "*/${lib##*/}"
+                done | cut -d: -f1 | tr ',' '\n' | sed 's/[[:space:]]//g' | sort -u)
+        depends="$depends procps"
+else
+        if [ -z "$deb" ]; then
+                mkdir "$tmp/deb"
+                CHECK_DEB_OUT=$tmp/deb tests/check-deb.sh
+                deb=$(ls "$tmp"/deb/zswapd_*.deb)
+        fi
+        [ -f "$deb" ] || fail "no package at '$deb'"
+        # What apt would install with it: its Depends, first of each alternative.
+        depends=$(dpkg-deb -f "$deb" Depends | tr ',' '\n' |
+                sed -E 's/\|.*//; s/\(.*\)//; s/[[:space:]]//g' | sed '/^$/d')
 fi
-[ -f "$deb" ] || fail "no package at '$deb'"
-# What apt would install with it: its Depends, first of each alternative.
-depends=$(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed -E 's/\|.*//; s/\(.*\)//; s/[[:space:]]//g' |
-        sed '/^$/d')
 
 # --- the root: minbase with systemd and the package's dependencies, made
 # once; remade when the package needs something the cached one lacks.
@@ -113,8 +137,15 @@ includes=$(printf '%s\n' systemd dbus $depends | sort -u)
 include_list=$(echo "$includes" | paste -sd ,)
 exec 9> "$cache/lock"
 flock -w 900 9 || fail "$cache/lock held by another run for 15 minutes"
-if [ -d "$base" ] && [ -f "$base.includes" ] &&
-   [ -z "$(comm -23 <(echo "$includes") <(sort -u "$base.includes"))" ]; then
+lacks() { # the cached root lacks one of the packages
+        local p
+        for p in $includes; do
+                dpkg-query --admindir="$base/var/lib/dpkg" -W -f='${db:Status-Status}\n' "$p" 2>/dev/null |
+                        grep -qx installed || return 0
+        done
+        return 1
+}
+if [ -d "$base" ] && ! lacks; then
         say "cached Debian 12 root: $base"
 else
         command -v mmdebstrap >/dev/null || skip "no cached root and no mmdebstrap: apt-get install mmdebstrap"
@@ -130,7 +161,6 @@ else
                 > "$tmp/mmdebstrap.log" 2>&1 || { tail -n 30 "$tmp/mmdebstrap.log"; fail "mmdebstrap failed"; }
         rm -rf --one-file-system "$base"
         mv "$base.new" "$base"
-        echo "$includes" > "$base.includes"
 fi
 run=$(mktemp -d "$cache/run.XXXXXX")
 cp -a --reflink=auto "$base/." "$run/"
@@ -143,7 +173,11 @@ exec 9>&-
 mkdir -p "$run/usr/local/libexec/zswapd-test" "$run/var/lib/zswapd-test"
 chmod 1777 "$run/var/lib/zswapd-test"
 cp "$target_bin" "$run/usr/local/libexec/zswapd-test/target"
-cp "$deb" "$run/root/"
+if [ $mode = meson ]; then
+        cp -a "$tmp/inst/." "$run/"
+else
+        cp "$deb" "$run/root/"
+fi
 io=$run/var/lib/zswapd-test
 
 # --- boot. This host has no systemd of its own and no system bus, which
@@ -187,7 +221,7 @@ wait_for 60 "the container's systemd (PID 1) to start" find_pid1
 ct() {
         local t=120
         [ "$1" = --timeout ] && { t=$2; shift 2; }
-        timeout "$t" nsenter -t "$pid1" -a env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 "$@"
+        timeout "$t" nsenter -t "$pid1" -a env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 "$@"
 }
 boot_done() {
         local s
@@ -203,10 +237,19 @@ say "booted: $(ct systemctl --version | head -n 1), PID 1 is $pid1 on the host,"
 prop() { ct systemctl show -p "$2" --value "$1"; }
 active() { [ "$(ct systemctl is-active "$1" 2>/dev/null)" = "$2" ]; }
 
-# --- install: dpkg's postinst enables and starts the unit, as on a machine.
-ct dpkg -i "/root/$(basename "$deb")" > "$tmp/dpkg.log" 2>&1 ||
-        { cat "$tmp/dpkg.log"; fail "dpkg -i $(basename "$deb") failed in the root"; }
-[ "$(ct systemctl is-enabled zswapd)" = enabled ] || fail "the package did not enable zswapd.service"
+# --- install: dpkg's postinst enables and starts the unit, as on a machine;
+# after meson install, systemctl does, finding the unit where it was put.
+if [ $mode = meson ]; then
+        what="meson install (config in $confdir)"
+        ct systemctl daemon-reload
+        ct systemctl enable --now zswapd > "$tmp/enable.log" 2>&1 ||
+                { cat "$tmp/enable.log"; fail "systemctl enable --now zswapd after meson install"; }
+else
+        what=$(basename "$deb")
+        ct dpkg -i "/root/$what" > "$tmp/dpkg.log" 2>&1 ||
+                { cat "$tmp/dpkg.log"; fail "dpkg -i $what failed in the root"; }
+fi
+[ "$(ct systemctl is-enabled zswapd)" = enabled ] || fail "$what did not enable zswapd.service"
 zswapd_ready() {
         # Type=notify: active only after READY=1, and the status text it sends.
         active zswapd active && prop zswapd StatusText | grep -q '^Serving '
@@ -216,9 +259,9 @@ check_started() {
         [ "$(prop zswapd NRestarts)" = 0 ] || fail "zswapd restarted on its own"
         ct zswapctl status > "$tmp/status" || fail "zswapctl status: $(cat "$tmp/status")"
 }
-check_started "installed by dpkg"
+check_started "installed by $what"
 watchdog0=$(prop zswapd WatchdogTimestampMonotonic)
-say "installed $(basename "$deb"): enabled, active, status: $(prop zswapd StatusText)"
+say "installed $what: enabled, active, status: $(prop zswapd StatusText)"
 
 # The unit's privileges as the kernel applied them: the capabilities of its
 # CapabilityBoundingSet= (DAC_READ_SEARCH 2, IPC_LOCK 14, SYS_PTRACE 19,
@@ -240,14 +283,14 @@ fi
 
 # Two policies, loaded by the unit's ExecReload= (SIGHUP). The second keeps at most 16 MiB of its target in the pool: the rest
 # goes to the swapfile once writeback is on.
-cat > "$run/etc/zswapd/policy.d/60-check-systemd-writeback.conf" <<EOF
+cat > "$run$confdir/policy.d/60-check-systemd-writeback.conf" <<EOF
 [Match]
 Unit=zt-writeback.service
 [Policy]
 MinColdAge=1d
 PoolLimit=16M
 EOF
-cat > "$run/etc/zswapd/policy.d/50-check-systemd.conf" <<EOF
+cat > "$run$confdir/policy.d/50-check-systemd.conf" <<EOF
 [Match]
 Unit=zt-root.service zt-nobody.service
 # The policy attaches; the pages are taken by zswapctl reclaim alone, so
@@ -377,7 +420,7 @@ say "watchdog: pinged"
 # zswapd has writeback on, with its swapfile where the unit lets it write
 # (/var/lib/zswapd, the StateDirectory=).
 reclaim_all "before restart"
-cat >> "$run/etc/zswapd/zswapd.conf" <<EOF
+cat >> "$run$confdir/zswapd.conf" <<EOF
 
 [Writeback]
 Enabled=yes
@@ -430,11 +473,13 @@ for u in "${units[@]}"; do
 done
 
 # Removing the package with pages stored: its prerm stops the unit, which
-# gives every page back.
-reclaim_all "before dpkg --remove"
-ct dpkg --remove zswapd > "$tmp/dpkg.log" 2>&1 || { cat "$tmp/dpkg.log"; fail "dpkg --remove zswapd"; }
-active zswapd active && fail "zswapd still active after dpkg --remove"
-[ "$(prop zswapd Result)" = success ] || fail "zswapd stopped with result $(prop zswapd Result) by dpkg --remove"
-given_back "dpkg --remove"
-say "ok: install, start, reload, policy attach (root and nobody), reclaim, restart, stop, start, remove" \
+# gives every page back (after meson install: disable --now).
+removal=(dpkg --remove)
+[ $mode = deb ] || removal=(systemctl disable --now)
+reclaim_all "before ${removal[*]}"
+ct "${removal[@]}" zswapd > "$tmp/remove.log" 2>&1 || { cat "$tmp/remove.log"; fail "${removal[*]} zswapd"; }
+active zswapd active && fail "zswapd still active after ${removal[*]}"
+[ "$(prop zswapd Result)" = success ] || fail "zswapd stopped with result $(prop zswapd Result) by ${removal[*]}"
+given_back "${removal[*]}"
+say "ok: $what: install, start, reload, policy attach (root and nobody), reclaim, restart, stop, start, remove" \
     "under systemd $(ct systemctl --version | sed -n '1s/^systemd \([0-9]*\).*/\1/p')"
