@@ -174,7 +174,10 @@ mkdir -p "$run/usr/local/libexec/zswapd-test" "$run/var/lib/zswapd-test"
 chmod 1777 "$run/var/lib/zswapd-test"
 cp "$target_bin" "$run/usr/local/libexec/zswapd-test/target"
 if [ $mode = meson ]; then
-        cp -a "$tmp/inst/." "$run/"
+        # tar, not cp: with the /usr prefix the unit is under /lib, a
+        # symlink to usr/lib in the root (merged /usr), which cp would not
+        # enter.
+        tar -C "$tmp/inst" -c . | tar -C "$run" -x --keep-directory-symlink
 else
         cp "$deb" "$run/root/"
 fi
