@@ -2,14 +2,16 @@
 # Installs the Debian 12 packages zswapd needs to build, test and benchmark,
 # when they are missing. Run as root (it calls apt-get).
 #   tests/setup-deps.sh [--ci]
-# --ci adds what only .ci/run uses: the static analyzer, clang-format and
-# the Debian packaging tools.
+# --ci adds what only .ci/run uses: the static analyzer, clang-format, the
+# Debian packaging tools, and mmdebstrap and systemd-nspawn for the tests
+# under systemd (tests/check-systemd.sh).
 set -eu
 
 PKGS="build-essential meson ninja-build pkg-config liburing-dev libzstd-dev liblz4-dev
 libcgroup-dev libsystemd-dev stress-ng clang libclang-rt-14-dev util-linux systemd
 e2fsprogs jq"
-[ "${1:-}" = --ci ] && PKGS="$PKGS clang-tools clang-format dpkg-dev debhelper lintian"
+[ "${1:-}" = --ci ] && PKGS="$PKGS clang-tools clang-format dpkg-dev debhelper lintian
+mmdebstrap systemd-container"
 
 missing=""
 for p in $PKGS; do
