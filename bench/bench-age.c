@@ -31,7 +31,7 @@
 #include "corpus.h"
 #include "engine.h"
 
-#define PAGE 4096u
+#define PAGE ZSW_PAGE_SIZE
 
 static uint64_t now_ns(void) {
         struct timespec ts;

@@ -50,7 +50,7 @@
 #include "uffd-floor.h"
 #include "util.h"
 
-#define PAGE 4096u
+#define PAGE ZSW_PAGE_SIZE
 #define ZERO_PERCENT 10u
 
 /* Kernel zswap and zram on the machine of docs/performance.md ("Kernel

@@ -33,7 +33,7 @@
 
 #include "engine.h"
 
-#define PAGE 4096u
+#define PAGE ZSW_PAGE_SIZE
 #define MAX_WINDOWS 8
 #define MAX_REPS 15
 #define KERNEL (-1)     /* "window" of the run without the engine */

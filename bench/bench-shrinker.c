@@ -22,7 +22,7 @@
 #include "store.h"
 #include "writeback.h"
 
-#define PAGE 4096u
+#define PAGE ZSW_PAGE_SIZE
 
 static unsigned arg_mib = 128;
 static unsigned arg_faults = 4000;

@@ -21,7 +21,7 @@
 #include "corpus.h"
 #include "swapfile.h"
 
-#define PAGE 4096u
+#define PAGE ZSW_PAGE_SIZE
 
 static unsigned arg_mib = 128;
 static unsigned arg_reads = 2000;

@@ -21,7 +21,7 @@
 #include "test-child.h"
 #include "uffd-compat.h"
 
-#define PAGE 4096u
+#define PAGE ZSW_PAGE_SIZE
 #define MIN_AGE_MS 200u
 
 /* The child's memory: buf, a hot half then a cold half, npages pages

@@ -18,7 +18,7 @@
 #include "test.h"
 #include "test-child.h"
 
-#define PAGE 4096u
+#define PAGE ZSW_PAGE_SIZE
 
 static uint64_t *sums;
 static uint8_t *buf;

@@ -16,7 +16,7 @@
 #include "test.h"
 #include "test-child.h"
 
-#define PAGE 4096u
+#define PAGE ZSW_PAGE_SIZE
 #define SEC 1000000000ull
 
 TEST(never_used_is_cold) {

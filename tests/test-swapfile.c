@@ -28,7 +28,7 @@
 #include "test.h"
 #include "test-disk.h"
 
-#define PAGE 4096u
+#define PAGE ZSW_PAGE_SIZE
 #define BATCH ZSW_SWAPFILE_BATCH_MAX
 
 /* Compressed corpus pages: the payloads a shrinker would hand over. */

@@ -19,7 +19,7 @@
 #include "test.h"
 #include "test-child.h"
 
-#define PAGE 4096u
+#define PAGE ZSW_PAGE_SIZE
 #define BLOCK 64u               /* pages: a run of data and a run of fresh pages */
 #define NBLOCKS 96u             /* 24 MiB */
 #define NPAGES (BLOCK * NBLOCKS)
