@@ -18,11 +18,13 @@
 #define PAGE 4096ul
 
 static char fixture_dir[] = "/tmp/test-vma-XXXXXX";
+/* Whether mkdtemp() made it (the name it picks may end in 'X' too). */
+static bool fixture_made;
 
 __attribute__((destructor)) static void fixture_cleanup(void) {
         char path[128];
 
-        if (fixture_dir[strlen(fixture_dir) - 1] == 'X')
+        if (!fixture_made)
                 return;
         snprintf(path, sizeof(path), "%s/smaps", fixture_dir);
         unlink(path);
@@ -34,8 +36,10 @@ static int parse_text(const char *text, struct zsw_vma_list *ret) {
         _cleanup_close_ int dfd = -EBADF;
         FILE *f;
 
-        if (fixture_dir[strlen(fixture_dir) - 1] == 'X')
+        if (!fixture_made) {
                 ASSERT_TRUE(mkdtemp(fixture_dir));
+                fixture_made = true;
+        }
         dfd = open(fixture_dir, O_DIRECTORY | O_CLOEXEC);
         ASSERT_GE(dfd, 0);
         f = fopen(strcat(strcpy((char[128]) {}, fixture_dir), "/smaps"), "we");
