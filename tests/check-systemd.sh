@@ -1,7 +1,7 @@
 #!/bin/bash
 # The Debian package under a genuine systemd: a Debian 12 root (mmdebstrap,
 # minbase with systemd), booted with systemd-nspawn --boot, the .deb
-# installed in it with dpkg, and then, through systemctl and zswapctl run
+# installed in it with apt, and then, through systemctl and zswapctl run
 # inside the container:
 #   - the maintainer scripts enable and start zswapd.service, which reaches
 #     active (Type=notify: READY=1) with its status text, the capabilities
@@ -240,7 +240,7 @@ say "booted: $(ct systemctl --version | head -n 1), PID 1 is $pid1 on the host,"
 prop() { ct systemctl show -p "$2" --value "$1"; }
 active() { [ "$(ct systemctl is-active "$1" 2>/dev/null)" = "$2" ]; }
 
-# --- install: dpkg's postinst enables and starts the unit, as on a machine;
+# --- install: the package's postinst enables and starts the unit, as on a machine;
 # after meson install, systemctl does, finding the unit where it was put.
 if [ $mode = meson ]; then
         what="meson install (config in $confdir)"
@@ -249,8 +249,11 @@ if [ $mode = meson ]; then
                 { cat "$tmp/enable.log"; fail "systemctl enable --now zswapd after meson install"; }
 else
         what=$(basename "$deb")
-        ct dpkg -i "/root/$what" > "$tmp/dpkg.log" 2>&1 ||
-                { cat "$tmp/dpkg.log"; fail "dpkg -i $what failed in the root"; }
+        # As a user installs it: apt checks its Depends against the root
+        # (which holds them and nothing more; the container has no network).
+        ct env DEBIAN_FRONTEND=noninteractive apt-get install -y "/root/$what" \
+                > "$tmp/apt.log" 2>&1 ||
+                { cat "$tmp/apt.log"; fail "apt-get install ./$what failed in the root"; }
 fi
 [ "$(ct systemctl is-enabled zswapd)" = enabled ] || fail "$what did not enable zswapd.service"
 zswapd_ready() {
