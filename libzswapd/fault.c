@@ -423,8 +423,11 @@ static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const stru
         }
         case UFFD_EVENT_REMOVE:
         case UFFD_EVENT_UNMAP:
-                /* Our own drop raises REMOVE too; the target's own
-                 * DONTNEED/FREE/munmap means those pages now read as zeros. */
+                if (m->event == UFFD_EVENT_REMOVE)
+                        atomic_fetch_add_explicit(&t->remove_events, 1, memory_order_relaxed);
+                /* The target's own DONTNEED/FREE/munmap: those pages now
+                 * read as zeros. Our own drop raises REMOVE only where it
+                 * falls back to DONTNEED (evict.c's round_zap()). */
                 evict_on_remove(t, m->arg.remove.start, m->arg.remove.end,
                                 m->event == UFFD_EVENT_UNMAP ? REMOVAL_UNMAP : REMOVAL_REMOVE);
                 break;
