@@ -696,7 +696,8 @@ static void round_bridge(struct zsw_target *t, struct evict_round *rd) {
  * installed over them (which zaps what is there) and removed again, two
  * injected calls that leave the PTEs empty, as MADV_DONTNEED does, but
  * raise no UFFD_EVENT_REMOVE: no round trip to a fault thread per range
- * (10-20 us each here, against ~3 us for both calls' work on a range).
+ * (10-20 us each here; both calls together cost 3-4 us on a one-page
+ * range, docs/performance.md).
  * Every range is given its remove whatever became of its install: a
  * marker left behind is a SIGSEGV at the target's next touch of the
  * page. Where the kernel lacks guard regions or the target's
@@ -933,9 +934,9 @@ static int evict_round(struct evictor *e, struct zsw_target *t, struct evict_rou
 }
 
 /* Present pages a round takes besides the cold ones to join two of its
- * runs (evict_next_round()): the drop costs per range (~3 us, round_zap())
- * with every thread of the target stopped, and cold pages lie scattered
- * among warmer ones. A
+ * runs (evict_next_round()): the drop costs per range (round_zap()) with
+ * every thread of the target stopped, and cold pages lie scattered among
+ * warmer ones. A
  * page taken this way has gone unused for at least 1/GAP_IDLE_SHARE of
  * the round's idle time (heat.h): under uniform use any page is as likely
  * to come back as another; under skewed use the hot pages stay. */
