@@ -659,8 +659,13 @@ static bool in_one_range(const struct evict_round *rd, uint64_t start, uint64_t 
  * that read a fault of a gap page after the stop (one raised before it)
  * either placed the page before that, and the scan sees it present, or
  * waits for the drop; serve_lock is taken once in between so that none
- * is half way. The target is stopped: nothing else changes a gap. */
-static void round_bridge(struct zsw_target *t, struct evict_round *rd) {
+ * is half way. The target is stopped: nothing else changes a gap. No gap
+ * holds [rseq, rseq_end), the injected thread's rseq area (see
+ * round_commit_drop()): the kernel may write it on the way back from the
+ * first call of the drop, and a guard marker there would kill the thread
+ * (a missing page there would wait for the drop). */
+static void round_bridge(struct zsw_target *t, struct evict_round *rd, uint64_t rseq,
+                         uint64_t rseq_end) {
         struct evict_batch *b = &t->batch;
         uint64_t start = (uint64_t) rd->span.iov_base, next;
         size_t n = 0, e = 0;
@@ -678,7 +683,7 @@ static void round_bridge(struct zsw_target *t, struct evict_round *rd) {
                 while (e < (size_t) k && rd->empties[e].end < gap_end)
                         e++;
                 if (e < (size_t) k && rd->empties[e].start <= gap && rd->empties[e].end >= gap_end &&
-                    in_one_range(rd, gap, gap_end))
+                    in_one_range(rd, gap, gap_end) && (rseq_end <= gap || gap_end <= rseq))
                         rd->runs[n].iov_len = gap_end + rd->runs[i].iov_len -
                                               (uint64_t) rd->runs[n].iov_base;
                 else
@@ -804,7 +809,7 @@ static int round_commit_drop(struct evictor *e, struct zsw_target *t, struct evi
         zsw_mutex_unlock(&t->batch_lock);
         rd->runs_chosen += rd->n_runs;
         if (rd->n_runs > 1)
-                round_bridge(t, rd);
+                round_bridge(t, rd, rseq, rseq + MAX(rseq_len, 1u));
         rd->runs_dropped += rd->n_runs;
 
         t0 = zsw_now_ns();
