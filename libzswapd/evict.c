@@ -941,10 +941,10 @@ static int evict_round(struct evictor *e, struct zsw_target *t, struct evict_rou
 /* Present pages a round takes besides the cold ones to join two of its
  * runs (evict_next_round()): the drop costs per range (round_zap()) with
  * every thread of the target stopped, and cold pages lie scattered among
- * warmer ones. A
- * page taken this way has gone unused for at least 1/GAP_IDLE_SHARE of
- * the round's idle time (heat.h): under uniform use any page is as likely
- * to come back as another; under skewed use the hot pages stay. */
+ * warmer ones. A page taken this way has gone unused for at least
+ * 1/GAP_IDLE_SHARE of the round's idle time (heat.h): under uniform use
+ * any page is as likely to come back as another; under skewed use the
+ * hot pages stay. */
 #define GAP_MAX_PAGES 16u
 #define GAP_IDLE_SHARE 4u
 
