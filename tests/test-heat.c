@@ -177,6 +177,21 @@ static uint64_t child_command(char c, int reply) {
                 }
                 second_filled = true;
                 return bad;
+        case 'm': {
+                /* How many mappings it has. */
+                static char maps[1 << 16];
+                int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+                uint64_t lines = 0;
+                ssize_t n;
+
+                if (fd < 0)
+                        _exit(6);
+                while ((n = read(fd, maps, sizeof(maps))) > 0)
+                        for (ssize_t i = 0; i < n; i++)
+                                lines += maps[i] == '\n';
+                close(fd);
+                return lines;
+        }
         case 'd':
                 /* Its own discard of written pages, one call each: they
                  * read zeros now, whoever holds their content. */
@@ -392,6 +407,31 @@ TEST(a_drop_makes_the_target_wait_for_no_remove_event) {
         ASSERT_EQ(test_child_ask(&ch, 'd'), 0);
         ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &st));
         ASSERT_GE(st.remove_events - before, DISCARDS);
+        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
+        test_child_finish(&ch, e);
+}
+
+/* Rounds leave the target's mappings as they found them: a drop that
+ * split a mapping at each range (UFFDIO_UNREGISTER of the ranges does)
+ * and did not merge it back would add up to two mappings per range and
+ * round, until vm.max_map_count refuses the target's own mmap. */
+TEST(rounds_leave_the_mappings_as_they_were) {
+        struct test_child ch = test_child_start(child_setup, child_command, true);
+        struct zsw_engine *e = test_engine_new(&(struct zsw_engine_config) { .log = &test_log });
+        struct zsw_engine_error err = {};
+        struct zsw_reclaim_result res = {};
+        uint64_t maps;
+
+        ASSERT_EQ(test_child_ask(&ch, 'z'), 0);
+        ASSERT_OK(zsw_engine_attach(e, ch.pid, &err));
+        maps = test_child_ask(&ch, 'm');
+        for (int i = 0; i < 8; i++) {
+                ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
+                /* Every page back: the next drop is again the written
+                 * pages between the zero pages, ~1,000 ranges. */
+                ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
+                ASSERT_EQ(test_child_ask(&ch, 'm'), maps);
+        }
         ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
         test_child_finish(&ch, e);
 }
