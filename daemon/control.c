@@ -324,6 +324,7 @@ static void stats_json_target(struct json *j, const struct zsw_target_stats *t) 
         json_u64(j, "fault_ns_p50", t->fault_ns_p50);
         json_u64(j, "fault_ns_p95", t->fault_ns_p95);
         json_u64(j, "fault_ns_p99", t->fault_ns_p99);
+        json_u64(j, "remove_events", t->remove_events);
         json_object_open(j, "stops");
         json_u64(j, "count", t->stops);
         json_u64(j, "stopped_ns", t->stopped_ns);

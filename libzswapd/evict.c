@@ -17,8 +17,10 @@
  *   5. stop every thread of the target (round_drop() says why), cancel
  *      pages it removed meanwhile (missing or unprotected now), commit
  *      (DROPPING): pages that were written, removed, unmapped or moved
- *      are cancelled and their entries dropped; the rest are dropped from
- *      the target by one injected process_madvise, and the threads let go.
+ *      are cancelled and their entries dropped; the rest are zapped from
+ *      the target by two injected process_madvise calls, guard markers
+ *      installed and removed again (round_zap()), which leave their PTEs
+ *      empty without raising a UFFD_EVENT_REMOVE, and the threads let go.
  *
  * Fault threads, holding the target's serve_lock, apply the rules:
  *   - a WP fault on a page of a COLLECTING round cancels that page and
@@ -28,7 +30,9 @@
  *   - the target's own MADV_DONTNEED, munmap or mremap of pages of the
  *     round cancels them; pages it moves over pages of the round leave
  *     the round, entries and all (evict_on_move_in());
- *   - our drop raises one UFFD_EVENT_REMOVE per dropped page; the first
+ *   - our drop raises no UFFD_EVENT_REMOVE, so every REMOVE is the
+ *     target's; only where the kernel lacks guard regions is the drop a
+ *     MADV_DONTNEED, which raises one per dropped page: then the first
  *     REMOVE of a committed page is taken for ours and changes nothing in
  *     the store, a second one is the target's (see evict_on_remove());
  *   - a missing fault on a cancelled page is never served from the store:
@@ -148,17 +152,18 @@ bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr, bool *ret_round) {
 }
 
 
-/* Our drop raises one REMOVE per page it drops; the target's DONTNEED of
- * the same pages, before or after ours, raises another. Whichever comes
- * first is taken for ours, the second for the target's, and the page
- * reads zeros either way, as it must. Outside a committed round every
- * removal is the target's. */
+/* Our drop by guard markers raises no REMOVE: every one is the
+ * target's. One by DONTNEED (round_zap()'s fallback) raises one REMOVE
+ * per page it drops; the target's DONTNEED of the same pages, before or
+ * after ours, raises another. Whichever comes first is taken for ours,
+ * the second for the target's, and the page reads zeros either way, as
+ * it must. Outside a committed round every removal is the target's. */
 void evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, enum evict_removal kind) {
         struct evict_batch *b = &t->batch;
         uint64_t from = start;  /* start of the target's part not yet dropped */
 
         zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
-        if (b->n_drop > 0 && kind == REMOVAL_REMOVE) {
+        if (b->n_drop > 0 && kind == REMOVAL_REMOVE && !b->drop_silent) {
                 /* The target is stopped: a REMOVE is our drop's, over its
                  * own pages and its bridges alike. */
                 for (size_t i = batch_lower_bound(b, start); i < b->n && b->addrs[i] < end; i++)
@@ -174,7 +179,7 @@ void evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, enum ev
         if (b->state != EVICT_IDLE)
                 for (size_t i = batch_lower_bound(b, start); i < b->n && b->addrs[i] < end; i++) {
                         if (kind == REMOVAL_REMOVE && b->state == EVICT_DROPPING &&
-                            !b->cancelled[i] && !b->drop_seen[i]) {
+                            !b->drop_silent && !b->cancelled[i] && !b->drop_seen[i]) {
                                 b->drop_seen[i] = true;
                                 if (b->addrs[i] > from)
                                         zsw_store_invalidate(t->owner, from / ZSW_PAGE_SIZE,
@@ -647,16 +652,20 @@ static bool in_one_range(const struct evict_round *rd, uint64_t start, uint64_t 
  * pages never filled, all inside mappings (PAGEMAP_SCAN reports no run
  * over a hole) and inside one registered range (no mlocked or hugetlb
  * mapping, which madvise would refuse). Dropping such a gap changes
- * nothing in it, and the drop
- * then raises one REMOVE, a round trip to a fault thread with the target
- * stopped, per joined range instead of per run.
+ * nothing in it, and the drop then costs the target, stopped, one
+ * range's walk (round_zap()) per joined range instead of per run.
  *
  * The whole span is the round's (b->drop) before the scan: a fault thread
  * that read a fault of a gap page after the stop (one raised before it)
  * either placed the page before that, and the scan sees it present, or
  * waits for the drop; serve_lock is taken once in between so that none
- * is half way. The target is stopped: nothing else changes a gap. */
-static void round_bridge(struct zsw_target *t, struct evict_round *rd) {
+ * is half way. The target is stopped: nothing else changes a gap. No gap
+ * holds [rseq, rseq_end), the injected thread's rseq area (see
+ * round_commit_drop()): the kernel may write it on the way back from the
+ * first call of the drop, and a guard marker there would kill the thread
+ * (a missing page there would wait for the drop). */
+static void round_bridge(struct zsw_target *t, struct evict_round *rd, uint64_t rseq,
+                         uint64_t rseq_end) {
         struct evict_batch *b = &t->batch;
         uint64_t start = (uint64_t) rd->span.iov_base, next;
         size_t n = 0, e = 0;
@@ -674,7 +683,7 @@ static void round_bridge(struct zsw_target *t, struct evict_round *rd) {
                 while (e < (size_t) k && rd->empties[e].end < gap_end)
                         e++;
                 if (e < (size_t) k && rd->empties[e].start <= gap && rd->empties[e].end >= gap_end &&
-                    in_one_range(rd, gap, gap_end))
+                    in_one_range(rd, gap, gap_end) && (rseq_end <= gap || gap_end <= rseq))
                         rd->runs[n].iov_len = gap_end + rd->runs[i].iov_len -
                                               (uint64_t) rd->runs[n].iov_base;
                 else
@@ -686,6 +695,43 @@ static void round_bridge(struct zsw_target *t, struct evict_round *rd) {
         b->drop = rd->runs;
         b->n_drop = rd->n_runs;
         zsw_mutex_unlock(&t->batch_lock);
+}
+
+/* Zaps the drop's ranges with every thread stopped: guard markers
+ * installed over them (which zaps what is there) and removed again, two
+ * injected calls that leave the PTEs empty, as MADV_DONTNEED does, but
+ * raise no UFFD_EVENT_REMOVE: no round trip to a fault thread per range
+ * (10-20 us each here; both calls together cost 3-4 us on a one-page
+ * range, docs/performance.md).
+ * Every range is given its remove whatever became of its install: a
+ * marker left behind is a SIGSEGV at the target's next touch of the
+ * page. Where the kernel lacks guard regions or the target's
+ * process_madvise on itself, it is MADV_DONTNEED, and the REMOVEs it
+ * raises are told from the target's by drop_seen (evict_on_remove()).
+ * Returns what the install (or the DONTNEED) returned. */
+static int round_zap(struct evictor *e, struct zsw_target *t, struct evict_round *rd,
+                     struct zsw_remote *remote) {
+        struct evict_batch *b = &t->batch;
+        int r, k;
+
+        r = zsw_remote_madvise_ranges_batched(remote, t->scratch, t->scratch_size, rd->runs, rd->n_runs,
+                                              MADV_GUARD_INSTALL);
+        if (r == -EOPNOTSUPP) {
+                zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
+                b->drop_silent = false;
+                zsw_mutex_unlock(&t->batch_lock);
+                return zsw_remote_madvise_ranges(remote, t->scratch, t->scratch_size, rd->runs,
+                                                 rd->n_runs, MADV_DONTNEED);
+        }
+        k = zsw_remote_madvise_ranges(remote, t->scratch, t->scratch_size, rd->runs, rd->n_runs,
+                                      MADV_GUARD_REMOVE);
+        /* ENOMEM: a range over a hole the target made, whose mapped part
+         * was done. */
+        if (k < 0 && k != -ENOMEM && k != -ESRCH)
+                zsw_log_errno(e->log, LOG_ERR, k,
+                              "Cannot remove the guard markers of a drop from process %d: %m; "
+                              "its next touch of those pages will kill it", t->pid);
+        return r;
 }
 
 /* Step 5: commit and drop.
@@ -748,6 +794,7 @@ static int round_commit_drop(struct evictor *e, struct zsw_target *t, struct evi
                         zsw_store_invalidate(t->owner, b->addrs[i] / ZSW_PAGE_SIZE, 1);
         rd->n_runs = collect_runs(b, rd->runs);
         memset(b->drop_seen, 0, b->n * sizeof(b->drop_seen[0]));
+        b->drop_silent = true;  /* unless round_zap() falls back to DONTNEED */
         b->state = EVICT_DROPPING;
         if (rd->n_runs > 1) {
                 /* Bridges may go anywhere between the first page of the
@@ -762,16 +809,15 @@ static int round_commit_drop(struct evictor *e, struct zsw_target *t, struct evi
         zsw_mutex_unlock(&t->batch_lock);
         rd->runs_chosen += rd->n_runs;
         if (rd->n_runs > 1)
-                round_bridge(t, rd);
+                round_bridge(t, rd, rseq, rseq + MAX(rseq_len, 1u));
         rd->runs_dropped += rd->n_runs;
 
         t0 = zsw_now_ns();
         if (rd->n_runs > 0)
-                r = zsw_remote_madvise_ranges(remote, t->scratch, t->scratch_size, rd->runs,
-                                              rd->n_runs, MADV_DONTNEED);
+                r = round_zap(e, t, rd, remote);
         rd->ns_inject += zsw_now_ns() - t0;
-        /* The drop returned once its REMOVEs were read; once they are
-         * handled, every REMOVE to come is the target's again. */
+        /* A drop by DONTNEED returned once its REMOVEs were read; once
+         * they are handled, every REMOVE to come is the target's again. */
         zsw_mutex_lock(&t->serve_lock, ZSW_LOCK_SERVE);
         zsw_mutex_unlock(&t->serve_lock);
         zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
@@ -870,11 +916,11 @@ static int evict_round(struct evictor *e, struct zsw_target *t, struct evict_rou
 
         uint64_t t1 = zsw_now_ns();
         round_unprotect_kept(t);
-        /* The drop returned once its UFFD_EVENT_REMOVEs were read, not once
-         * they were handled: a fault thread may still hold them, and must
-         * see the round DROPPING when it does, or it would take our own
-         * drop for the target's and forget the pages. Threads hold
-         * serve_lock from reading a message until it is handled. */
+        /* A drop by DONTNEED returned once its UFFD_EVENT_REMOVEs were
+         * read, not once they were handled: a fault thread may still hold
+         * them, and must see the round DROPPING when it does, or it would
+         * take our own drop for the target's and forget the pages. Threads
+         * hold serve_lock from reading a message until it is handled. */
         zsw_mutex_lock(&t->serve_lock, ZSW_LOCK_SERVE);
         zsw_mutex_unlock(&t->serve_lock);
         rd->ns_sync += zsw_now_ns() - t1;
@@ -893,12 +939,12 @@ static int evict_round(struct evictor *e, struct zsw_target *t, struct evict_rou
 }
 
 /* Present pages a round takes besides the cold ones to join two of its
- * runs (evict_next_round()): the drop raises one UFFD_EVENT_REMOVE per
- * range, a round trip to a fault thread (10-20 us) with every thread of
- * the target stopped, and cold pages lie scattered among warmer ones. A
- * page taken this way has gone unused for at least 1/GAP_IDLE_SHARE of
- * the round's idle time (heat.h): under uniform use any page is as likely
- * to come back as another; under skewed use the hot pages stay. */
+ * runs (evict_next_round()): the drop costs per range (round_zap()) with
+ * every thread of the target stopped, and cold pages lie scattered among
+ * warmer ones. A page taken this way has gone unused for at least
+ * 1/GAP_IDLE_SHARE of the round's idle time (heat.h): under uniform use
+ * any page is as likely to come back as another; under skewed use the
+ * hot pages stay. */
 #define GAP_MAX_PAGES 16u
 #define GAP_IDLE_SHARE 4u
 
@@ -1210,13 +1256,13 @@ int evict_target(struct evictor *e, struct zsw_target *t, uint64_t max_bytes,
         /* A daemon that saves memory does not sit on 2 MiB between reclaims. */
         (void) madvise(rd->buf, ROUND_BUF_SIZE, MADV_DONTNEED);
         zsw_log(e->log, LOG_DEBUG,
-                "Evicted %" PRIu64 " pages of %d; ms spent: scan %" PRIu64 ", protect %" PRIu64
+                "Evicted %" PRIu64 " pages of %d; us spent: scan %" PRIu64 ", protect %" PRIu64
                 ", read %" PRIu64 ", store %" PRIu64 ", drop %" PRIu64 " (seize %" PRIu64
                 ", inject %" PRIu64 "), sync %" PRIu64 "; %" PRIu64 " runs dropped as %" PRIu64,
                 res->evicted_pages, t->pid,
-                rd->ns_scan / 1000000, rd->ns_protect / 1000000, rd->ns_read / 1000000,
-                rd->ns_store / 1000000, rd->ns_drop / 1000000, rd->ns_seize / 1000000,
-                rd->ns_inject / 1000000, rd->ns_sync / 1000000, rd->runs_chosen, rd->runs_dropped);
+                rd->ns_scan / 1000, rd->ns_protect / 1000, rd->ns_read / 1000,
+                rd->ns_store / 1000, rd->ns_drop / 1000, rd->ns_seize / 1000,
+                rd->ns_inject / 1000, rd->ns_sync / 1000, rd->runs_chosen, rd->runs_dropped);
         if (r < 0 && why)
                 snprintf(why, why_size,
                          "eviction of process %d stopped after %" PRIu64 " pages: %s", t->pid,

@@ -217,20 +217,23 @@ static ssize_t fill_zeros(struct zsw_target *t, uint64_t pgno, uint64_t end, boo
  * take the same view: p is not in the store and not in the round in flight
  * (we stop short of every page of a round, cancelled ones included).
  * ZEROPAGE and COPY only fill missing PTEs and stop at the first present
- * page (EEXIST, a short fill). A page can only become "missing, content in
- * the store" through our drop, and the drop zaps a page only after a fault
- * thread has read the UFFD_EVENT_REMOVE it raised (madvise waits for that
- * read). We hold serve_lock from our checks to the ioctl, and messages are
- * read only under it, so no drop can zap a page in between:
- *   - a drop whose REMOVE was read before we took serve_lock committed its
- *     pages to the store before that (stored, then DROPPING): its round is
- *     either still DROPPING (evict_first_in_round() stops there) or IDLE
+ * page or guard marker (EEXIST, a short fill). A page can only become
+ * "missing, content in the store" through our drop, and the drop zaps only
+ * pages of a committed round (stored, then DROPPING) and the gaps that
+ * round_bridge() made the round's (b->drop, published under batch_lock and
+ * then serve_lock taken once, before the gap scan). We hold serve_lock
+ * from our checks to the ioctl:
+ *   - a round committed before our check is DROPPING
+ *     (evict_first_in_round() stops at its pages and at b->drop) or IDLE
  *     with its entries in the store (zsw_store_next() stops there);
- *   - a drop whose REMOVE is unread keeps the uffd's mmap_changing raised:
- *     the fill fails with EAGAIN and fills nothing (so do the target's own
- *     DONTNEED, munmap, mremap and fork while their events are unread);
- *   - a round that starts meanwhile takes present pages only, where
- *     the fill stops with EEXIST.
+ *   - a round still collecting holds present pages only, where the fill
+ *     stops with EEXIST; a gap bridged after our check waits for our
+ *     serve_lock before its scan, which then sees what we filled as
+ *     present and leaves it out;
+ *   - where the drop is a MADV_DONTNEED (evict.c's round_zap()), one whose
+ *     REMOVE is unread keeps the uffd's mmap_changing raised: the fill
+ *     fails with EAGAIN and fills nothing (so do the target's own
+ *     DONTNEED, munmap, mremap and fork while their events are unread).
  * The target's DONTNEED of a page we filled raises REMOVE as for any page;
  * its munmap leaves no VMA, where the fill fails with ENOENT. */
 static ssize_t zero_fill(struct zsw_target *t, uint64_t pgno, bool window, bool write) {
@@ -423,8 +426,11 @@ static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const stru
         }
         case UFFD_EVENT_REMOVE:
         case UFFD_EVENT_UNMAP:
-                /* Our own drop raises REMOVE too; the target's own
-                 * DONTNEED/FREE/munmap means those pages now read as zeros. */
+                if (m->event == UFFD_EVENT_REMOVE)
+                        atomic_fetch_add_explicit(&t->remove_events, 1, memory_order_relaxed);
+                /* The target's own DONTNEED/FREE/munmap: those pages now
+                 * read as zeros. Our own drop raises REMOVE only where it
+                 * falls back to DONTNEED (evict.c's round_zap()). */
                 evict_on_remove(t, m->arg.remove.start, m->arg.remove.end,
                                 m->event == UFFD_EVENT_UNMAP ? REMOVAL_UNMAP : REMOVAL_REMOVE);
                 break;

@@ -979,8 +979,8 @@ static long madvise_self_batch(struct zsw_remote *r, uint64_t scratch, const str
         return (long) done;
 }
 
-int zsw_remote_madvise_ranges(struct zsw_remote *r, uint64_t scratch, size_t scratch_size,
-                              const struct iovec *ranges, size_t n, int advice) {
+static int madvise_ranges(struct zsw_remote *r, uint64_t scratch, size_t scratch_size,
+                          const struct iovec *ranges, size_t n, int advice, bool one_by_one) {
         size_t per_call = MIN(scratch_size / sizeof(struct iovec), (size_t) IOV_MAX_PER_CALL);
         size_t i = 0;
         int first_error = 0;
@@ -1010,6 +1010,10 @@ int zsw_remote_madvise_ranges(struct zsw_remote *r, uint64_t scratch, size_t scr
                         i++;
                 }
         }
+        if (i < n && !one_by_one)
+                /* Refused at the first call (the kernel lacks it), or
+                 * known refused: nothing was advised. */
+                return -EOPNOTSUPP;
         for (; i < n; i++) {
                 long k = zsw_remote_call(r, SYS_madvise, (unsigned long[6]) {
                                 (unsigned long) ranges[i].iov_base, ranges[i].iov_len,
@@ -1025,4 +1029,14 @@ int zsw_remote_madvise_ranges(struct zsw_remote *r, uint64_t scratch, size_t scr
                 }
         }
         return first_error;
+}
+
+int zsw_remote_madvise_ranges(struct zsw_remote *r, uint64_t scratch, size_t scratch_size,
+                              const struct iovec *ranges, size_t n, int advice) {
+        return madvise_ranges(r, scratch, scratch_size, ranges, n, advice, true);
+}
+
+int zsw_remote_madvise_ranges_batched(struct zsw_remote *r, uint64_t scratch, size_t scratch_size,
+                                      const struct iovec *ranges, size_t n, int advice) {
+        return madvise_ranges(r, scratch, scratch_size, ranges, n, advice, false);
 }

@@ -162,3 +162,10 @@ int zsw_remote_open_uffd(struct zsw_remote *r, int flags, int *ret_target_fd,
  */
 int zsw_remote_madvise_ranges(struct zsw_remote *r, uint64_t scratch, size_t scratch_size,
                               const struct iovec *ranges, size_t n, int advice);
+
+/* The same, never one madvise per range: -EOPNOTSUPP, with nothing
+ * advised, where the kernel takes no process_madvise of the target on
+ * itself with this advice (or refused the first call with EINVAL: the
+ * first range's mapping may refuse it, as an mlocked one does). */
+int zsw_remote_madvise_ranges_batched(struct zsw_remote *r, uint64_t scratch, size_t scratch_size,
+                                      const struct iovec *ranges, size_t n, int advice);

@@ -46,9 +46,12 @@ struct evict_batch {
         bool cancelled[ZSW_EVICT_MAX_PAGES];
         size_t n_cancelled;
         /* Pages of the drop (committed, not cancelled) whose
-         * UFFD_EVENT_REMOVE has been seen: our drop raises exactly one per
-         * page, so a second one is the target's own. */
+         * UFFD_EVENT_REMOVE has been seen: a drop by DONTNEED raises
+         * exactly one per page, so a second one is the target's own. */
         bool drop_seen[ZSW_EVICT_MAX_PAGES];
+        /* The drop raises no REMOVE (guard markers, evict.c's
+         * round_zap()): every REMOVE is the target's, drop_seen unused. */
+        bool drop_silent;
         /* The target moved other pages (and their entries) over these:
          * they are no longer the round's (evict_on_move_in()). */
         bool moved_in[ZSW_EVICT_MAX_PAGES];
@@ -57,8 +60,8 @@ struct evict_batch {
         /* While the target is stopped for the drop: its ranges, sorted,
          * which join the round's runs across gaps that hold no page (see
          * evict.c's round_bridge()). Every page in them is the round's
-         * until the drop is over: a fault there waits, and the REMOVE
-         * there is ours. NULL outside that time. */
+         * until the drop is over: a fault there waits, and a REMOVE
+         * there is ours unless drop_silent. NULL outside that time. */
         const struct iovec *drop;
         size_t n_drop;
 };
@@ -143,6 +146,9 @@ struct zsw_target {
          * how many, their total and longest time, from the first thread
          * seized to the last one let go. */
         _Atomic uint64_t stops, stopped_ns, stop_ns_max;
+        /* UFFD_EVENT_REMOVE events read (each a round trip the target
+         * waited for). */
+        _Atomic uint64_t remove_events;
         uint64_t attached_at_ns;
 
         struct zsw_histogram fault_hist;

@@ -135,6 +135,7 @@ void target_fill_stats(struct zsw_target *t, struct zsw_store *store, struct zsw
                 .stops = atomic_load(&t->stops),
                 .stopped_ns = atomic_load(&t->stopped_ns),
                 .stop_ns_max = atomic_load(&t->stop_ns_max),
+                .remove_events = atomic_load(&t->remove_events),
                 .attached_ns = zsw_now_ns() - t->attached_at_ns,
                 .heat_uses = zsw_heat_touched(t->heat),
                 .heat_table_bytes = zsw_heat_bytes(t->heat),

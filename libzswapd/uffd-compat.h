@@ -112,3 +112,15 @@ struct pm_scan_arg {
 #ifndef PAGE_IS_GUARD
 #define PAGE_IS_GUARD (1 << 8)
 #endif
+
+/* ---- guard regions (uapi/asm-generic/mman-common.h, 6.13) ---- */
+
+/* MADV_GUARD_INSTALL zaps a range and leaves a marker in each PTE (a
+ * touch is SIGSEGV); MADV_GUARD_REMOVE clears the markers, leaving the
+ * PTEs empty. Neither raises UFFD_EVENT_REMOVE. */
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102
+#endif
+#ifndef MADV_GUARD_REMOVE
+#define MADV_GUARD_REMOVE 103
+#endif

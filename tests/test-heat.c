@@ -102,6 +102,7 @@ TEST(many_chunks_keep_their_stamps) {
  * half, 'p' answers how many pages of the first half are present, 'v'
  * verifies both. */
 #define HALF 2048u
+#define DISCARDS 8u
 
 static uint8_t *buf;
 static uint64_t sums[2 * HALF];
@@ -162,6 +163,44 @@ static uint64_t child_command(char c, int reply) {
         case 's':
                 for (size_t i = 0; i < HALF; i++)
                         bad += corpus_page_sum(buf + i * PAGE) != sums[i];
+                return bad;
+        case 'z':
+                /* The second half alternates: even pages written, odd
+                 * ones read (the zero page, which no drop takes or
+                 * bridges). */
+                for (size_t i = HALF; i < 2 * HALF; i++) {
+                        if (i % 2)
+                                bad += buf[i * PAGE + 7] != 0;
+                        else
+                                memset(buf + i * PAGE, (int) (i % 251) + 1, PAGE);
+                        sums[i] = corpus_page_sum(buf + i * PAGE);
+                }
+                second_filled = true;
+                return bad;
+        case 'm': {
+                /* How many mappings it has. */
+                static char maps[1 << 16];
+                int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+                uint64_t lines = 0;
+                ssize_t n;
+
+                if (fd < 0)
+                        _exit(6);
+                while ((n = read(fd, maps, sizeof(maps))) > 0)
+                        for (ssize_t i = 0; i < n; i++)
+                                lines += maps[i] == '\n';
+                close(fd);
+                return lines;
+        }
+        case 'd':
+                /* Its own discard of written pages, one call each: they
+                 * read zeros now, whoever holds their content. */
+                for (size_t i = HALF; i < HALF + 2 * DISCARDS; i += 2) {
+                        if (madvise(buf + i * PAGE, PAGE, MADV_DONTNEED) < 0)
+                                _exit(7);
+                        sums[i] = corpus_page_sum(buf + (HALF + 1) * PAGE);
+                        bad += buf[i * PAGE] != 0;
+                }
                 return bad;
         case 'v':
                 for (size_t i = 0; i < (second_filled ? 2 : 1) * HALF; i++)
@@ -337,6 +376,62 @@ TEST(a_drop_across_evicted_gaps_keeps_every_page) {
         ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
         ASSERT_GE(res.evicted_pages, HALF / 2);
         ASSERT_EQ(test_child_ask(&ch, 'p'), 0);
+        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
+        test_child_finish(&ch, e);
+}
+
+/* A drop of many ranges (written pages between zero pages, which are
+ * never joined) makes the target wait for no UFFD_EVENT_REMOVE round
+ * trip: guard markers zap them (evict.c's round_zap()). A MADV_DONTNEED
+ * drop raised one per range, over 1,000 here. The target's own DONTNEED
+ * afterwards still raises its REMOVEs, and its pages read zeros. */
+TEST(a_drop_makes_the_target_wait_for_no_remove_event) {
+        struct test_child ch = test_child_start(child_setup, child_command, true);
+        struct zsw_engine *e = test_engine_new(&(struct zsw_engine_config) { .log = &test_log });
+        struct zsw_engine_error err = {};
+        struct zsw_reclaim_result res = {};
+        struct zsw_target_stats st;
+        uint64_t before;
+
+        ASSERT_EQ(test_child_ask(&ch, 'z'), 0);
+        ASSERT_OK(zsw_engine_attach(e, ch.pid, &err));
+        ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &st));
+        before = st.remove_events;
+        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
+        ASSERT_GE(res.evicted_pages, HALF + HALF / 2);
+        ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &st));
+        /* Not 0: a sanitizer's runtime in the child may discard memory
+         * of its own; our drop raised HALF / 2 with DONTNEED. */
+        ASSERT_LT(st.remove_events - before, HALF / 8);
+        before = st.remove_events;
+        ASSERT_EQ(test_child_ask(&ch, 'd'), 0);
+        ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &st));
+        ASSERT_GE(st.remove_events - before, DISCARDS);
+        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
+        test_child_finish(&ch, e);
+}
+
+/* Rounds leave the target's mappings as they found them: a drop that
+ * split a mapping at each range (UFFDIO_UNREGISTER of the ranges does)
+ * and did not merge it back would add up to two mappings per range and
+ * round, until vm.max_map_count refuses the target's own mmap. */
+TEST(rounds_leave_the_mappings_as_they_were) {
+        struct test_child ch = test_child_start(child_setup, child_command, true);
+        struct zsw_engine *e = test_engine_new(&(struct zsw_engine_config) { .log = &test_log });
+        struct zsw_engine_error err = {};
+        struct zsw_reclaim_result res = {};
+        uint64_t maps;
+
+        ASSERT_EQ(test_child_ask(&ch, 'z'), 0);
+        ASSERT_OK(zsw_engine_attach(e, ch.pid, &err));
+        maps = test_child_ask(&ch, 'm');
+        for (int i = 0; i < 8; i++) {
+                ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
+                /* Every page back: the next drop is again the written
+                 * pages between the zero pages, ~1,000 ranges. */
+                ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
+                ASSERT_EQ(test_child_ask(&ch, 'm'), maps);
+        }
         ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
         test_child_finish(&ch, e);
 }

@@ -71,6 +71,10 @@ struct zsw_target_stats {
         uint64_t stops;
         uint64_t stopped_ns;
         uint64_t stop_ns_max;
+        /* UFFD_EVENT_REMOVE events, each a round trip its madvise waited
+         * for: its own MADV_DONTNEED/FREE of registered memory (and our
+         * drops' where the kernel lacks guard regions). */
+        uint64_t remove_events;
         uint64_t attached_ns;
         /* Uses seen (refaults, writes that cancelled an eviction) that
          * order eviction without a minimum age, and their table's memory. */
