@@ -1440,3 +1440,168 @@ void zsw_store_owner_get_latency(struct zsw_owner *o, enum zsw_latency_kind kind
                                  struct zsw_store_latency *ret) {
         latency_fill(&o->hist[kind], ret);
 }
+
+/* ---- handing the store to another process ------------------------------ */
+
+static int export_one(struct zsw_store *s, struct zsw_entry *e, uint64_t pgno, void *disk_buf,
+                      struct zsw_store_page *ret) {
+        struct zsw_store_page p = { .pgno = pgno, .entry = e, .state = e->state,
+                                    .compressor = e->compressor, .length = e->length };
+        int r;
+
+        switch (e->state) {
+        case ZSW_ENTRY_SAME:
+                p.value = e->value;
+                break;
+        case ZSW_ENTRY_COMPRESSED:
+        case ZSW_ENTRY_RAW:
+                p.payload = zsw_pool_map(s->pool, e->handle);
+                break;
+        case ZSW_ENTRY_DISK:
+                if (!s->cfg.read_disk)
+                        return -EIO;
+                r = s->cfg.read_disk(s->cfg.disk_userdata, e->disk_sector, e->length, disk_buf);
+                if (r < 0)
+                        return r;
+                p.payload = disk_buf;
+                if (e->compressor == ZSW_ENTRY_DISK_RAW) {
+                        p.state = ZSW_ENTRY_RAW;
+                        p.compressor = 0;
+                } else
+                        p.state = ZSW_ENTRY_COMPRESSED;
+                break;
+        default:
+                return -EINVAL;
+        }
+        *ret = p;
+        return 0;
+}
+
+int zsw_store_export(struct zsw_owner *o, int (*fn)(void *userdata, const struct zsw_store_page *p),
+                     void *userdata) {
+        struct zsw_store *s = o->store;
+        void *disk_buf = NULL;
+        struct zsw_entry *e;
+        uint64_t pgno;
+        int r = 0;
+
+        if (s->cfg.read_disk) {
+                /* O_DIRECT reads want an aligned buffer. */
+                disk_buf = aligned_alloc(ZSW_PAGE_SIZE, ZSW_PAGE_SIZE);
+                if (!disk_buf)
+                        return -ENOMEM;
+        }
+        zsw_mutex_lock(&o->lock, ZSW_LOCK_OWNER);
+        zsw_rwlock_rdlock(&s->pool_lock, ZSW_LOCK_STORE_POOL);
+        for (e = zsw_index_next(o->index, 0, &pgno); e && r >= 0;
+             e = pgno < ZSW_INDEX_MAX_PGNO ? zsw_index_next(o->index, pgno + 1, &pgno) : NULL) {
+                struct zsw_store_page p;
+
+                r = export_one(s, e, pgno, disk_buf, &p);
+                if (r >= 0)
+                        r = fn(userdata, &p);
+        }
+        zsw_rwlock_unlock(&s->pool_lock);
+        zsw_mutex_unlock(&o->lock);
+        free(disk_buf);
+        return r;
+}
+
+int zsw_store_owner_new_sibling(struct zsw_owner *sibling, struct zsw_owner **ret) {
+        struct zsw_owner *o;
+        int r;
+
+        r = owner_alloc(sibling->store, &sibling->cfg, zsw_lru_ref(sibling->lru), &o);
+        if (r < 0) {
+                zsw_lru_unref(sibling->lru);
+                return r;
+        }
+        owner_link(o);
+        *ret = o;
+        return 0;
+}
+
+bool zsw_store_same_family(const struct zsw_owner *a, const struct zsw_owner *b) {
+        return a->lru == b->lru;
+}
+
+static int import_entry(struct zsw_store *s, const struct zsw_store_page *p,
+                        struct zsw_entry **ret) {
+        struct zsw_entry *e;
+        uint32_t size = p->length;
+        int r;
+
+        switch (p->state) {
+        case ZSW_ENTRY_SAME:
+                if (p->length != 0)
+                        return -EINVAL;
+                break;
+        case ZSW_ENTRY_COMPRESSED:
+                if (p->length == 0 || p->length > ZSW_PAGE_SIZE || p->compressor >= _ZSW_COMPRESSOR_MAX)
+                        return -EINVAL;
+                break;
+        case ZSW_ENTRY_RAW:
+                if (p->length != ZSW_PAGE_SIZE)
+                        return -EINVAL;
+                break;
+        default:
+                return -EINVAL;
+        }
+        r = zsw_entry_alloc_bulk(&s->entries, &e, 1);
+        if (r < 0)
+                return r;
+        e->state = p->state;
+        e->compressor = p->state == ZSW_ENTRY_COMPRESSED ? p->compressor : 0;
+        e->length = p->length;
+        if (p->state == ZSW_ENTRY_SAME)
+                e->value = p->value;
+        else {
+                r = zsw_pool_alloc_bulk(s->pool, &size, 1, &e->handle);
+                if (r < 0) {
+                        zsw_entry_free_bulk(&s->entries, &e, 1);
+                        return r;
+                }
+                memcpy(zsw_pool_map(s->pool, e->handle), p->payload, size);
+        }
+        *ret = e;
+        return 0;
+}
+
+int zsw_store_import(struct zsw_owner *o, const struct zsw_store_page *p, struct zsw_entry *share,
+                     struct zsw_entry **ret_entry) {
+        struct zsw_store *s = o->store;
+        struct zsw_entry *e = share;
+        int r;
+
+        if (p->pgno > ZSW_INDEX_MAX_PGNO)
+                return -EINVAL;
+        if (!e) {
+                r = import_entry(s, p, &e);
+                if (r < 0)
+                        return r;
+        }
+        zsw_mutex_lock(&o->lock, ZSW_LOCK_OWNER);
+        r = zsw_index_insert(o->index, p->pgno, e);
+        if (r < 0) {
+                zsw_mutex_unlock(&o->lock);
+                if (!share)
+                        entries_destroy(s, o->lru, &e, 1);
+                return r;
+        }
+        if (share)
+                atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
+        else {
+                charge(s->counters, e, 1);
+                count(&s->counters[C_STORES], 1);
+                if (entry_in_pool(e)) {
+                        zsw_mutex_lock(&o->lru->lock, ZSW_LOCK_LRU);
+                        zsw_lru_add_locked(o->lru, &e, 1);
+                        zsw_mutex_unlock(&o->lru->lock);
+                }
+        }
+        charge(o->counters, e, 1);
+        zsw_mutex_unlock(&o->lock);
+        if (ret_entry)
+                *ret_entry = e;
+        return 0;
+}
