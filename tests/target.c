@@ -19,12 +19,14 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -243,6 +245,8 @@ static int cmd_fork_hold(void) {
                 ssize_t first_bad;
                 char b;
 
+                /* Never outlives the test, even one that failed. */
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
                 if (read(go[0], &b, 1) != 1)
                         _exit(1);
                 count_pages(&c[0], &c[1], &first_bad);
