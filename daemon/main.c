@@ -509,6 +509,27 @@ fail:
         return r;
 }
 
+/* Whether the configuration loads, as the new process will load it. */
+static int check_config(struct zsw_engine_error *err) {
+        struct first_error fe = {
+                .log = { .fn = log_keep_first_error, .max_priority = LOG_DEBUG },
+        };
+        struct zsw_config *config = NULL;
+        int r;
+
+        fe.log.userdata = &fe;
+        r = load_config(&fe.log, &config);
+        if (r < 0) {
+                /* fe.message is at most 199 bytes: the reason first. */
+                snprintf(err->message, sizeof(err->message), "fix the configuration first, the "
+                         "new process would refuse it: %.160s", fe.message[0] ? fe.message :
+                         "see the log");
+                return r;
+        }
+        config_free(config);
+        return 0;
+}
+
 static int reexec(void *userdata, int client_fd, struct zsw_engine_error *err) {
         struct reexec_ctx *x = userdata;
         _cleanup_close_ int fd = -EBADF;
@@ -520,6 +541,12 @@ static int reexec(void *userdata, int client_fd, struct zsw_engine_error *err) {
                          strerror(-r));
                 return r;
         }
+        /* The new process reads the configuration again and refuses to
+         * start with a bad one, which would leave the targets waiting for
+         * good: check it before there is no way back. */
+        r = check_config(err);
+        if (r < 0)
+                return r;
         fd = memfd_create("zswapd-state", MFD_CLOEXEC);
         if (fd < 0)
                 return log_error_errno(errno, "Failed to create the state's memfd: %m");

@@ -342,13 +342,14 @@ static void test_reexec_wakes_a_thread_blocked_in_a_fault(void) {
         target_exit(t);
 }
 
-/* A re-exec that cannot happen (the binary is not executable any more)
- * fails with a clear error, and zswapd serves on as it was; once the
- * binary is back, it goes through. */
+/* A re-exec that cannot happen (the binary is not executable any more, a
+ * configuration the new process would refuse) fails with a clear error,
+ * and zswapd serves on as it was; once both are fixed, it goes through. */
 static void test_failed_reexec_changes_nothing(void) {
         char exe[128], cmd[512], *out;
         struct daemon d;
         struct target *t;
+        FILE *f;
 
         snprintf(exe, sizeof(exe), "/var/tmp/zswapd-reexec-bin.%d", getpid());
         snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", zswapd_path, exe);
@@ -368,7 +369,21 @@ static void test_failed_reexec_changes_nothing(void) {
         expect_verify(t, TARGET_PAGES, 0);
         reclaim_all(&d, t->pid);
 
+        /* A configuration the new process would refuse: not even tried. */
+        snprintf(cmd, sizeof(cmd), "%s/zswapd.conf", d.dir);
+        f = fopen(cmd, "we");
+        ASSERT_TRUE(f);
+        fputs("[Store]\nCompressor=none-such\n", f);
+        ASSERT_OK(fclose(f));
         ASSERT_OK(chmod(exe, 0755));
+        ASSERT_NE(ctl(&d, &out, (const char *const[]) { "reexec", NULL }), 0);
+        if (!strstr(out, "fix the configuration first"))
+                TEST_FAIL("unexpected error: %s", out);
+        free(out);
+        expect_verify(t, TARGET_PAGES, 0);
+        reclaim_all(&d, t->pid);
+        ASSERT_OK(truncate(cmd, 0));
+
         reexec_ok(&d);
         expect_verify(t, TARGET_PAGES, 0);
         daemon_stop(&d);
