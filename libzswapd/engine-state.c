@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -76,6 +75,7 @@ static bool target_live(struct zsw_target *t) {
 }
 
 int zsw_engine_freeze(struct zsw_engine *e, struct zsw_engine_error *err) {
+        uint64_t start = zsw_now_ns();
         struct zsw_target *t;
 
         /* The reaper takes control_lock: stopped before we take it. */
@@ -103,7 +103,8 @@ int zsw_engine_freeze(struct zsw_engine *e, struct zsw_engine_error *err) {
          * and every message read so far has been handled. */
         for (t = e->targets; t; t = t->next)
                 fault_threads_remove(e->faults, t);
-        zsw_log(e->log, LOG_INFO, "Engine frozen: %u targets, faults held", e->n_targets);
+        zsw_log(e->log, LOG_INFO, "Engine frozen in %" PRIu64 " ms: %u targets, faults held",
+                (zsw_now_ns() - start) / 1000000, e->n_targets);
         return 0;
 }
 
@@ -298,6 +299,7 @@ int zsw_engine_save(struct zsw_engine *e, int fd, const char *(*label)(void *use
                                   .page_size = ZSW_PAGE_SIZE, .header_size = sizeof(h),
                                   .target_size = sizeof(struct state_target) };
         struct state_trailer tr = { .magic = ZSW_STATE_END };
+        uint64_t start = zsw_now_ns();
         size_t n;
         int r = 0;
 
@@ -334,28 +336,58 @@ int zsw_engine_save(struct zsw_engine *e, int fd, const char *(*label)(void *use
                 return err && err->message[0] ? r :
                        engine_fail(err, r, "cannot keep a userfaultfd across exec: %s", strerror(-r));
         }
-        zsw_log(e->log, LOG_INFO, "State saved: %zu targets, %" PRIu64 " entries, %" PRIu64 " bytes",
-                n, tr.n_entries, tr.total_bytes);
+        zsw_log(e->log, LOG_INFO, "State saved in %" PRIu64 " ms: %zu targets, %" PRIu64 " entries, "
+                "%" PRIu64 " bytes", (zsw_now_ns() - start) / 1000000, n, tr.n_entries,
+                tr.total_bytes);
         return (int) n;
 }
 
 /* ---- load --------------------------------------------------------------- */
 
+/* The state is read with read(2) through one buffer rather than mapped:
+ * a mapping would take a page fault per 4 KiB of state, and a first touch
+ * is slow under a hypervisor (docs/design.md, the store). Every record is
+ * 8-byte aligned and shorter than the buffer. */
+#define READER_BUF (1u << 20)
+
 struct reader {
-        const uint8_t *data;
-        size_t size, off;
+        int fd;
+        uint8_t *buf;
+        size_t len, pos;        /* bytes in buf, and the next to take */
+        uint64_t left;          /* bytes of the state not read yet, trailer excluded */
+        uint64_t taken;
         /* Entries made so far, by id. */
         struct zsw_entry **entries;
         size_t n_entries, cap;
 };
 
+/* The next len bytes of the state; valid until the next call. */
 static const void *reader_take(struct reader *rd, size_t len) {
         const void *p;
 
-        if (len > rd->size - rd->off)
+        if (len > READER_BUF)
                 return NULL;
-        p = rd->data + rd->off;
-        rd->off += len;
+        if (rd->len - rd->pos < len) {
+                memmove(rd->buf, rd->buf + rd->pos, rd->len - rd->pos);
+                rd->len -= rd->pos;
+                rd->pos = 0;
+                while (rd->len < len && rd->left > 0) {
+                        ssize_t k = read(rd->fd, rd->buf + rd->len,
+                                         (size_t) MIN((uint64_t) (READER_BUF - rd->len), rd->left));
+
+                        if (k < 0 && errno == EINTR)
+                                continue;
+                        if (k <= 0)
+                                return NULL;
+                        rd->len += (size_t) k;
+                        rd->left -= (uint64_t) k;
+                }
+                if (rd->len < len)
+                        return NULL;
+        }
+        p = rd->buf + rd->pos;
+        rd->pos += len;
+        rd->taken += len;
         return p;
 }
 
@@ -390,6 +422,7 @@ static int load_pages(struct reader *rd, struct zsw_owner *o, uint64_t n) {
                                 return r == -ENOMEM ? r : -EPROTO;
                         continue;
                 }
+                /* se is valid until the next take: read it first. */
                 se = reader_take(rd, sizeof(*se));
                 if (!se)
                         return -EPROTO;
@@ -464,10 +497,8 @@ static int load_target(struct zsw_engine *e, struct reader *rd, struct zsw_targe
         return load_pages(rd, t->owner, st->n_pages);
 }
 
-static int load_check_header(const struct reader *rd, const struct state_header *h,
-                             struct zsw_engine_error *err) {
-        const struct state_trailer *tr;
-
+static int load_check_header(const struct state_header *h, const struct state_trailer *tr,
+                             uint64_t size, struct zsw_engine_error *err) {
         if (!h || memcmp(h->magic, ZSW_STATE_MAGIC, sizeof(h->magic)) != 0)
                 return engine_fail(err, -EPROTO, "not a zswapd state (bad magic)");
         if (h->version != ZSW_STATE_VERSION || h->header_size != sizeof(*h) ||
@@ -477,50 +508,49 @@ static int load_check_header(const struct reader *rd, const struct state_header 
                                    h->target_size, ZSW_STATE_VERSION);
         if (h->page_size != ZSW_PAGE_SIZE)
                 return engine_fail(err, -EPROTO, "state of %u-byte pages", h->page_size);
-        if (rd->size < sizeof(*h) + sizeof(*tr))
-                return engine_fail(err, -EPROTO, "state truncated");
-        tr = (const void *) (rd->data + rd->size - sizeof(*tr));
-        if (memcmp(tr->magic, ZSW_STATE_END, sizeof(tr->magic)) != 0 || tr->total_bytes != rd->size)
+        if (memcmp(tr->magic, ZSW_STATE_END, sizeof(tr->magic)) != 0 || tr->total_bytes != size)
                 return engine_fail(err, -EPROTO, "state truncated or corrupt (no end marker)");
         return 0;
 }
 
 /* Every target of the state, made and filled, and its record; nothing
  * published. */
-static int load_all(struct zsw_engine *e, struct reader *rd, struct zsw_target ***ret_made,
-                    const struct state_target ***ret_recs, size_t *ret_n,
+static int load_all(struct zsw_engine *e, struct reader *rd, const struct state_trailer *tr,
+                    struct zsw_target ***ret_made, struct state_target **ret_recs, size_t *ret_n,
                     struct zsw_engine_error *err) {
-        const struct state_header *h = reader_take(rd, sizeof(*h));
+        const struct state_header *hp = reader_take(rd, sizeof(*hp));
+        struct state_header h;
         int r;
 
-        r = load_check_header(rd, h, err);
+        r = load_check_header(hp, tr, rd->left + rd->len + sizeof(*tr), err);
         if (r < 0)
                 return r;
-        *ret_made = calloc(MAX(h->n_targets, 1u), sizeof(**ret_made));
-        *ret_recs = calloc(MAX(h->n_targets, 1u), sizeof(**ret_recs));
+        h = *hp;
+        *ret_made = calloc(MAX(h.n_targets, 1u), sizeof(**ret_made));
+        *ret_recs = calloc(MAX(h.n_targets, 1u), sizeof(**ret_recs));
         if (!*ret_made || !*ret_recs)
                 return engine_fail(err, -ENOMEM, "out of memory for the state");
-        *ret_n = h->n_targets;
-        for (size_t i = 0; i < h->n_targets; i++) {
+        *ret_n = h.n_targets;
+        for (size_t i = 0; i < h.n_targets; i++) {
                 const struct state_target *st = reader_take(rd, sizeof(*st));
 
-                r = st ? load_target(e, rd, *ret_made, i, st) : -EPROTO;
+                if (st)
+                        (*ret_recs)[i] = *st;
+                r = st ? load_target(e, rd, *ret_made, i, &(*ret_recs)[i]) : -EPROTO;
                 if (r < 0)
                         return engine_fail(err, r, "cannot load target %zu of the state: %s", i,
                                            r == -EPROTO ? "malformed record" : strerror(-r));
-                (*ret_made)[i]->uffd = st->uffd;
-                (*ret_recs)[i] = st;
+                (*ret_made)[i]->uffd = (*ret_recs)[i].uffd;
         }
-        if (rd->size - rd->off != sizeof(struct state_trailer))
-                return engine_fail(err, -EPROTO, "state has %zu bytes after its last target",
-                                   rd->size - rd->off - sizeof(struct state_trailer));
+        if (rd->left != 0 || rd->pos != rd->len)
+                return engine_fail(err, -EPROTO, "state has bytes after its last target");
         return 0;
 }
 
 /* Serves each target that is still its process and wakes its waiters;
  * frees the others. */
 static int load_publish(struct zsw_engine *e, struct zsw_target **made,
-                        const struct state_target **recs, size_t n,
+                        const struct state_target *recs, size_t n,
                         zsw_engine_adopted_fn adopted, void *userdata) {
         int adopted_n = 0;
 
@@ -529,10 +559,10 @@ static int load_publish(struct zsw_engine *e, struct zsw_target **made,
                 char label[ZSW_STATE_LABEL_MAX + 1] = "";
                 int r;
 
-                memcpy(label, recs[i]->label, ZSW_STATE_LABEL_MAX);
+                memcpy(label, recs[i].label, ZSW_STATE_LABEL_MAX);
                 made[i] = NULL;
                 (void) fd_set_cloexec(t->uffd, true);
-                if (!load_same_process(recs[i], &t->pidfd)) {
+                if (!load_same_process(&recs[i], &t->pidfd)) {
                         zsw_log(e->log, LOG_INFO, "Process %d exited during the re-exec; its pages "
                                 "are freed", t->pid);
                         target_free(t);
@@ -560,28 +590,31 @@ static int load_publish(struct zsw_engine *e, struct zsw_target **made,
 
 int zsw_engine_load(struct zsw_engine *e, int fd, zsw_engine_adopted_fn adopted, void *userdata,
                     struct zsw_engine_error *err) {
-        _cleanup_free_ const struct state_target **recs = NULL;
+        _cleanup_free_ struct state_target *recs = NULL;
         _cleanup_free_ struct zsw_target **made = NULL;
-        struct reader rd = {};
+        struct state_trailer tr;
+        struct reader rd = { .fd = fd };
+        uint64_t start = zsw_now_ns();
         struct stat sb;
         size_t n = 0;
-        void *map;
         int r;
 
         if (fstat(fd, &sb) < 0)
                 return engine_fail(err, -errno, "cannot read the state: %m");
-        if (sb.st_size == 0)
-                return engine_fail(err, -EPROTO, "the state is empty");
-        map = mmap(NULL, (size_t) sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (map == MAP_FAILED)
-                return engine_fail(err, -errno, "cannot map the state: %m");
-        rd.data = map;
-        rd.size = (size_t) sb.st_size;
+        if ((uint64_t) sb.st_size < sizeof(struct state_header) + sizeof(tr) ||
+            pread(fd, &tr, sizeof(tr), sb.st_size - (off_t) sizeof(tr)) != (ssize_t) sizeof(tr) ||
+            lseek(fd, 0, SEEK_SET) < 0)
+                return engine_fail(err, -EPROTO, "the state is truncated (%" PRIu64 " bytes)",
+                                   (uint64_t) sb.st_size);
+        rd.left = (uint64_t) sb.st_size - sizeof(tr);
+        rd.buf = malloc(READER_BUF);
+        if (!rd.buf)
+                return engine_fail(err, -ENOMEM, "out of memory for the state");
         zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
         if (e->n_targets > 0)
                 r = engine_fail(err, -EBUSY, "the engine serves targets already");
         else
-                r = load_all(e, &rd, &made, &recs, &n, err);
+                r = load_all(e, &rd, &tr, &made, &recs, &n, err);
         if (r >= 0)
                 r = load_publish(e, made, recs, n, adopted, userdata);
         else
@@ -594,8 +627,9 @@ int zsw_engine_load(struct zsw_engine *e, int fd, zsw_engine_adopted_fn adopted,
                         }
         zsw_mutex_unlock(&e->control_lock);
         free(rd.entries);
-        munmap(map, (size_t) sb.st_size);
+        free(rd.buf);
         if (r >= 0)
-                zsw_log(e->log, LOG_INFO, "State loaded: %d targets adopted", r);
+                zsw_log(e->log, LOG_INFO, "State loaded in %" PRIu64 " ms: %d targets adopted, %zu "
+                        "entries", (zsw_now_ns() - start) / 1000000, r, rd.n_entries);
         return r;
 }
