@@ -533,6 +533,7 @@ static int check_config(struct zsw_engine_error *err) {
 static int reexec(void *userdata, int client_fd, struct zsw_engine_error *err) {
         struct reexec_ctx *x = userdata;
         _cleanup_close_ int fd = -EBADF;
+        struct zsw_engine_stats st;
         int r;
 
         if (x->pending_state_fd >= 0) {
@@ -550,10 +551,20 @@ static int reexec(void *userdata, int client_fd, struct zsw_engine_error *err) {
         fd = memfd_create("zswapd-state", MFD_CLOEXEC);
         if (fd < 0)
                 return log_error_errno(errno, "Failed to create the state's memfd: %m");
+        /* Its memory taken now, while faults are still served: a fresh page
+         * of it costs more than the copy into it. Room for every payload
+         * and 64 bytes of record per page; the rest, if any, comes later. */
+        if (zsw_engine_get_stats(x->engine, &st) >= 0 &&
+            fallocate(fd, 0, 0, (off_t) (st.payload_bytes + st.stored_pages * 64 + (1u << 20))) < 0)
+                log_debug_errno(errno, "Failed to reserve the state's memory, ignoring: %m");
         r = zsw_engine_freeze(x->engine, err);
         if (r < 0)
                 return r;
         r = zsw_engine_save(x->engine, fd, policy_label, x->policies, err);
+        /* The state ends where the save stopped writing, not where the
+         * reservation did. */
+        if (r >= 0 && ftruncate(fd, lseek(fd, 0, SEEK_CUR)) < 0)
+                r = log_error_errno(errno, "Failed to trim the state: %m");
         if (r >= 0) {
                 r = exec_with_state(x, fd, client_fd);
                 snprintf(err->message, sizeof(err->message), "cannot execute %s: %s; zswapd runs on "
