@@ -405,42 +405,74 @@ static int reader_note_entry(struct reader *rd, struct zsw_entry *e) {
         return 0;
 }
 
-static int load_pages(struct reader *rd, struct zsw_owner *o, uint64_t n) {
-        for (uint64_t i = 0; i < n; i++) {
-                const struct state_page *sp = reader_take(rd, sizeof(*sp));
-                const struct state_entry *se;
-                struct zsw_store_page p;
-                struct zsw_entry *e;
-                int r;
+/* Pages of one owner imported ZSW_STORE_BATCH_MAX at a time. Their
+ * payloads point into the reader's buffer, so the batch is imported before
+ * the buffer may move (a take that would refill it). */
+struct import_batch {
+        struct zsw_store_page pages[ZSW_STORE_BATCH_MAX];
+        struct zsw_entry *share[ZSW_STORE_BATCH_MAX];
+        size_t n, n_new;
+};
 
-                if (!sp || sp->id > rd->n_entries)
-                        return -EPROTO;
-                p = (struct zsw_store_page) { .pgno = sp->pgno };
-                if (sp->id < rd->n_entries) {
-                        r = zsw_store_import(o, &p, rd->entries[sp->id], NULL);
+static int batch_flush(struct reader *rd, struct zsw_owner *o, struct import_batch *b) {
+        struct zsw_entry *made[ZSW_STORE_BATCH_MAX];
+        int r;
+
+        if (b->n == 0)
+                return 0;
+        r = zsw_store_import_batch(o, b->pages, b->share, b->n, made);
+        if (r < 0)
+                return r == -ENOMEM ? r : -EPROTO;
+        for (size_t i = 0; i < b->n && r >= 0; i++)
+                if (!b->share[i])
+                        r = reader_note_entry(rd, made[i]);
+        b->n = b->n_new = 0;
+        return r;
+}
+
+/* The largest page record: what must be in the buffer for a take not to
+ * move it. */
+#define PAGE_RECORD_MAX (sizeof(struct state_page) + sizeof(struct state_entry) + ZSW_PAGE_SIZE)
+
+static int load_pages(struct reader *rd, struct zsw_owner *o, uint64_t n) {
+        struct import_batch b = {};
+        int r;
+
+        for (uint64_t i = 0; i < n; i++) {
+                const struct state_page *sp;
+                const struct state_entry *se;
+                struct zsw_store_page *p;
+
+                if (b.n == ZSW_STORE_BATCH_MAX || rd->len - rd->pos < PAGE_RECORD_MAX) {
+                        r = batch_flush(rd, o, &b);
                         if (r < 0)
-                                return r == -ENOMEM ? r : -EPROTO;
+                                return r;
+                }
+                sp = reader_take(rd, sizeof(*sp));
+                if (!sp || sp->id > rd->n_entries + b.n_new)
+                        return -EPROTO;
+                p = &b.pages[b.n];
+                *p = (struct zsw_store_page) { .pgno = sp->pgno };
+                if (sp->id < rd->n_entries) {
+                        b.share[b.n++] = rd->entries[sp->id];
                         continue;
                 }
-                /* se is valid until the next take: read it first. */
+                if (sp->id != rd->n_entries + b.n_new)
+                        return -EPROTO; /* shared with a page of this very batch */
                 se = reader_take(rd, sizeof(*se));
                 if (!se)
                         return -EPROTO;
-                p.state = se->state;
-                p.compressor = se->compressor;
-                p.length = se->length;
-                p.value = se->value;
-                p.payload = reader_take(rd, ALIGN8(se->length));
-                if (!p.payload)
+                p->state = se->state;
+                p->compressor = se->compressor;
+                p->length = se->length;
+                p->value = se->value;
+                p->payload = reader_take(rd, ALIGN8(se->length));
+                if (!p->payload)
                         return -EPROTO;
-                r = zsw_store_import(o, &p, NULL, &e);
-                if (r < 0)
-                        return r == -ENOMEM ? r : -EPROTO;
-                r = reader_note_entry(rd, e);
-                if (r < 0)
-                        return r;
+                b.share[b.n++] = NULL;
+                b.n_new++;
         }
-        return 0;
+        return batch_flush(rd, o, &b);
 }
 
 /* Whether the saved target is still the same process; its new pidfd. */

@@ -386,3 +386,10 @@ bool zsw_store_same_family(const struct zsw_owner *a, const struct zsw_owner *b)
  */
 int zsw_store_import(struct zsw_owner *o, const struct zsw_store_page *p, struct zsw_entry *share,
                      struct zsw_entry **ret_entry);
+
+/* zsw_store_import() of n (1..ZSW_STORE_BATCH_MAX) pages at once, share[i]
+ * (share may be NULL) for p[i], the entries in ret_entries[i] (may be
+ * NULL): one pool allocation and one lock round trip for the batch. All or
+ * nothing. */
+int zsw_store_import_batch(struct zsw_owner *o, const struct zsw_store_page *p,
+                           struct zsw_entry *const *share, size_t n, struct zsw_entry **ret_entries);
