@@ -74,6 +74,17 @@ static bool target_live(struct zsw_target *t) {
         return !atomic_load(&t->dead) && zsw_uffd_mm_alive(t->uffd) != -ESRCH;
 }
 
+/* A target a fault thread serves, or NULL. */
+static struct zsw_target *first_served(struct zsw_engine *e) {
+        struct zsw_target *t;
+
+        zsw_mutex_lock(&e->table_lock, ZSW_LOCK_TABLE);
+        for (t = e->targets; t && !t->fault_thread; t = t->next)
+                ;
+        zsw_mutex_unlock(&e->table_lock);
+        return t;
+}
+
 int zsw_engine_freeze(struct zsw_engine *e, struct zsw_engine_error *err) {
         uint64_t start = zsw_now_ns();
         struct zsw_target *t;
@@ -100,9 +111,20 @@ int zsw_engine_freeze(struct zsw_engine *e, struct zsw_engine_error *err) {
         /* The shrinker ends its step; the store is still when it is gone. */
         e->writeback = zsw_writeback_free(e->writeback);
         /* Out of the fault threads: faults wait in the kernel from now on,
-         * and every message read so far has been handled. */
-        for (t = e->targets; t; t = t->next)
+         * and every message read so far has been handled. A fork read
+         * meanwhile publishes its child (at the head of the table, served
+         * already): go on until no target is served, and no fork can come
+         * any more. */
+        while ((t = first_served(e)))
                 fault_threads_remove(e->faults, t);
+        /* Such a child is named now, or the freeze is undone. */
+        engine_name_children(e);
+        for (t = e->targets; t; t = t->next)
+                if (t->pid == 0 && target_live(t)) {
+                        zsw_engine_thaw(e);
+                        return engine_fail(err, -EBUSY, "a target forked during the freeze and "
+                                           "its child is not named yet; try again in a moment");
+                }
         zsw_log(e->log, LOG_INFO, "Engine frozen in %" PRIu64 " ms: %u targets, faults held",
                 (zsw_now_ns() - start) / 1000000, e->n_targets);
         return 0;
