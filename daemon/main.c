@@ -494,7 +494,7 @@ static int exec_with_state(struct reexec_ctx *x, int state_fd, int client_fd) {
                 r = -errno;
                 goto fail;
         }
-        log_notice("Re-executing %s with %s.", exe_path, "the engine's state");
+        log_notice("Re-executing %s with the engine's state.", exe_path);
         sd_notify(false, "RELOADING=1\nSTATUS=Re-executing");
         execv(exe_path, exe_argv);
         r = -errno;
@@ -535,6 +535,12 @@ static int reexec(void *userdata, int client_fd, struct zsw_engine_error *err) {
         _cleanup_close_ int fd = -EBADF;
         struct zsw_engine_stats st;
         int r;
+
+        if (!exe_path) {
+                snprintf(err->message, sizeof(err->message), "the path of the running binary is "
+                         "unknown (see the log at start-up); restart zswapd instead");
+                return -ENOENT;
+        }
 
         if (x->pending_state_fd >= 0) {
                 r = exec_with_state(x, x->pending_state_fd, client_fd);
@@ -694,7 +700,8 @@ static int run(int argc, char *argv[]) {
         exe_path = realpath("/proc/self/exe", NULL);
         exe_argv = argv;
         if (!exe_path)
-                return log_error_errno(errno, "Failed to resolve /proc/self/exe: %m");
+                log_warning_errno(errno, "Failed to resolve /proc/self/exe, 'zswapctl reexec' will "
+                                  "be refused: %m");
 
         if (geteuid() != 0)
                 return log_error_errno(EPERM, "zswapd must run as root: it ptraces the processes "
