@@ -30,6 +30,8 @@ struct daemon {
         pid_t pid;
 };
 
+static char *fd_slurp(int fd);
+
 static bool can_connect(const char *path) {
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
         int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -42,8 +44,10 @@ static bool can_connect(const char *path) {
         return ok;
 }
 
-/* Starts zswapd (the binary at exe) with conf as its zswapd.conf. */
-static void daemon_start(struct daemon *d, const char *exe, const char *conf) {
+/* Starts zswapd (the binary at exe) with conf as its zswapd.conf; with
+ * state (len bytes), as if a re-exec had handed that state over. */
+static void daemon_start_with(struct daemon *d, const char *exe, const char *conf,
+                              const void *state, size_t len) {
         char path[128];
         int status;
         FILE *f;
@@ -64,6 +68,16 @@ static void daemon_start(struct daemon *d, const char *exe, const char *conf) {
 
                 prctl(PR_SET_PDEATHSIG, SIGKILL);
                 dup2(fd, STDERR_FILENO);
+                if (state) {
+                        int sfd = memfd_create("state", 0);
+                        char num[16];
+
+                        if (sfd < 0 || write(sfd, state, len) != (ssize_t) len ||
+                            lseek(sfd, 0, SEEK_SET) < 0)
+                                _exit(97);
+                        snprintf(num, sizeof(num), "%d", sfd);
+                        setenv("ZSWAPD_REEXEC_STATE", num, 1);
+                }
                 execl(exe, exe, "--socket", d->sock, "--config", d->dir, NULL);
                 _exit(98);
         }
@@ -72,6 +86,20 @@ static void daemon_start(struct daemon *d, const char *exe, const char *conf) {
                         TEST_FAIL("zswapd exited with status %d at start-up; see %s", status, d->log);
                 usleep(10000);
         }
+}
+
+static void daemon_start(struct daemon *d, const char *exe, const char *conf) {
+        daemon_start_with(d, exe, conf, NULL, 0);
+}
+
+static char *daemon_log(const struct daemon *d) {
+        int fd = open(d->log, O_RDONLY | O_CLOEXEC);
+        char *s;
+
+        ASSERT_GE(fd, 0);
+        s = fd_slurp(fd);
+        close(fd);
+        return s;
 }
 
 /* SIGTERM: every page goes back, zswapd exits 0. */
@@ -391,8 +419,32 @@ static void test_failed_reexec_changes_nothing(void) {
         target_exit(t);
 }
 
+/* A state the new binary cannot read (here: not a state at all) is not
+ * dropped: zswapd serves on, says so at error level, and a reexec hands
+ * the same state over again (and fails the same way, with its reason). */
+static void test_unreadable_state_is_kept(void) {
+        static const char garbage[64] = "ZSWSTATE but not one";
+        struct daemon d;
+        char *log, *out;
+
+        daemon_start_with(&d, zswapd_path, "", garbage, sizeof(garbage));
+        log = daemon_log(&d);
+        if (!strstr(log, "Cannot load the state the previous zswapd left"))
+                TEST_FAIL("no error about the state in the log: %s", log);
+        free(log);
+        free(ctl_ok(&d, (const char *const[]) { "stats", NULL }));
+        ASSERT_NE(ctl(&d, &out, (const char *const[]) { "reexec", NULL }), 0);
+        if (!strstr(out, "cannot load the state") || !strstr(out, "every page stays held"))
+                TEST_FAIL("unexpected reply to reexec: %s", out);
+        free(out);
+        ASSERT_EQ(waitpid(d.pid, NULL, WNOHANG), 0);
+        free(ctl_ok(&d, (const char *const[]) { "stats", NULL }));
+        daemon_stop(&d);
+}
+
 int main(int argc, char **argv) {
         static const struct test_case cases[] = {
+                { "unreadable_state_is_kept", test_unreadable_state_is_kept },
                 { "reexec_keeps_every_page", test_reexec_keeps_every_page },
                 { "reexec_wakes_a_thread_blocked_in_a_fault",
                   test_reexec_wakes_a_thread_blocked_in_a_fault },
