@@ -56,7 +56,9 @@ static void help(void) {
                "  policies [--json]           Policies, their groups and control decisions\n"
                "  targets [--json]            Attached processes, the policy of each and why\n"
                "  top [-n N] [-d SECONDS]     status, refreshed every second (N times)\n"
-               "  reload                      Re-read the configuration (as SIGHUP does)\n\n"
+               "  reload                      Re-read the configuration (as SIGHUP does)\n"
+               "  reexec                      Replace the running zswapd by its binary on disk,\n"
+               "                              keeping every page and every target\n\n"
                "Options:\n"
                "  -s --socket=PATH            Daemon socket (default $ZSWAPD_SOCKET or %s)\n"
                "     --json                   Print one JSON object\n"
@@ -199,7 +201,7 @@ static int parse_pid_arg(const char *verb, const char *s) {
 
 static bool is_listing(const char *verb) {
         return !strcmp(verb, "status") || !strcmp(verb, "policies") || !strcmp(verb, "targets") ||
-               !strcmp(verb, "top") || !strcmp(verb, "reload");
+               !strcmp(verb, "top") || !strcmp(verb, "reload") || !strcmp(verb, "reexec");
 }
 
 /* The request for the command line, in the words of the protocol. */

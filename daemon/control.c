@@ -18,6 +18,8 @@
  *     policies                  the policies and their groups' control state
  *     targets                   every attached process, with its policy
  *     status                    one screen: store, pressure, policies, targets
+ *     reexec                    replace the running binary, keeping every page
+ *                               (the reply comes from the new binary)
  *
  * and any of them may end with the word "json". The reply is one message:
  * a first line "ok" or "error NAME", where NAME is the errno name
@@ -51,6 +53,7 @@
  * its own threads, so nothing here delays a target.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -190,6 +193,11 @@ int control_parse_request(const char *text, size_t len, struct control_request *
                 *reason = "expected: stats [PID]";
                 if (n > 2 || (n == 2 && parse_pid(words[1], &req.pid) < 0))
                         return -EINVAL;
+        } else if (strcmp(words[0], "reexec") == 0) {
+                req.verb = CONTROL_REEXEC;
+                *reason = "expected no argument";
+                if (n != 1)
+                        return -EINVAL;
         } else if (strcmp(words[0], "reload") == 0 || strcmp(words[0], "policies") == 0 ||
                    strcmp(words[0], "targets") == 0 || strcmp(words[0], "status") == 0) {
                 req.verb = words[0][0] == 'r' ? CONTROL_RELOAD :
@@ -200,7 +208,7 @@ int control_parse_request(const char *text, size_t len, struct control_request *
                         return -EINVAL;
         } else {
                 *reason = "unknown command; expected attach, detach, reclaim, stats, reload, "
-                          "policies, targets or status";
+                          "policies, targets, status or reexec";
                 return -EINVAL;
         }
 
@@ -243,6 +251,7 @@ static const char *verb_name(enum control_verb verb) {
                 [CONTROL_POLICIES] = "list policies",
                 [CONTROL_TARGETS] = "list targets",
                 [CONTROL_STATUS] = "get the status",
+                [CONTROL_REEXEC] = "re-execute zswapd",
         };
         return names[verb];
 }
@@ -566,7 +575,7 @@ static int execute(struct control *c, const struct control_request *req, FILE *b
         LOG_FIELDS(.target_pid = req->pid);
 
         if (c->stopping && (req->verb == CONTROL_ATTACH || req->verb == CONTROL_RECLAIM ||
-                            req->verb == CONTROL_RELOAD)) {
+                            req->verb == CONTROL_RELOAD || req->verb == CONTROL_REEXEC)) {
                 snprintf(err->message, sizeof(err->message), "zswapd is stopping: it only gives "
                          "pages back now (stats, targets and detach are still served)");
                 return -ESHUTDOWN;
@@ -609,6 +618,9 @@ static int execute(struct control *c, const struct control_request *req, FILE *b
                 if (!c->hooks)
                         return -EOPNOTSUPP;
                 return c->hooks->dump(c->hooks->userdata, req->verb, body, req->json);
+        case CONTROL_REEXEC:
+                /* Handled by handle_request(), which has the client. */
+                return -EOPNOTSUPP;
         }
         return -EINVAL;
 }
@@ -738,6 +750,13 @@ static void handle_request(struct control *c, struct client *cl, const char *msg
         }
         if (defer_reclaim(c, cl, &req) > 0)
                 return;
+        if (req.verb == CONTROL_REEXEC && !c->stopping) {
+                r = c->hooks && c->hooks->reexec ? c->hooks->reexec(c->hooks->userdata, cl->fd, &err)
+                                                 : -EOPNOTSUPP;
+                /* Back here only when it failed: zswapd runs on as it was. */
+                reply_result(cl->fd, &req, r, &err, NULL, 0);
+                return;
+        }
 
         f = open_memstream(&body, &body_len);
         if (!f) {
@@ -1039,20 +1058,30 @@ static int listen_socket(const char *path, int *ret_fd, struct stat *ret_st) {
         return 0;
 }
 
-int control_new(const char *path, struct zsw_engine *engine, struct control **ret) {
+static int control_make(const char *path, int inherited_fd, struct zsw_engine *engine,
+                        struct control **ret) {
         _cleanup_(control_freep) struct control *c = NULL;
         struct stat st;
         int r;
 
         c = calloc(1, sizeof(*c));
-        if (!c)
+        if (!c) {
+                safe_close(inherited_fd);
                 return log_oom();
+        }
         c->listen_fd = c->epoll_fd = c->timer_fd = -EBADF;
         c->engine = engine;
 
-        r = listen_socket(path, &c->listen_fd, &st);
-        if (r < 0)
-                return r;
+        if (inherited_fd >= 0) {
+                c->listen_fd = inherited_fd;
+                if (fcntl(inherited_fd, F_SETFD, FD_CLOEXEC) < 0 || stat(path, &st) < 0)
+                        return log_error_errno(errno, "Failed to take over the control socket %s: %m",
+                                               path);
+        } else {
+                r = listen_socket(path, &c->listen_fd, &st);
+                if (r < 0)
+                        return r;
+        }
         c->path = strdup(path);
         if (!c->path)
                 return log_oom();
@@ -1076,6 +1105,18 @@ int control_new(const char *path, struct zsw_engine *engine, struct control **re
 
         *ret = TAKE_PTR(c);
         return 0;
+}
+
+int control_new(const char *path, struct zsw_engine *engine, struct control **ret) {
+        return control_make(path, -EBADF, engine, ret);
+}
+
+int control_new_from_fd(const char *path, int fd, struct zsw_engine *engine, struct control **ret) {
+        return control_make(path, fd, engine, ret);
+}
+
+int control_get_listen_fd(const struct control *c) {
+        return c->listen_fd;
 }
 
 struct control *control_free(struct control *c) {

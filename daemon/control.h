@@ -27,6 +27,7 @@ enum control_verb {
         CONTROL_POLICIES,
         CONTROL_TARGETS,
         CONTROL_STATUS,
+        CONTROL_REEXEC,
 };
 
 struct control_request {
@@ -49,6 +50,13 @@ struct control;
  * listening there, -EEXIST if path is something other than a socket. */
 int control_new(const char *path, struct zsw_engine *engine, struct control **ret);
 
+/* control_new() on a listening socket inherited across exec (fd, bound
+ * to path), which it owns from now on. */
+int control_new_from_fd(const char *path, int fd, struct zsw_engine *engine, struct control **ret);
+
+/* The listening socket, to keep across exec. */
+int control_get_listen_fd(const struct control *c);
+
 /* Closes every connection and removes the socket, if it is still ours. */
 struct control *control_free(struct control *c);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct control *, control_free);
@@ -63,6 +71,11 @@ struct control_hooks {
         int (*dump)(void *userdata, enum control_verb verb, FILE *f, bool json);
         /* A client detached pid by hand: policies must not take it back. */
         void (*detached)(void *userdata, pid_t pid);
+        /* CONTROL_REEXEC from the client on client_fd: returns only on
+         * failure (-errno, a reason in err->message), with everything as
+         * it was; on success the process has become the new binary, which
+         * answers the client. */
+        int (*reexec)(void *userdata, int client_fd, struct zsw_engine_error *err);
 };
 
 /* Without hooks those requests get "error EOPNOTSUPP". hooks must outlive c. */

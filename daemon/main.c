@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
+#include <sys/mman.h>
 #include <sys/sysinfo.h>
 #include <sys/timerfd.h>
 #include <systemd/sd-daemon.h>
@@ -32,6 +33,25 @@
 
 static const char *arg_socket = NULL;
 static const char *arg_config = NULL;
+
+/* Re-exec: the binary we were started from (resolved at start, so that an
+ * upgraded package's new file is what runs) and our arguments. */
+static char *exe_path = NULL;
+static char **exe_argv = NULL;
+
+#define ENV_STATE "ZSWAPD_REEXEC_STATE"
+#define ENV_LISTEN "ZSWAPD_REEXEC_LISTEN"
+#define ENV_CLIENT "ZSWAPD_REEXEC_CLIENT"
+
+/* What the control socket's hooks work on. */
+struct reexec_ctx {
+        struct zsw_engine *engine;
+        struct policy_manager *policies;
+        struct control *control;
+        /* A state that the binary executed last could not load: kept, with
+         * the userfaultfds it names, for the next try. */
+        int pending_state_fd;
+};
 
 static void help(void) {
         printf("%s [OPTIONS...]\n\n"
@@ -133,7 +153,7 @@ static int load_config(const struct zsw_log *log, struct zsw_config **ret) {
 
 /* Loads the configuration again; on any error the running one stays. */
 static int reload(void *userdata, struct zsw_engine_error *err) {
-        struct policy_manager *policies = userdata;
+        struct policy_manager *policies = ((struct reexec_ctx *) userdata)->policies;
         struct first_error fe = {
                 .log = { .fn = log_keep_first_error, .max_priority = LOG_DEBUG },
         };
@@ -158,11 +178,11 @@ static int reload(void *userdata, struct zsw_engine_error *err) {
 }
 
 static void detached(void *userdata, pid_t pid) {
-        policy_manager_forget(userdata, pid);
+        policy_manager_forget(((struct reexec_ctx *) userdata)->policies, pid);
 }
 
 static int dump(void *userdata, enum control_verb verb, FILE *f, bool json) {
-        struct policy_manager *policies = userdata;
+        struct policy_manager *policies = ((struct reexec_ctx *) userdata)->policies;
 
         switch (verb) {
         case CONTROL_POLICIES:
@@ -188,7 +208,7 @@ static int process_signal(int sfd, struct policy_manager *policies) {
                 return -EIO;
         if (si.ssi_signo == SIGHUP) {
                 log_notice("Received SIGHUP, reloading the configuration.");
-                (void) reload(policies, NULL);
+                (void) reload(&(struct reexec_ctx) { .policies = policies }, NULL);
                 return 1;
         }
         log_info("Received SIG%s, detaching every target.", sigabbrev_np(si.ssi_signo) ?: "?");
@@ -440,6 +460,181 @@ static int setup_signals(int *ret_fd) {
         return 0;
 }
 
+/* ---- re-exec ------------------------------------------------------------------ */
+
+static const char *policy_label(void *userdata, pid_t pid) {
+        return policy_manager_target_policy(userdata, pid);
+}
+
+static int keep_fd(int fd, bool keep) {
+        int flags = fcntl(fd, F_GETFD);
+
+        if (flags < 0)
+                return -errno;
+        return fcntl(fd, F_SETFD, keep ? flags & ~FD_CLOEXEC : flags | FD_CLOEXEC) < 0 ? -errno : 0;
+}
+
+static int set_env_fd(const char *name, int fd) {
+        char buf[16];
+
+        snprintf(buf, sizeof(buf), "%d", fd);
+        return setenv(name, buf, 1) < 0 ? -errno : 0;
+}
+
+/* Runs exe_path in place of this process with the state in state_fd;
+ * returns only on failure, with the descriptors as they were. */
+static int exec_with_state(struct reexec_ctx *x, int state_fd, int client_fd) {
+        int listen_fd = control_get_listen_fd(x->control), r;
+
+        if ((r = keep_fd(state_fd, true)) < 0 || (r = keep_fd(listen_fd, true)) < 0 ||
+            (r = keep_fd(client_fd, true)) < 0 || (r = set_env_fd(ENV_STATE, state_fd)) < 0 ||
+            (r = set_env_fd(ENV_LISTEN, listen_fd)) < 0 || (r = set_env_fd(ENV_CLIENT, client_fd)) < 0)
+                goto fail;
+        if (lseek(state_fd, 0, SEEK_SET) < 0) {
+                r = -errno;
+                goto fail;
+        }
+        log_notice("Re-executing %s with the engine's state.", exe_path);
+        sd_notify(false, "RELOADING=1\nSTATUS=Re-executing");
+        execv(exe_path, exe_argv);
+        r = -errno;
+fail:
+        (void) keep_fd(state_fd, false);
+        (void) keep_fd(listen_fd, false);
+        (void) keep_fd(client_fd, false);
+        unsetenv(ENV_STATE);
+        unsetenv(ENV_LISTEN);
+        unsetenv(ENV_CLIENT);
+        sd_notify(false, "READY=1");
+        return r;
+}
+
+/* Whether the configuration loads, as the new process will load it. */
+static int check_config(struct zsw_engine_error *err) {
+        struct first_error fe = {
+                .log = { .fn = log_keep_first_error, .max_priority = LOG_DEBUG },
+        };
+        struct zsw_config *config = NULL;
+        int r;
+
+        fe.log.userdata = &fe;
+        r = load_config(&fe.log, &config);
+        if (r < 0) {
+                /* fe.message is at most 199 bytes: the reason first. */
+                snprintf(err->message, sizeof(err->message), "fix the configuration first, the "
+                         "new process would refuse it: %.160s", fe.message[0] ? fe.message :
+                         "see the log");
+                return r;
+        }
+        config_free(config);
+        return 0;
+}
+
+static int reexec(void *userdata, int client_fd, struct zsw_engine_error *err) {
+        struct reexec_ctx *x = userdata;
+        _cleanup_close_ int fd = -EBADF;
+        struct zsw_engine_stats st;
+        int r;
+
+        if (!exe_path) {
+                snprintf(err->message, sizeof(err->message), "the path of the running binary is "
+                         "unknown (see the log at start-up); restart zswapd instead");
+                return -ENOENT;
+        }
+
+        if (x->pending_state_fd >= 0) {
+                r = exec_with_state(x, x->pending_state_fd, client_fd);
+                snprintf(err->message, sizeof(err->message), "cannot execute %s: %s", exe_path,
+                         strerror(-r));
+                return r;
+        }
+        /* The new process reads the configuration again and refuses to
+         * start with a bad one, which would leave the targets waiting for
+         * good: check it before there is no way back. */
+        r = check_config(err);
+        if (r < 0)
+                return r;
+        fd = memfd_create("zswapd-state", MFD_CLOEXEC);
+        if (fd < 0)
+                return log_error_errno(errno, "Failed to create the state's memfd: %m");
+        /* Its memory taken now, while faults are still served: a fresh page
+         * of it costs more than the copy into it. Room for every payload
+         * and 64 bytes of record per page; the rest, if any, comes later. */
+        if (zsw_engine_get_stats(x->engine, &st) >= 0 &&
+            fallocate(fd, 0, 0, (off_t) (st.payload_bytes + st.stored_pages * 64 + (1u << 20))) < 0)
+                log_debug_errno(errno, "Failed to reserve the state's memory, ignoring: %m");
+        r = zsw_engine_freeze(x->engine, err);
+        if (r < 0)
+                return r;
+        r = zsw_engine_save(x->engine, fd, policy_label, x->policies, err);
+        /* The state ends where the save stopped writing, not where the
+         * reservation did. */
+        if (r >= 0 && ftruncate(fd, lseek(fd, 0, SEEK_CUR)) < 0)
+                r = log_error_errno(errno, "Failed to trim the state: %m");
+        if (r >= 0) {
+                r = exec_with_state(x, fd, client_fd);
+                snprintf(err->message, sizeof(err->message), "cannot execute %s: %s; zswapd runs on "
+                         "as it was", exe_path, strerror(-r));
+        }
+        zsw_engine_thaw(x->engine);
+        return r;
+}
+
+/* An fd number from the environment a re-exec left, or -EBADF. */
+static int env_fd(const char *name) {
+        const char *v = getenv(name);
+        char *end;
+        long fd;
+
+        if (!v)
+                return -EBADF;
+        fd = strtol(v, &end, 10);
+        unsetenv(name);
+        return *end || fd < 0 || fd > INT32_MAX ? -EBADF : (int) fd;
+}
+
+struct adopted_list {
+        pid_t *pids;
+        char (*labels)[64];
+        size_t n;
+};
+
+static void note_adopted(void *userdata, pid_t pid, const char *label) {
+        struct adopted_list *l = userdata;
+        pid_t *p = realloc(l->pids, (l->n + 1) * sizeof(*p));
+        char (*v)[64];
+
+        if (p)
+                l->pids = p;
+        v = realloc(l->labels, (l->n + 1) * sizeof(*v));
+        if (v)
+                l->labels = v;
+        if (!p || !v)
+                return (void) log_oom();
+        l->pids[l->n] = pid;
+        snprintf(l->labels[l->n++], sizeof(*v), "%s", label);
+}
+
+/* Answers the client that asked for the re-exec, and closes it. */
+static void reply_client(int fd, int r, const struct zsw_engine_error *err) {
+        char buf[512];
+        int n;
+
+        if (fd < 0)
+                return;
+        if (r >= 0)
+                n = snprintf(buf, sizeof(buf), "ok\nre-executed %s (pid %d): %d targets taken "
+                             "over\n", exe_path, getpid(), r);
+        else
+                n = snprintf(buf, sizeof(buf), "error %s\ncannot re-execute zswapd: the new binary "
+                             "cannot load the state: %s; every page stays held, the targets wait; "
+                             "install a zswapd that reads it and run 'zswapctl reexec' again\n",
+                             strerrorname_np(-r) ?: "EIO", err->message);
+        if (send(fd, buf, MIN((size_t) n, sizeof(buf) - 1), MSG_NOSIGNAL) < 0)
+                log_debug_errno(errno, "Failed to answer the re-exec's client, ignoring: %m");
+        safe_close(fd);
+}
+
 /* [Pool] and [Writeback] as the engine takes them. A reload does not
  * change them (the engine is not rebuilt). */
 static void engine_config_pool(const struct zsw_config *c, struct zsw_engine_config *ec) {
@@ -486,15 +681,27 @@ static int run(int argc, char *argv[]) {
         _cleanup_(reclaimer_freep) struct reclaimer *reclaimer = NULL;
         _cleanup_close_ int sfd = -EBADF, tfd = -EBADF;
         uint64_t watchdog_usec = 0, interval = STATUS_INTERVAL_USEC;
-        struct control_hooks hooks = { .reload = reload, .dump = dump, .detached = detached };
+        struct control_hooks hooks = { .reload = reload, .dump = dump, .detached = detached,
+                                       .reexec = reexec };
+        struct reexec_ctx rx = { .pending_state_fd = -EBADF };
+        struct adopted_list adopted = {};
+        struct zsw_engine_error load_err = {};
+        int r, k, state_fd, listen_fd, client_fd, loaded = 0;
         struct zsw_engine_config ec;
-        int r, k;
 
         log_setup(LOG_INFO);
+        state_fd = env_fd(ENV_STATE);
+        listen_fd = env_fd(ENV_LISTEN);
+        client_fd = env_fd(ENV_CLIENT);
 
         r = parse_argv(argc, argv);
         if (r <= 0)
                 return r;
+        exe_path = realpath("/proc/self/exe", NULL);
+        exe_argv = argv;
+        if (!exe_path)
+                log_warning_errno(errno, "Failed to resolve /proc/self/exe, 'zswapctl reexec' will "
+                                  "be refused: %m");
 
         if (geteuid() != 0)
                 return log_error_errno(EPERM, "zswapd must run as root: it ptraces the processes "
@@ -532,14 +739,40 @@ static int run(int argc, char *argv[]) {
         if (r < 0)
                 return log_error_errno(r, "Failed to start the engine: %m");
 
-        r = control_new(arg_socket, engine, &control);
+        /* Taken over from the process we replace, before anything is
+         * served: its targets' faults wait meanwhile. */
+        if (state_fd >= 0) {
+                loaded = zsw_engine_load(engine, state_fd, note_adopted, &adopted, &load_err);
+                if (loaded < 0) {
+                        log_error("Cannot load the state the previous zswapd left: %s. Its targets' "
+                                  "pages stay held in it and those processes wait on their faults; "
+                                  "install a zswapd that reads this state and run 'zswapctl reexec'.",
+                                  load_err.message);
+                        rx.pending_state_fd = state_fd;
+                        state_fd = -EBADF;
+                } else
+                        state_fd = safe_close(state_fd);
+        }
+
+        if (listen_fd >= 0)
+                r = control_new_from_fd(arg_socket, listen_fd, engine, &control);
+        else
+                r = control_new(arg_socket, engine, &control);
         if (r < 0)
                 return r; /* logged with the reason and what to do */
 
         r = policy_manager_new(engine, TAKE_PTR(config), &policies);
         if (r < 0)
                 return r;
-        hooks.userdata = policies;
+        for (size_t i = 0; i < adopted.n; i++)
+                if (policy_manager_adopt(policies, adopted.pids[i], adopted.labels[i]) < 0)
+                        log_oom();
+        free(adopted.pids);
+        free(adopted.labels);
+        hooks.userdata = &rx;
+        rx.engine = engine;
+        rx.policies = policies;
+        rx.control = control;
         control_set_hooks(control, &hooks);
 
         r = reclaimer_new(engine, &reclaimer);
@@ -560,6 +793,8 @@ static int run(int argc, char *argv[]) {
                  policy_manager_get_config(policies)->n_policies);
         sd_notify(false, "READY=1");
         notify_status(engine, policies);
+        if (client_fd >= 0)
+                reply_client(client_fd, loaded, &load_err);
 
         r = loop(engine, policies, control, reclaimer, sfd, tfd, watchdog_usec > 0);
 

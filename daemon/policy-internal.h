@@ -77,6 +77,14 @@ struct policy_manager {
         pid_t *ignored; /* refused or attached by hand: not tried again */
         size_t n_ignored;
 
+        /* Targets a policy had attached before a re-exec, taken over by
+         * that policy when discovery meets them again. */
+        struct policy_adopted {
+                pid_t pid;
+                char *policy;
+        } *adopted;
+        size_t n_adopted;
+
         int epoll_fd;   /* the timer and every PSI trigger */
         int timer_fd;
         int global_trigger_fd;

@@ -349,6 +349,36 @@ static void policy_target_config(struct policy_manager *m, const struct zsw_poli
         };
 }
 
+/* Whether PID was P's before a re-exec (policy_manager_adopt()); it is
+ * then P's again. */
+static bool take_adopted(struct policy_manager *m, pid_t pid, const char *policy) {
+        for (size_t i = 0; i < m->n_adopted; i++)
+                if (m->adopted[i].pid == pid && strcmp(m->adopted[i].policy, policy) == 0) {
+                        free(m->adopted[i].policy);
+                        m->adopted[i] = m->adopted[--m->n_adopted];
+                        log_info("Process %d is policy %s's again after the re-exec.", pid, policy);
+                        return true;
+                }
+        return false;
+}
+
+int policy_manager_adopt(struct policy_manager *m, pid_t pid, const char *policy) {
+        struct policy_adopted *v;
+        char *name;
+
+        if (!policy || !policy[0])
+                return 0;
+        v = realloc(m->adopted, (m->n_adopted + 1) * sizeof(*v));
+        if (!v)
+                return -ENOMEM;
+        m->adopted = v;
+        name = strdup(policy);
+        if (!name)
+                return -ENOMEM;
+        m->adopted[m->n_adopted++] = (struct policy_adopted) { .pid = pid, .policy = name };
+        return 0;
+}
+
 /* Attaches to PID for policy P in its group; 1 attached, 0 not. Takes
  * over the names in *EXE when it attaches. */
 static int scan_attach(struct policy_manager *m, const struct zsw_policy *p, pid_t pid,
@@ -365,7 +395,9 @@ static int scan_attach(struct policy_manager *m, const struct zsw_policy *p, pid
 
         policy_target_config(m, p, &tc);
         r = zsw_engine_attach_with(m->engine, pid, &tc, &err);
-        if (r == -EALREADY) {
+        if (r == -EALREADY && take_adopted(m, pid, p->name))
+                r = 0;
+        else if (r == -EALREADY) {
                 log_debug("Process %d (%s) matches policy %s but is attached already (by "
                           "hand, or followed through a fork); leaving it as it is.",
                           pid, name, p->name);
@@ -921,6 +953,9 @@ struct policy_manager *policy_manager_free(struct policy_manager *m) {
                 group_free(m->groups[i]);
         free(m->groups);
         free(m->ignored);
+        for (size_t i = 0; i < m->n_adopted; i++)
+                free(m->adopted[i].policy);
+        free(m->adopted);
         safe_close(m->global_trigger_fd);
         safe_close(m->budget_timer_fd);
         safe_close(m->timer_fd);

@@ -85,6 +85,11 @@ int policy_manager_scan(struct policy_manager *m);
  * lives (a reload gives it a fresh look). */
 void policy_manager_forget(struct policy_manager *m, pid_t pid);
 
+/* PID was attached by policy POLICY before zswapd re-executed itself: the
+ * next discovery that matches it to that policy takes it over instead of
+ * leaving it alone as attached by hand. -ENOMEM. */
+int policy_manager_adopt(struct policy_manager *m, pid_t pid, const char *policy);
+
 /* The policy (by name) that attached PID, or NULL if none did. */
 const char *policy_manager_target_policy(const struct policy_manager *m, pid_t pid);
 

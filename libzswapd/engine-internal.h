@@ -109,6 +109,10 @@ int engine_publish(struct zsw_engine *e, struct zsw_target *t);
 /* The opposite of engine_publish(); afterwards t may be freed. */
 void engine_unpublish(struct zsw_engine *e, struct zsw_target *t);
 
+/* engine.c: the shrinker (or, without writeback, the pool limit); again
+ * after a re-exec that did not happen (zsw_engine_thaw()). */
+int engine_writeback_start(struct zsw_engine *e);
+
 /* engine-attach.c: puts every page of t back, removes what attach left
  * in it and frees it; under control_lock. On failure t stays attached. */
 int engine_detach_locked(struct zsw_engine *e, struct zsw_target *t,

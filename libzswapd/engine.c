@@ -134,7 +134,7 @@ static int writeback_open(struct zsw_engine *e, struct zsw_store_config *sc) {
         return 0;
 }
 
-static int writeback_start(struct zsw_engine *e) {
+int engine_writeback_start(struct zsw_engine *e) {
         const struct zsw_engine_config *c = &e->config;
 
         if (!e->swapfile)
@@ -189,7 +189,7 @@ int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **r
         if (r >= 0)
                 r = zsw_store_new(&sc, &e->store);
         if (r >= 0)
-                r = writeback_start(e);
+                r = engine_writeback_start(e);
         if (r >= 0)
                 r = zsw_worker_new(e->store, &e->worker);
         if (r >= 0) {

@@ -1440,3 +1440,222 @@ void zsw_store_owner_get_latency(struct zsw_owner *o, enum zsw_latency_kind kind
                                  struct zsw_store_latency *ret) {
         latency_fill(&o->hist[kind], ret);
 }
+
+/* ---- handing the store to another process ------------------------------ */
+
+static int export_one(struct zsw_store *s, struct zsw_entry *e, uint64_t pgno, void *disk_buf,
+                      struct zsw_store_page *ret) {
+        struct zsw_store_page p = { .pgno = pgno, .entry = e, .state = e->state,
+                                    .compressor = e->compressor, .length = e->length };
+        int r;
+
+        switch (e->state) {
+        case ZSW_ENTRY_SAME:
+                p.value = e->value;
+                break;
+        case ZSW_ENTRY_COMPRESSED:
+        case ZSW_ENTRY_RAW:
+                p.payload = zsw_pool_map(s->pool, e->handle);
+                break;
+        case ZSW_ENTRY_DISK:
+                if (!s->cfg.read_disk)
+                        return -EIO;
+                r = s->cfg.read_disk(s->cfg.disk_userdata, e->disk_sector, e->length, disk_buf);
+                if (r < 0)
+                        return r;
+                p.payload = disk_buf;
+                if (e->compressor == ZSW_ENTRY_DISK_RAW) {
+                        p.state = ZSW_ENTRY_RAW;
+                        p.compressor = 0;
+                } else
+                        p.state = ZSW_ENTRY_COMPRESSED;
+                break;
+        default:
+                return -EINVAL;
+        }
+        *ret = p;
+        return 0;
+}
+
+int zsw_store_export(struct zsw_owner *o, int (*fn)(void *userdata, const struct zsw_store_page *p),
+                     void *userdata) {
+        struct zsw_store *s = o->store;
+        void *disk_buf = NULL;
+        struct zsw_entry *e;
+        uint64_t pgno;
+        int r = 0;
+
+        if (s->cfg.read_disk) {
+                /* O_DIRECT reads want an aligned buffer. */
+                disk_buf = aligned_alloc(ZSW_PAGE_SIZE, ZSW_PAGE_SIZE);
+                if (!disk_buf)
+                        return -ENOMEM;
+        }
+        zsw_mutex_lock(&o->lock, ZSW_LOCK_OWNER);
+        zsw_rwlock_rdlock(&s->pool_lock, ZSW_LOCK_STORE_POOL);
+        for (e = zsw_index_next(o->index, 0, &pgno); e && r >= 0;
+             e = pgno < ZSW_INDEX_MAX_PGNO ? zsw_index_next(o->index, pgno + 1, &pgno) : NULL) {
+                struct zsw_store_page p;
+
+                r = export_one(s, e, pgno, disk_buf, &p);
+                if (r >= 0)
+                        r = fn(userdata, &p);
+        }
+        zsw_rwlock_unlock(&s->pool_lock);
+        zsw_mutex_unlock(&o->lock);
+        free(disk_buf);
+        return r;
+}
+
+int zsw_store_owner_new_sibling(struct zsw_owner *sibling, struct zsw_owner **ret) {
+        struct zsw_owner *o;
+        int r;
+
+        r = owner_alloc(sibling->store, &sibling->cfg, zsw_lru_ref(sibling->lru), &o);
+        if (r < 0) {
+                zsw_lru_unref(sibling->lru);
+                return r;
+        }
+        owner_link(o);
+        *ret = o;
+        return 0;
+}
+
+bool zsw_store_same_family(const struct zsw_owner *a, const struct zsw_owner *b) {
+        return a->lru == b->lru;
+}
+
+static int import_check(const struct zsw_store_page *p) {
+        if (p->pgno > ZSW_INDEX_MAX_PGNO)
+                return -EINVAL;
+        switch (p->state) {
+        case ZSW_ENTRY_SAME:
+                return p->length == 0 ? 0 : -EINVAL;
+        case ZSW_ENTRY_COMPRESSED:
+                return p->length == 0 || p->length > ZSW_PAGE_SIZE ||
+                       p->compressor >= _ZSW_COMPRESSOR_MAX || !p->payload ? -EINVAL : 0;
+        case ZSW_ENTRY_RAW:
+                return p->length == ZSW_PAGE_SIZE && p->payload ? 0 : -EINVAL;
+        default:
+                return -EINVAL;
+        }
+}
+
+/* The new entries of an import batch, made and filled, not published. */
+static int import_make(struct zsw_store *s, const struct zsw_store_page *p,
+                       struct zsw_entry *const *share, size_t n, struct zsw_entry **made) {
+        struct zsw_entry *fresh[ZSW_STORE_BATCH_MAX];
+        zsw_handle_t handles[ZSW_STORE_BATCH_MAX];
+        uint32_t sizes[ZSW_STORE_BATCH_MAX];
+        size_t n_new = 0, n_pool = 0, k = 0, h = 0;
+        int r;
+
+        for (size_t i = 0; i < n; i++) {
+                if (share && share[i])
+                        continue;
+                r = import_check(&p[i]);
+                if (r < 0)
+                        return r;
+                n_new++;
+                if (p[i].state != ZSW_ENTRY_SAME)
+                        sizes[n_pool++] = p[i].length;
+        }
+        r = zsw_entry_alloc_bulk(&s->entries, fresh, n_new);
+        if (r < 0)
+                return r;
+        if (n_pool > 0) {
+                r = zsw_pool_alloc_bulk(s->pool, sizes, n_pool, handles);
+                if (r < 0) {
+                        zsw_entry_free_bulk(&s->entries, fresh, n_new);
+                        return r;
+                }
+        }
+        for (size_t i = 0; i < n; i++) {
+                struct zsw_entry *e;
+
+                if (share && share[i]) {
+                        made[i] = share[i];
+                        continue;
+                }
+                e = made[i] = fresh[k++];
+                e->state = p[i].state;
+                e->compressor = p[i].state == ZSW_ENTRY_COMPRESSED ? p[i].compressor : 0;
+                e->length = p[i].length;
+                if (p[i].state == ZSW_ENTRY_SAME) {
+                        e->value = p[i].value;
+                        continue;
+                }
+                e->handle = handles[h++];
+                memcpy(zsw_pool_map(s->pool, e->handle), p[i].payload, p[i].length);
+        }
+        return 0;
+}
+
+/* Frees the new entries of a batch that was not published. */
+static void import_unmake(struct zsw_store *s, struct zsw_entry *const *share,
+                          struct zsw_entry *const *made, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                struct zsw_entry *e = made[i];
+
+                if (share && share[i])
+                        continue;
+                if (entry_in_pool(e))
+                        zsw_pool_free_bulk(s->pool, &e->handle, 1);
+                zsw_entry_free_bulk(&s->entries, &e, 1);
+        }
+}
+
+int zsw_store_import_batch(struct zsw_owner *o, const struct zsw_store_page *p,
+                           struct zsw_entry *const *share, size_t n, struct zsw_entry **ret_entries) {
+        struct zsw_entry *made[ZSW_STORE_BATCH_MAX], *lru[ZSW_STORE_BATCH_MAX];
+        struct zsw_store *s = o->store;
+        struct charge mine = {}, global = {};
+        size_t nlru = 0, i;
+        int r = 0;
+
+        if (n == 0 || n > ZSW_STORE_BATCH_MAX)
+                return -EINVAL;
+        r = import_make(s, p, share, n, made);
+        if (r < 0)
+                return r;
+        zsw_mutex_lock(&o->lock, ZSW_LOCK_OWNER);
+        for (i = 0; i < n && r >= 0; i++)
+                r = zsw_index_insert(o->index, p[i].pgno, made[i]);
+        if (r < 0) {
+                /* The slots of this batch go again; the tree is as it was. */
+                for (size_t k = 0; k + 1 < i; k++)
+                        zsw_index_erase(o->index, p[k].pgno);
+                zsw_mutex_unlock(&o->lock);
+                import_unmake(s, share, made, n);
+                return r;
+        }
+        for (i = 0; i < n; i++) {
+                struct zsw_entry *e = made[i];
+
+                charge_add(&mine, e, 1);
+                if (share && share[i]) {
+                        atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
+                        continue;
+                }
+                charge_add(&global, e, 1);
+                if (entry_in_pool(e))
+                        lru[nlru++] = e;
+        }
+        count(&s->counters[C_STORES], global.pages);
+        charge_apply(o->counters, &mine);
+        charge_apply(s->counters, &global);
+        if (nlru > 0) {
+                zsw_mutex_lock(&o->lru->lock, ZSW_LOCK_LRU);
+                zsw_lru_add_locked(o->lru, lru, nlru);
+                zsw_mutex_unlock(&o->lru->lock);
+        }
+        zsw_mutex_unlock(&o->lock);
+        if (ret_entries)
+                memcpy(ret_entries, made, n * sizeof(*made));
+        return 0;
+}
+
+int zsw_store_import(struct zsw_owner *o, const struct zsw_store_page *p, struct zsw_entry *share,
+                     struct zsw_entry **ret_entry) {
+        return zsw_store_import_batch(o, p, &share, 1, ret_entry);
+}

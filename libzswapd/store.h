@@ -340,3 +340,56 @@ bool zsw_store_owner_over_threshold(struct zsw_owner *o);
 
 /* Whether o's pages may be written back (not no_writeback). */
 bool zsw_store_owner_may_writeback(struct zsw_owner *o);
+
+/* ---- handing the store to another process ------------------------------- */
+
+/* One stored page as the state handed across exec carries it
+ * (engine-state.c): where it is, and its payload in the form it is
+ * kept. */
+struct zsw_store_page {
+        uint64_t pgno;
+        uint8_t state;          /* enum zsw_entry_state: SAME, COMPRESSED or RAW */
+        uint8_t compressor;     /* enum zsw_compressor of a COMPRESSED payload */
+        uint16_t length;        /* payload bytes; 0 for SAME */
+        uint64_t value;         /* SAME: the repeated word */
+        const void *payload;    /* COMPRESSED, RAW: length bytes */
+        /* Identifies the entry while the walk runs: owners of one fork
+         * family share entries, and a shared entry must be handed over
+         * once and shared again on the other side. */
+        const void *entry;
+};
+
+/*
+ * Calls fn for every page of o, in page order, with o's lock held (fn must
+ * not call into the store). A page on disk is read back and reported with
+ * the payload it was written with (COMPRESSED or RAW): the receiving store
+ * keeps it in memory. Stops at fn's first negative return and returns it;
+ * -EIO when a page on disk cannot be read. For a quiesced store only: no
+ * store, load or writeback runs meanwhile.
+ */
+int zsw_store_export(struct zsw_owner *o, int (*fn)(void *userdata, const struct zsw_store_page *p),
+                     void *userdata);
+
+/* A new owner without pages in the fork family of sibling (sharing its LRU
+ * and settings), to receive a family's pages with zsw_store_import(). */
+int zsw_store_owner_new_sibling(struct zsw_owner *sibling, struct zsw_owner **ret);
+
+/* Whether a and b belong to one fork family (may share entries). */
+bool zsw_store_same_family(const struct zsw_owner *a, const struct zsw_owner *b);
+
+/*
+ * Puts page p->pgno into o: a new entry made from p, or, with share not
+ * NULL, that entry of o's family (another reference to it; p's payload is
+ * then not read). The pool limit and o's limit do not apply: these pages
+ * have no other copy. Returns 0 and the entry in *ret_entry (may be NULL),
+ * -EEXIST for a page o has, -EINVAL for a malformed p, -ENOMEM.
+ */
+int zsw_store_import(struct zsw_owner *o, const struct zsw_store_page *p, struct zsw_entry *share,
+                     struct zsw_entry **ret_entry);
+
+/* zsw_store_import() of n (1..ZSW_STORE_BATCH_MAX) pages at once, share[i]
+ * (share may be NULL) for p[i], the entries in ret_entries[i] (may be
+ * NULL): one pool allocation and one lock round trip for the batch. All or
+ * nothing. */
+int zsw_store_import_batch(struct zsw_owner *o, const struct zsw_store_page *p,
+                           struct zsw_entry *const *share, size_t n, struct zsw_entry **ret_entries);

@@ -11,20 +11,22 @@
  *   zswapd-test-target [--synthetic] [--seed N]
  *
  * Commands: fill MIB [ZERO_PERCENT] | verify | write PAGE SEED | threads N |
- * stop | fork-verify | mremap ADDR_HINT | munmap-half | dontneed START COUNT |
- * pipe-read PAGE | rss | exec | exit. On start, and after exec, it prints
+ * stop | fork-verify | fork-hold | fork-release | mremap ADDR_HINT |
+ * munmap-half | dontneed START COUNT | pipe-read PAGE | rss | exec | exit. On start, and after exec, it prints
  * "ok ready pid=PID".
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -218,6 +220,72 @@ static int cmd_fork_verify(size_t *ret_good, size_t *ret_bad) {
         return 0;
 }
 
+/* fork-hold: a child that keeps its copy of the buffer, untouched, until
+ * fork-release makes it verify that copy and exit. */
+static pid_t held_child;
+static int held_go = -1, held_counts = -1;
+
+static int cmd_fork_hold(void) {
+        int go[2], counts[2];
+        pid_t pid;
+
+        if (held_child > 0)
+                return -EBUSY;
+        if (pipe2(go, O_CLOEXEC) < 0)
+                return -errno;
+        if (pipe2(counts, O_CLOEXEC) < 0) {
+                close(go[0]);
+                close(go[1]);
+                return -errno;
+        }
+        pthread_mutex_lock(&lock);
+        pid = fork();
+        if (pid == 0) {
+                size_t c[2];
+                ssize_t first_bad;
+                char b;
+
+                /* Never outlives the test, even one that failed. */
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (read(go[0], &b, 1) != 1)
+                        _exit(1);
+                count_pages(&c[0], &c[1], &first_bad);
+                _exit(write(counts[1], c, sizeof(c)) == sizeof(c) ? 0 : 1);
+        }
+        pthread_mutex_unlock(&lock);
+        close(go[0]);
+        close(counts[1]);
+        if (pid < 0) {
+                close(go[1]);
+                close(counts[0]);
+                return -errno;
+        }
+        held_child = pid;
+        held_go = go[1];
+        held_counts = counts[0];
+        return 0;
+}
+
+static int cmd_fork_release(size_t *ret_good, size_t *ret_bad) {
+        size_t counts[2] = { 0, SIZE_MAX };
+        int status, r = 0;
+
+        if (held_child <= 0)
+                return -ECHILD;
+        if (write(held_go, "x", 1) != 1 ||
+            read(held_counts, counts, sizeof(counts)) != sizeof(counts))
+                r = -EIO;
+        close(held_go);
+        close(held_counts);
+        if (waitpid(held_child, &status, 0) != held_child || !WIFEXITED(status) ||
+            WEXITSTATUS(status) != 0)
+                r = r ?: -ECHILD;
+        held_child = 0;
+        *ret_good = counts[0];
+        *ret_bad = counts[1];
+        return r;
+}
+
 /* Moves the buffer for sure: onto a fresh reservation (at the hint if
  * given) that mremap then replaces. */
 static int cmd_mremap(uintptr_t hint) {
@@ -302,6 +370,22 @@ static void dispatch_buffer(const char *line) {
                 count_pages(&good, &bad, &first_bad);
                 pthread_mutex_unlock(&lock);
                 reply("ok good=%zu bad=%zu first_bad=%zd", good, bad, first_bad);
+                return;
+        }
+        if (strcmp(cmd, "fork-hold") == 0) {
+                r = cmd_fork_hold();
+                if (r < 0)
+                        reply("error fork-hold: %s", strerror(-r));
+                else
+                        reply("ok child=%d", (int) held_child);
+                return;
+        }
+        if (strcmp(cmd, "fork-release") == 0) {
+                r = cmd_fork_release(&good, &bad);
+                if (r < 0)
+                        reply("error fork-release: %s", strerror(-r));
+                else
+                        reply("ok good=%zu bad=%zu", good, bad);
                 return;
         }
         if (strcmp(cmd, "fork-verify") == 0) {

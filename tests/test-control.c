@@ -61,6 +61,10 @@ TEST(parse_valid_requests) {
         ASSERT_EQ(req.pid, 0);
         ASSERT_OK(parse("stats 2147483647 json", &req));
         ASSERT_EQ(req.pid, 2147483647);
+
+        ASSERT_OK(parse("reexec\n", &req));
+        ASSERT_EQ(req.verb, CONTROL_REEXEC);
+        ASSERT_EQ(req.pid, 0);
 }
 
 TEST(parse_refuses_and_leaves_result_untouched) {
@@ -74,6 +78,7 @@ TEST(parse_refuses_and_leaves_result_untouched) {
                 "a b c d e f g h i", "stats json extra", "reclaim 1 all min-age",
                 "reclaim 1 all min-age x", "reclaim 1 min-age 5", "reclaim 1 all min-age -1",
                 "reclaim 1 all min-age 5 min-age 6", "reclaim 1 bytes min-age 5",
+                "reexec 1", "reexec now", "REEXEC",
         };
         struct control_request req = { .pid = 4242 };
 

@@ -4,6 +4,7 @@
  * index failure in the middle of a batch), replacement, shared and
  * exclusive loads, clone, move, invalidation, isolation for writeback,
  * a corrupt payload, and the counters. */
+#include "entry.h"
 #include "store-helpers.h"
 
 struct fault {
@@ -520,4 +521,101 @@ TEST(latency_and_counters) {
         ASSERT_GT(stats(&e).meta_bytes, 256 * 40);
         ASSERT_STREQ(zsw_reject_to_string(ZSW_REJECT_POOL), "pool");
         env_free(&e);
+}
+
+/* What a re-exec hands over (engine-state.c): export each owner of a
+ * family (into a copy, as the state is written: an export's callback must
+ * not call into the store), import into a fresh store, shared entries
+ * shared again. */
+struct handover {
+        struct zsw_store_page pages[64];
+        uint8_t payloads[64][ZSW_PAGE_SIZE];
+        size_t n_pages;
+        const void *from[128];
+        struct zsw_entry *made[128];
+        size_t n;
+};
+
+static int export_page(void *userdata, const struct zsw_store_page *p) {
+        struct handover *h = userdata;
+
+        ASSERT_LT(h->n_pages, ARRAY_SIZE(h->pages));
+        h->pages[h->n_pages] = *p;
+        memcpy(h->payloads[h->n_pages], p->payload ?: h->payloads[h->n_pages], p->length);
+        h->pages[h->n_pages].payload = h->payloads[h->n_pages];
+        h->n_pages++;
+        return 0;
+}
+
+static void handover(struct handover *h, struct zsw_owner *from, struct zsw_owner *to) {
+        h->n_pages = 0;
+        ASSERT_OK(zsw_store_export(from, export_page, h));
+        for (size_t k = 0; k < h->n_pages; k++) {
+                const struct zsw_store_page *p = &h->pages[k];
+                struct zsw_entry *share = NULL, *e;
+
+                for (size_t i = 0; i < h->n; i++)
+                        if (h->from[i] == p->entry)
+                                share = h->made[i];
+                ASSERT_OK(zsw_store_import(to, p, share, &e));
+                if (share)
+                        continue;
+                ASSERT_LT(h->n, ARRAY_SIZE(h->from));
+                h->from[h->n] = p->entry;
+                h->made[h->n++] = e;
+        }
+}
+
+TEST(export_import_keeps_pages_and_sharing) {
+        struct zsw_store_stats a, b, oa, ob;
+        struct zsw_owner *child, *to_parent, *to_child;
+        static struct handover h;
+        struct env e, f;
+
+        env_new(&e, NULL);
+        env_new(&f, NULL);
+        ASSERT_EQ(store_run(&e, e.o, 0, 32, PAGE_DATA), 32);
+        ASSERT_EQ(store_run(&e, e.o, 1 << 20, 16, PAGE_SAME), 16);
+        ASSERT_EQ(store_run(&e, e.o, 5000, 4, PAGE_NOISE), 4);
+        ASSERT_OK(zsw_store_owner_clone(e.o, &child));
+        ASSERT_EQ(store_run(&e, child, 0, 1, PAGE_ZERO), 1);     /* the child's own */
+
+        to_parent = f.o;
+        ASSERT_OK(zsw_store_owner_new_sibling(to_parent, &to_child));
+        ASSERT_TRUE(zsw_store_same_family(to_parent, to_child));
+        handover(&h, e.o, to_parent);
+        handover(&h, child, to_child);
+        ASSERT_EQ_U(h.n, 53);   /* 52 shared or the parent's, 1 the child's */
+
+        zsw_store_get_stats(e.s, &a);
+        zsw_store_get_stats(f.s, &b);
+        ASSERT_EQ_U(b.stored_pages, a.stored_pages);
+        ASSERT_EQ_U(b.payload_bytes, a.payload_bytes);
+        ASSERT_EQ_U(b.same_filled_pages, a.same_filled_pages);
+        ASSERT_EQ_U(b.incompressible_pages, a.incompressible_pages);
+        zsw_store_owner_get_stats(child, &oa);
+        zsw_store_owner_get_stats(to_child, &ob);
+        ASSERT_EQ_U(ob.stored_pages, oa.stored_pages);
+
+        check_load(&f, to_child, 0, PAGE_ZERO, 0);
+        check_load(&f, to_parent, 0, PAGE_DATA, 0);
+        for (int i = 1; i < 32; i++)
+                check_load(&f, to_child, (uint64_t) i, PAGE_DATA, ZSW_LOAD_EXCLUSIVE);
+        /* The child's exclusive loads left the parent its copies. */
+        for (int i = 1; i < 32; i++)
+                check_load(&f, to_parent, (uint64_t) i, PAGE_DATA, 0);
+        for (int i = 0; i < 16; i++)
+                check_load(&f, to_parent, (1 << 20) + (uint64_t) i, PAGE_SAME, 0);
+        for (int i = 0; i < 4; i++)
+                check_load(&f, to_child, 5000 + (uint64_t) i, PAGE_NOISE, 0);
+
+        /* A page it has, and a malformed one, are refused. */
+        ASSERT_ERRNO(zsw_store_import(to_parent, &(struct zsw_store_page) { .pgno = 0 }, NULL, NULL),
+                     EEXIST);
+        ASSERT_ERRNO(zsw_store_import(to_parent, &(struct zsw_store_page) {
+                                                         .pgno = 999, .state = ZSW_ENTRY_COMPRESSED },
+                                      NULL, NULL), EINVAL);
+        ASSERT_FALSE(zsw_store_contains(to_parent, 999));
+        env_free(&e);
+        env_free(&f);
 }

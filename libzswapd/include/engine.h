@@ -195,3 +195,52 @@ int zsw_engine_get_target_stats(struct zsw_engine *engine, pid_t pid, struct zsw
 /* Fills up to n attached pids (children followed through fork included);
  * returns how many are attached in all (may exceed n). */
 size_t zsw_engine_list_targets(struct zsw_engine *engine, pid_t *pids, size_t n);
+
+/* ---- replacing the process (re-exec) -------------------------------------
+ * zswapd replaces its binary without giving any page back: it freezes the
+ * engine, saves its whole state into a descriptor, execve()s, and the new
+ * process loads that state into a fresh engine. See docs/design.md. */
+
+/*
+ * Freezes the engine for a save: no attach, detach, reclaim, age scan or
+ * writeback starts any more, the ones in flight are waited for (a round
+ * always ends committed or rolled back), and no fault thread reads a
+ * target's userfaultfd any more (faults wait in the kernel). -EBUSY (and
+ * err) while a fork child is not named yet: try again. On failure the
+ * engine runs on as before. Call zsw_engine_thaw() if the exec does not
+ * happen.
+ */
+int zsw_engine_freeze(struct zsw_engine *engine, struct zsw_engine_error *err);
+
+/* Undoes zsw_engine_freeze(): serving goes on. */
+void zsw_engine_thaw(struct zsw_engine *engine);
+
+/*
+ * Writes the frozen engine's state to fd (a memfd; from its current
+ * offset): every live target (process, start time, its userfaultfd, its
+ * settings, its fork family, label(pid) of the caller), every stored page
+ * with its payload (pages written back are read into it), and clears
+ * FD_CLOEXEC on the userfaultfds it names. label may be NULL. Returns the
+ * number of targets saved; on failure the descriptors keep FD_CLOEXEC.
+ */
+int zsw_engine_save(struct zsw_engine *engine, int fd,
+                    const char *(*label)(void *userdata, pid_t pid), void *userdata,
+                    struct zsw_engine_error *err);
+
+/* A saved target the new engine took over, reported to the caller. */
+typedef void (*zsw_engine_adopted_fn)(void *userdata, pid_t pid, const char *label);
+
+/*
+ * Loads the state saved by zsw_engine_save() into engine, which must have
+ * no target yet: each target whose process still is the one saved (pidfd
+ * and start time) is served again with all its pages, and every thread of
+ * it waiting in a fault is woken so that the fault comes again to this
+ * process; a target that exited meanwhile is freed. adopted (may be NULL)
+ * is told of each target taken over. Returns the number of targets
+ * adopted; -EPROTO (and err) for a state of another version or a
+ * malformed one, in which case nothing was taken over and the
+ * userfaultfds named in it are left open.
+ */
+int zsw_engine_load(struct zsw_engine *engine, int fd, zsw_engine_adopted_fn adopted,
+                    void *userdata, struct zsw_engine_error *err);
+

@@ -1,0 +1,689 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Handing the engine to the next zswapd binary across execve(2): freezing
+ * it (nothing new starts, what runs ends, fault threads stop reading), the
+ * save of its state into a descriptor (layout: engine-state.h) and the
+ * load of it by the new process. The targets' userfaultfds cross the exec
+ * as descriptors; the targets hold their own references too, so a fault
+ * raised meanwhile waits in the kernel and is never answered with zeros.
+ *
+ * Order (zswapd side in daemon/main.c): freeze, save, exec; then, in the
+ * new process, load: verify each process, rebuild its store, serve its
+ * uffd, and wake every thread waiting on it, because a fault message the
+ * old process read and never answered would otherwise wait forever (a wake
+ * makes the kernel raise the fault again, to us).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "engine-internal.h"
+#include "engine-state.h"
+#include "uffd.h"
+#include "writeback.h"
+
+/* The lowest address a wake may name (mmap_min_addr is at most this
+ * here) and the end of x86_64 user space: one UFFDIO_WAKE over it wakes
+ * every waiter of a uffd, registered ranges or not. */
+#define WAKE_START (UINT64_C(1) << 16)
+#define WAKE_END ((UINT64_C(1) << 47) - ZSW_PAGE_SIZE)
+
+#define ALIGN8(n) (((size_t) (n) + 7u) & ~(size_t) 7u)
+
+/* ---- process identity --------------------------------------------------- */
+
+/* Field 22 of /proc/PID/stat: when the process started, in clock ticks
+ * since boot; with the pid, the identity of a process. */
+static int proc_start_time(pid_t pid, uint64_t *ret) {
+        char path[64], buf[1024], *p;
+        unsigned long long st;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+        f = fopen(path, "re");
+        if (!f)
+                return -errno;
+        p = fgets(buf, sizeof(buf), f);
+        fclose(f);
+        if (!p || !(p = strrchr(buf, ')')) ||
+            sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
+                          "%*d %*d %llu", &st) != 1)
+                return -EIO;
+        *ret = st;
+        return 0;
+}
+
+static int fd_set_cloexec(int fd, bool on) {
+        int flags = fcntl(fd, F_GETFD);
+
+        if (flags < 0)
+                return -errno;
+        flags = on ? flags | FD_CLOEXEC : flags & ~FD_CLOEXEC;
+        return fcntl(fd, F_SETFD, flags) < 0 ? -errno : 0;
+}
+
+/* ---- freeze ------------------------------------------------------------- */
+
+static bool target_live(struct zsw_target *t) {
+        return !atomic_load(&t->dead) && zsw_uffd_mm_alive(t->uffd) != -ESRCH;
+}
+
+/* A target a fault thread serves, or NULL. */
+static struct zsw_target *first_served(struct zsw_engine *e) {
+        struct zsw_target *t;
+
+        zsw_mutex_lock(&e->table_lock, ZSW_LOCK_TABLE);
+        for (t = e->targets; t && !t->fault_thread; t = t->next)
+                ;
+        zsw_mutex_unlock(&e->table_lock);
+        return t;
+}
+
+int zsw_engine_freeze(struct zsw_engine *e, struct zsw_engine_error *err) {
+        uint64_t start = zsw_now_ns();
+        struct zsw_target *t;
+
+        /* The reaper takes control_lock: stopped before we take it. */
+        engine_reaper_stop(e);
+        zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
+        /* A fork child must have its pid to be found again after the exec. */
+        engine_name_children(e);
+        for (t = e->targets; t; t = t->next)
+                if (t->pid == 0 && target_live(t)) {
+                        zsw_mutex_unlock(&e->control_lock);
+                        (void) engine_reaper_start(e);
+                        return engine_fail(err, -EBUSY, "a fork child of a target is not named yet; "
+                                           "try again in a moment");
+                }
+        /* A reclaim or age scan in flight holds its target's evict_lock
+         * (taken under control_lock, which we now hold) until its last
+         * round is committed or rolled back. */
+        for (t = e->targets; t; t = t->next) {
+                zsw_mutex_lock(&t->evict_lock, ZSW_LOCK_EVICT);
+                zsw_mutex_unlock(&t->evict_lock);
+        }
+        /* The shrinker ends its step; the store is still when it is gone. */
+        e->writeback = zsw_writeback_free(e->writeback);
+        /* Out of the fault threads: faults wait in the kernel from now on,
+         * and every message read so far has been handled. A fork read
+         * meanwhile publishes its child (at the head of the table, served
+         * already): go on until no target is served, and no fork can come
+         * any more. */
+        while ((t = first_served(e)))
+                fault_threads_remove(e->faults, t);
+        /* Such a child is named now, or the freeze is undone. */
+        engine_name_children(e);
+        for (t = e->targets; t; t = t->next)
+                if (t->pid == 0 && target_live(t)) {
+                        zsw_engine_thaw(e);
+                        return engine_fail(err, -EBUSY, "a target forked during the freeze and "
+                                           "its child is not named yet; try again in a moment");
+                }
+        zsw_log(e->log, LOG_INFO, "Engine frozen in %" PRIu64 " ms: %u targets, faults held",
+                (zsw_now_ns() - start) / 1000000, e->n_targets);
+        return 0;
+}
+
+void zsw_engine_thaw(struct zsw_engine *e) {
+        for (struct zsw_target *t = e->targets; t; t = t->next) {
+                int r = fault_threads_add(e->faults, t);
+
+                if (r < 0)
+                        zsw_log_errno(e->log, LOG_ERR, r, "Cannot serve process %d again: %m; its "
+                                      "faults wait", t->pid);
+                (void) fd_set_cloexec(t->uffd, true);
+        }
+        if (engine_writeback_start(e) < 0)
+                zsw_log(e->log, LOG_ERR, "Cannot restart writeback after a failed re-exec");
+        zsw_mutex_unlock(&e->control_lock);
+        if (engine_reaper_start(e) < 0)
+                zsw_log(e->log, LOG_ERR, "Cannot restart the reaper after a failed re-exec");
+        zsw_log(e->log, LOG_INFO, "Engine thawed: serving again");
+}
+
+/* ---- save --------------------------------------------------------------- */
+
+struct writer {
+        int fd;
+        int error;
+        uint64_t total;
+        size_t n;
+        uint8_t *buf;
+        /* Entries given so far, to give a shared one once: open
+         * addressing on the entry's address. */
+        const void **keys;
+        uint64_t *ids;
+        size_t cap, n_entries;
+};
+
+#define WRITER_BUF (1u << 20)
+
+static void writer_flush(struct writer *w) {
+        size_t done = 0;
+
+        while (w->error == 0 && done < w->n) {
+                ssize_t k = write(w->fd, w->buf + done, w->n - done);
+
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        w->error = k < 0 ? -errno : -EIO;
+                else
+                        done += (size_t) k;
+        }
+        w->n = 0;
+}
+
+static void writer_put(struct writer *w, const void *data, size_t len) {
+        w->total += len;
+        while (len > 0 && w->error == 0) {
+                size_t k = MIN(len, WRITER_BUF - w->n);
+
+                memcpy(w->buf + w->n, data, k);
+                w->n += k;
+                data = (const uint8_t *) data + k;
+                len -= k;
+                if (w->n == WRITER_BUF)
+                        writer_flush(w);
+        }
+}
+
+static size_t hash_ptr(const void *p, size_t cap) {
+        return (size_t) (((uintptr_t) p >> 3) * UINT64_C(0x9e3779b97f4a7c15) >> 17) & (cap - 1);
+}
+
+/* The id of entry, and whether it is new (given now for the first time). */
+static int writer_entry_id(struct writer *w, const void *entry, uint64_t *ret_id, bool *ret_new) {
+        size_t i;
+
+        if (w->n_entries * 2 >= w->cap) {
+                size_t cap = w->cap ? w->cap * 2 : 1u << 16;
+                const void **keys = calloc(cap, sizeof(*keys));
+                uint64_t *ids = calloc(cap, sizeof(*ids));
+
+                if (!keys || !ids) {
+                        free(keys);
+                        free(ids);
+                        return -ENOMEM;
+                }
+                for (size_t k = 0; k < w->cap; k++)
+                        if (w->keys[k]) {
+                                for (i = hash_ptr(w->keys[k], cap); keys[i]; i = (i + 1) & (cap - 1))
+                                        ;
+                                keys[i] = w->keys[k];
+                                ids[i] = w->ids[k];
+                        }
+                free(w->keys);
+                free(w->ids);
+                w->keys = keys;
+                w->ids = ids;
+                w->cap = cap;
+        }
+        for (i = hash_ptr(entry, w->cap); w->keys[i]; i = (i + 1) & (w->cap - 1))
+                if (w->keys[i] == entry) {
+                        *ret_id = w->ids[i];
+                        *ret_new = false;
+                        return 0;
+                }
+        w->keys[i] = entry;
+        w->ids[i] = w->n_entries;
+        *ret_id = w->n_entries++;
+        *ret_new = true;
+        return 0;
+}
+
+static int save_page(void *userdata, const struct zsw_store_page *p) {
+        struct writer *w = userdata;
+        struct state_page sp = { .pgno = p->pgno };
+        bool is_new;
+        int r;
+
+        r = writer_entry_id(w, p->entry, &sp.id, &is_new);
+        if (r < 0)
+                return r;
+        writer_put(w, &sp, sizeof(sp));
+        if (is_new) {
+                struct state_entry se = { .state = p->state, .compressor = p->compressor,
+                                          .length = p->length, .value = p->value };
+
+                static const uint8_t pad[8];
+
+                writer_put(w, &se, sizeof(se));
+                writer_put(w, p->payload, p->length);
+                /* Records stay 8-byte aligned. */
+                writer_put(w, pad, ALIGN8(p->length) - p->length);
+        }
+        return w->error;
+}
+
+/* The targets to save: live, named; family[i] the first of i's family. */
+static size_t save_list(struct zsw_engine *e, struct zsw_target **v, uint32_t *family) {
+        size_t n = 0;
+
+        for (struct zsw_target *t = e->targets; t; t = t->next) {
+                if (t->pid <= 0 || !target_live(t))
+                        continue;
+                family[n] = (uint32_t) n;
+                for (size_t k = 0; k < n; k++)
+                        if (zsw_store_same_family(v[k]->owner, t->owner)) {
+                                family[n] = (uint32_t) k;
+                                break;
+                        }
+                v[n++] = t;
+        }
+        return n;
+}
+
+static int save_target(struct writer *w, struct zsw_target *t, uint32_t family, const char *label) {
+        struct zsw_store_stats os;
+        struct state_target st = {
+                .pid = t->pid,
+                .uffd = t->uffd,
+                .target_uffd = t->target_uffd,
+                .family = family,
+                .scratch = t->scratch,
+                .scratch_size = t->scratch_size,
+                .compressor = t->owner_config.compressor,
+                .level = t->owner_config.level,
+                .max_pages = t->owner_config.max_pages,
+                .no_writeback = t->owner_config.no_writeback,
+                .aging = t->aging,
+                .throttle = atomic_load(&t->throttle),
+                .prefetch_window = t->prefetch_window,
+                .zero_window = t->zero_window,
+        };
+        int r;
+
+        r = proc_start_time(t->pid, &st.start_time);
+        if (r < 0)
+                return r;
+        if (label)
+                snprintf(st.label, sizeof(st.label), "%s", label);
+        zsw_store_owner_get_stats(t->owner, &os);
+        st.n_pages = os.stored_pages;
+        writer_put(w, &st, sizeof(st));
+        r = zsw_store_export(t->owner, save_page, w);
+        return r < 0 ? r : w->error;
+}
+
+int zsw_engine_save(struct zsw_engine *e, int fd, const char *(*label)(void *userdata, pid_t pid),
+                    void *userdata, struct zsw_engine_error *err) {
+        _cleanup_free_ struct zsw_target **v = NULL;
+        _cleanup_free_ uint32_t *family = NULL;
+        struct writer w = { .fd = fd };
+        struct state_header h = { .magic = ZSW_STATE_MAGIC, .version = ZSW_STATE_VERSION,
+                                  .page_size = ZSW_PAGE_SIZE, .header_size = sizeof(h),
+                                  .target_size = sizeof(struct state_target) };
+        struct state_trailer tr = { .magic = ZSW_STATE_END };
+        uint64_t start = zsw_now_ns();
+        size_t n;
+        int r = 0;
+
+        v = calloc(MAX(e->n_targets, 1u), sizeof(*v));
+        family = calloc(MAX(e->n_targets, 1u), sizeof(*family));
+        w.buf = malloc(WRITER_BUF);
+        if (!v || !family || !w.buf) {
+                free(w.buf);
+                return engine_fail(err, -ENOMEM, "out of memory for the state");
+        }
+        n = save_list(e, v, family);
+        h.n_targets = (uint32_t) n;
+        writer_put(&w, &h, sizeof(h));
+        for (size_t i = 0; i < n && r >= 0; i++) {
+                r = save_target(&w, v[i], family[i], label ? label(userdata, v[i]->pid) : NULL);
+                if (r < 0)
+                        (void) engine_fail(err, r, "cannot save process %d: %s", v[i]->pid,
+                                           strerror(-r));
+        }
+        tr.n_entries = w.n_entries;
+        tr.total_bytes = w.total + sizeof(tr);
+        writer_put(&w, &tr, sizeof(tr));
+        writer_flush(&w);
+        free(w.buf);
+        free(w.keys);
+        free(w.ids);
+        if (r >= 0 && w.error < 0)
+                r = engine_fail(err, w.error, "cannot write the state: %s", strerror(-w.error));
+        for (size_t i = 0; i < n && r >= 0; i++)
+                r = fd_set_cloexec(v[i]->uffd, false);
+        if (r < 0) {
+                for (size_t i = 0; i < n; i++)
+                        (void) fd_set_cloexec(v[i]->uffd, true);
+                return err && err->message[0] ? r :
+                       engine_fail(err, r, "cannot keep a userfaultfd across exec: %s", strerror(-r));
+        }
+        zsw_log(e->log, LOG_INFO, "State saved in %" PRIu64 " ms: %zu targets, %" PRIu64 " entries, "
+                "%" PRIu64 " bytes", (zsw_now_ns() - start) / 1000000, n, tr.n_entries,
+                tr.total_bytes);
+        return (int) n;
+}
+
+/* ---- load --------------------------------------------------------------- */
+
+/* The state is read with read(2) through one buffer rather than mapped:
+ * a mapping would take a page fault per 4 KiB of state, and a first touch
+ * is slow under a hypervisor (docs/design.md, the store). Every record is
+ * 8-byte aligned and shorter than the buffer. */
+#define READER_BUF (1u << 20)
+
+struct reader {
+        int fd;
+        uint8_t *buf;
+        size_t len, pos;        /* bytes in buf, and the next to take */
+        uint64_t left;          /* bytes of the state not read yet, trailer excluded */
+        uint64_t taken;
+        /* Entries made so far, by id. */
+        struct zsw_entry **entries;
+        size_t n_entries, cap;
+};
+
+/* The next len bytes of the state; valid until the next call. */
+static const void *reader_take(struct reader *rd, size_t len) {
+        const void *p;
+
+        if (len > READER_BUF)
+                return NULL;
+        if (rd->len - rd->pos < len) {
+                memmove(rd->buf, rd->buf + rd->pos, rd->len - rd->pos);
+                rd->len -= rd->pos;
+                rd->pos = 0;
+                while (rd->len < len && rd->left > 0) {
+                        ssize_t k = read(rd->fd, rd->buf + rd->len,
+                                         (size_t) MIN((uint64_t) (READER_BUF - rd->len), rd->left));
+
+                        if (k < 0 && errno == EINTR)
+                                continue;
+                        if (k <= 0)
+                                return NULL;
+                        rd->len += (size_t) k;
+                        rd->left -= (uint64_t) k;
+                }
+                if (rd->len < len)
+                        return NULL;
+        }
+        p = rd->buf + rd->pos;
+        rd->pos += len;
+        rd->taken += len;
+        return p;
+}
+
+static int reader_note_entry(struct reader *rd, struct zsw_entry *e) {
+        if (rd->n_entries == rd->cap) {
+                size_t cap = rd->cap ? rd->cap * 2 : 1u << 16;
+                struct zsw_entry **v = realloc(rd->entries, cap * sizeof(*v));
+
+                if (!v)
+                        return -ENOMEM;
+                rd->entries = v;
+                rd->cap = cap;
+        }
+        rd->entries[rd->n_entries++] = e;
+        return 0;
+}
+
+/* Pages of one owner imported ZSW_STORE_BATCH_MAX at a time. Their
+ * payloads point into the reader's buffer, so the batch is imported before
+ * the buffer may move (a take that would refill it). */
+struct import_batch {
+        struct zsw_store_page pages[ZSW_STORE_BATCH_MAX];
+        struct zsw_entry *share[ZSW_STORE_BATCH_MAX];
+        size_t n, n_new;
+};
+
+static int batch_flush(struct reader *rd, struct zsw_owner *o, struct import_batch *b) {
+        struct zsw_entry *made[ZSW_STORE_BATCH_MAX];
+        int r;
+
+        if (b->n == 0)
+                return 0;
+        r = zsw_store_import_batch(o, b->pages, b->share, b->n, made);
+        if (r < 0)
+                return r == -ENOMEM ? r : -EPROTO;
+        for (size_t i = 0; i < b->n && r >= 0; i++)
+                if (!b->share[i])
+                        r = reader_note_entry(rd, made[i]);
+        b->n = b->n_new = 0;
+        return r;
+}
+
+/* The largest page record: what must be in the buffer for a take not to
+ * move it. */
+#define PAGE_RECORD_MAX (sizeof(struct state_page) + sizeof(struct state_entry) + ZSW_PAGE_SIZE)
+
+static int load_pages(struct reader *rd, struct zsw_owner *o, uint64_t n) {
+        struct import_batch b = {};
+        int r;
+
+        for (uint64_t i = 0; i < n; i++) {
+                const struct state_page *sp;
+                const struct state_entry *se;
+                struct zsw_store_page *p;
+
+                if (b.n == ZSW_STORE_BATCH_MAX || rd->len - rd->pos < PAGE_RECORD_MAX) {
+                        r = batch_flush(rd, o, &b);
+                        if (r < 0)
+                                return r;
+                }
+                sp = reader_take(rd, sizeof(*sp));
+                if (!sp || sp->id > rd->n_entries + b.n_new)
+                        return -EPROTO;
+                p = &b.pages[b.n];
+                *p = (struct zsw_store_page) { .pgno = sp->pgno };
+                if (sp->id < rd->n_entries) {
+                        b.share[b.n++] = rd->entries[sp->id];
+                        continue;
+                }
+                if (sp->id != rd->n_entries + b.n_new)
+                        return -EPROTO; /* shared with a page of this very batch */
+                se = reader_take(rd, sizeof(*se));
+                if (!se)
+                        return -EPROTO;
+                p->state = se->state;
+                p->compressor = se->compressor;
+                p->length = se->length;
+                p->value = se->value;
+                p->payload = reader_take(rd, ALIGN8(se->length));
+                if (!p->payload)
+                        return -EPROTO;
+                b.share[b.n++] = NULL;
+                b.n_new++;
+        }
+        return batch_flush(rd, o, &b);
+}
+
+/* Whether the saved target is still the same process; its new pidfd. */
+static bool load_same_process(const struct state_target *st, int *ret_pidfd) {
+        uint64_t start;
+        int pidfd;
+
+        pidfd = (int) syscall(SYS_pidfd_open, st->pid, 0);
+        if (pidfd < 0)
+                return false;
+        /* Read after the pidfd is open: a pid reused before that has
+         * another start time. */
+        if (proc_start_time(st->pid, &start) < 0 || start != st->start_time ||
+            zsw_uffd_mm_alive(st->uffd) == -ESRCH) {
+                close(pidfd);
+                return false;
+        }
+        (void) fd_set_cloexec(pidfd, true);
+        *ret_pidfd = pidfd;
+        return true;
+}
+
+/* Makes the target of one record, with its owner (in the family of an
+ * earlier target when it has one) and its pages. */
+static int load_target(struct zsw_engine *e, struct reader *rd, struct zsw_target **made, size_t i,
+                       const struct state_target *st) {
+        struct zsw_target *t;
+        int r;
+
+        if (st->family > i || st->compressor >= _ZSW_COMPRESSOR_MAX)
+                return -EPROTO;
+        t = target_new(st->pid, e->log);
+        if (!t)
+                return -ENOMEM;
+        made[i] = t;
+        t->owner_config = (struct zsw_owner_config) {
+                .compressor = st->compressor, .level = st->level,
+                .max_pages = st->max_pages, .no_writeback = st->no_writeback,
+        };
+        t->prefetch_window = MIN(st->prefetch_window, FAULT_PREFETCH_MAX);
+        t->prefetch_now = t->prefetch_window;
+        t->zero_window = MIN(st->zero_window, ZSW_ZERO_WINDOW_MAX);
+        t->aging = st->aging;
+        atomic_store(&t->throttle, st->throttle);
+        t->scratch = st->scratch;
+        t->scratch_size = st->scratch_size;
+        t->target_uffd = st->target_uffd;
+        if (st->family == i)
+                r = zsw_store_owner_new(e->store, &t->owner_config, &t->owner);
+        else
+                r = zsw_store_owner_new_sibling(made[st->family]->owner, &t->owner);
+        if (r < 0)
+                return r == -ENOMEM ? r : -EPROTO;
+        return load_pages(rd, t->owner, st->n_pages);
+}
+
+static int load_check_header(const struct state_header *h, const struct state_trailer *tr,
+                             uint64_t size, struct zsw_engine_error *err) {
+        if (!h || memcmp(h->magic, ZSW_STATE_MAGIC, sizeof(h->magic)) != 0)
+                return engine_fail(err, -EPROTO, "not a zswapd state (bad magic)");
+        if (h->version != ZSW_STATE_VERSION || h->header_size != sizeof(*h) ||
+            h->target_size != sizeof(struct state_target))
+                return engine_fail(err, -EPROTO, "state version %u (layout %u/%u) is not the one "
+                                   "this zswapd reads (%u)", h->version, h->header_size,
+                                   h->target_size, ZSW_STATE_VERSION);
+        if (h->page_size != ZSW_PAGE_SIZE)
+                return engine_fail(err, -EPROTO, "state of %u-byte pages", h->page_size);
+        if (memcmp(tr->magic, ZSW_STATE_END, sizeof(tr->magic)) != 0 || tr->total_bytes != size)
+                return engine_fail(err, -EPROTO, "state truncated or corrupt (no end marker)");
+        return 0;
+}
+
+/* Every target of the state, made and filled, and its record; nothing
+ * published. */
+static int load_all(struct zsw_engine *e, struct reader *rd, const struct state_trailer *tr,
+                    struct zsw_target ***ret_made, struct state_target **ret_recs, size_t *ret_n,
+                    struct zsw_engine_error *err) {
+        const struct state_header *hp = reader_take(rd, sizeof(*hp));
+        struct state_header h;
+        int r;
+
+        r = load_check_header(hp, tr, rd->left + rd->len + sizeof(*tr), err);
+        if (r < 0)
+                return r;
+        h = *hp;
+        *ret_made = calloc(MAX(h.n_targets, 1u), sizeof(**ret_made));
+        *ret_recs = calloc(MAX(h.n_targets, 1u), sizeof(**ret_recs));
+        if (!*ret_made || !*ret_recs)
+                return engine_fail(err, -ENOMEM, "out of memory for the state");
+        *ret_n = h.n_targets;
+        for (size_t i = 0; i < h.n_targets; i++) {
+                const struct state_target *st = reader_take(rd, sizeof(*st));
+
+                if (st)
+                        (*ret_recs)[i] = *st;
+                r = st ? load_target(e, rd, *ret_made, i, &(*ret_recs)[i]) : -EPROTO;
+                if (r < 0)
+                        return engine_fail(err, r, "cannot load target %zu of the state: %s", i,
+                                           r == -EPROTO ? "malformed record" : strerror(-r));
+                (*ret_made)[i]->uffd = (*ret_recs)[i].uffd;
+        }
+        if (rd->left != 0 || rd->pos != rd->len)
+                return engine_fail(err, -EPROTO, "state has bytes after its last target");
+        return 0;
+}
+
+/* Serves each target that is still its process and wakes its waiters;
+ * frees the others. */
+static int load_publish(struct zsw_engine *e, struct zsw_target **made,
+                        const struct state_target *recs, size_t n,
+                        zsw_engine_adopted_fn adopted, void *userdata) {
+        int adopted_n = 0;
+
+        for (size_t i = 0; i < n; i++) {
+                struct zsw_target *t = made[i];
+                char label[ZSW_STATE_LABEL_MAX + 1] = "";
+                int r;
+
+                memcpy(label, recs[i].label, ZSW_STATE_LABEL_MAX);
+                made[i] = NULL;
+                (void) fd_set_cloexec(t->uffd, true);
+                if (!load_same_process(&recs[i], &t->pidfd)) {
+                        zsw_log(e->log, LOG_INFO, "Process %d exited during the re-exec; its pages "
+                                "are freed", t->pid);
+                        target_free(t);
+                        continue;
+                }
+                r = engine_publish(e, t);
+                if (r < 0) {
+                        zsw_log_errno(e->log, LOG_ERR, r, "Cannot serve process %d after re-exec: %m; "
+                                      "its faults wait for the next zswapd", t->pid);
+                        t->uffd = -EBADF; /* never closed: its pages would read as zeros */
+                        target_free(t);
+                        continue;
+                }
+                /* Published first: the woken faults come to a fault thread. */
+                r = zsw_uffd_wake(t->uffd, WAKE_START, WAKE_END - WAKE_START);
+                if (r < 0)
+                        zsw_log_errno(e->log, LOG_WARNING, r, "Cannot wake the faults of %d: %m",
+                                      t->pid);
+                if (adopted)
+                        adopted(userdata, t->pid, label);
+                adopted_n++;
+        }
+        return adopted_n;
+}
+
+int zsw_engine_load(struct zsw_engine *e, int fd, zsw_engine_adopted_fn adopted, void *userdata,
+                    struct zsw_engine_error *err) {
+        _cleanup_free_ struct state_target *recs = NULL;
+        _cleanup_free_ struct zsw_target **made = NULL;
+        struct state_trailer tr;
+        struct reader rd = { .fd = fd };
+        uint64_t start = zsw_now_ns();
+        struct stat sb;
+        size_t n = 0;
+        int r;
+
+        if (fstat(fd, &sb) < 0)
+                return engine_fail(err, -errno, "cannot read the state: %m");
+        if ((uint64_t) sb.st_size < sizeof(struct state_header) + sizeof(tr) ||
+            pread(fd, &tr, sizeof(tr), sb.st_size - (off_t) sizeof(tr)) != (ssize_t) sizeof(tr) ||
+            lseek(fd, 0, SEEK_SET) < 0)
+                return engine_fail(err, -EPROTO, "the state is truncated (%" PRIu64 " bytes)",
+                                   (uint64_t) sb.st_size);
+        rd.left = (uint64_t) sb.st_size - sizeof(tr);
+        rd.buf = malloc(READER_BUF);
+        if (!rd.buf)
+                return engine_fail(err, -ENOMEM, "out of memory for the state");
+        zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
+        if (e->n_targets > 0)
+                r = engine_fail(err, -EBUSY, "the engine serves targets already");
+        else
+                r = load_all(e, &rd, &tr, &made, &recs, &n, err);
+        if (r >= 0)
+                r = load_publish(e, made, recs, n, adopted, userdata);
+        else
+                /* Nothing taken over: the descriptors stay open, so the
+                 * targets wait rather than read zeros. */
+                for (size_t i = 0; made && i < n; i++)
+                        if (made[i]) {
+                                made[i]->uffd = -EBADF;
+                                target_free(made[i]);
+                        }
+        zsw_mutex_unlock(&e->control_lock);
+        free(rd.entries);
+        free(rd.buf);
+        if (r >= 0)
+                zsw_log(e->log, LOG_INFO, "State loaded in %" PRIu64 " ms: %d targets adopted, %zu "
+                        "entries", (zsw_now_ns() - start) / 1000000, r, rd.n_entries);
+        return r;
+}

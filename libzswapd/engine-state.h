@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The state one zswapd hands to the binary it executes in its place
+ * (zsw_engine_save(), zsw_engine_load()): the layout, written and read by
+ * engine-state.c alone. Not a public interface; docs/design.md describes
+ * it for people.
+ *
+ * Host byte order and host layout: the state never leaves the machine, it
+ * only crosses one execve(2). A reader refuses a version it does not know
+ * (the pages then stay with the process that wrote them, see
+ * zsw_engine_load()).
+ *
+ *   header                  struct state_header
+ *   per target:
+ *     struct state_target   who it is and its settings
+ *     per stored page:      struct state_page, then, for a page whose
+ *                           entry is new (id == the count of entries so
+ *                           far), struct state_entry and length payload
+ *                           bytes; a page of an entry already given
+ *                           (shared within a fork family) has id < that
+ *                           count and nothing follows
+ *   trailer                 struct state_trailer
+ */
+#pragma once
+
+#include <stdint.h>
+
+#define ZSW_STATE_MAGIC "ZSWSTATE"
+#define ZSW_STATE_END "ZSWSTEND"
+#define ZSW_STATE_VERSION 1u
+#define ZSW_STATE_LABEL_MAX 64u
+
+struct state_header {
+        char magic[8];                  /* ZSW_STATE_MAGIC */
+        uint32_t version;               /* ZSW_STATE_VERSION */
+        uint32_t page_size;             /* ZSW_PAGE_SIZE of the writer */
+        uint32_t n_targets;
+        uint32_t header_size;           /* sizeof(struct state_header) */
+        uint32_t target_size;           /* sizeof(struct state_target) */
+        uint32_t reserved;
+};
+
+struct state_target {
+        int32_t pid;
+        int32_t uffd;                   /* the writer's descriptor, kept across exec */
+        uint64_t start_time;            /* field 22 of /proc/PID/stat, in clock ticks */
+        int32_t target_uffd;            /* the target's own descriptor number, -1 if none */
+        uint32_t family;                /* index of the first target of its fork family */
+        uint64_t scratch, scratch_size; /* the scratch mapping inside the target */
+        uint32_t compressor;            /* enum zsw_compressor */
+        int32_t level;
+        uint64_t max_pages;
+        uint8_t no_writeback, aging, throttle, reserved;
+        uint32_t prefetch_window, zero_window;
+        char label[ZSW_STATE_LABEL_MAX]; /* the owner's label (a policy name), "" for none */
+        uint64_t n_pages;
+};
+
+struct state_page {
+        uint64_t pgno;
+        uint64_t id;                    /* the entry's number, in the order first given */
+};
+
+struct state_entry {
+        uint8_t state;                  /* enum zsw_entry_state: SAME, COMPRESSED or RAW */
+        uint8_t compressor;
+        uint16_t length;                /* payload bytes that follow; 0 for SAME */
+        uint32_t reserved;
+        uint64_t value;                 /* SAME: the repeated word */
+};
+
+struct state_trailer {
+        char magic[8];                  /* ZSW_STATE_END */
+        uint64_t n_entries;
+        uint64_t total_bytes;           /* the whole state, trailer included */
+};

@@ -1,0 +1,475 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * `zswapctl reexec` on the real zswapd (first argument) and zswapctl
+ * (second), with real targets (zswapd-test-target): the process stays the
+ * same, no page goes back to any target (a multi-threaded one that keeps
+ * writing, a fork family made after attach, pages written back to the
+ * swapfile), every byte reads back afterwards, a thread blocked in a fault
+ * when the re-exec is asked for resumes with its data, and a re-exec that
+ * cannot happen leaves zswapd serving as before.
+ */
+#define TEST_NO_MAIN
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+#include "test.h"
+#include "target-client.h"
+
+#define TARGET_MIB 24 /* as the fill commands say */
+#define TARGET_PAGES (TARGET_MIB * 256ull)
+
+static const char *zswapd_path, *zswapctl_path;
+
+struct daemon {
+        char dir[64], sock[96], log[96];
+        pid_t pid;
+};
+
+static char *fd_slurp(int fd);
+
+static bool can_connect(const char *path) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        bool ok;
+
+        ASSERT_GE(fd, 0);
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+        ok = connect(fd, (struct sockaddr *) &sa, sizeof(sa)) == 0;
+        close(fd);
+        return ok;
+}
+
+/* Starts zswapd (the binary at exe) with conf as its zswapd.conf; with
+ * state (len bytes), as if a re-exec had handed that state over. */
+static void daemon_start_with(struct daemon *d, const char *exe, const char *conf,
+                              const void *state, size_t len) {
+        char path[128];
+        int status;
+        FILE *f;
+
+        snprintf(d->dir, sizeof(d->dir), "/var/tmp/zswapd-reexec.XXXXXX");
+        ASSERT_TRUE(mkdtemp(d->dir));
+        snprintf(d->sock, sizeof(d->sock), "%s/ctl.sock", d->dir);
+        snprintf(d->log, sizeof(d->log), "%s/log", d->dir);
+        snprintf(path, sizeof(path), "%s/zswapd.conf", d->dir);
+        f = fopen(path, "we");
+        ASSERT_TRUE(f);
+        fputs(conf, f);
+        ASSERT_OK(fclose(f));
+        d->pid = fork();
+        ASSERT_GE(d->pid, 0);
+        if (d->pid == 0) {
+                int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                dup2(fd, STDERR_FILENO);
+                if (state) {
+                        int sfd = memfd_create("state", 0);
+                        char num[16];
+
+                        if (sfd < 0 || write(sfd, state, len) != (ssize_t) len ||
+                            lseek(sfd, 0, SEEK_SET) < 0)
+                                _exit(97);
+                        snprintf(num, sizeof(num), "%d", sfd);
+                        setenv("ZSWAPD_REEXEC_STATE", num, 1);
+                }
+                execl(exe, exe, "--socket", d->sock, "--config", d->dir, NULL);
+                _exit(98);
+        }
+        while (!can_connect(d->sock)) {
+                if (waitpid(d->pid, &status, WNOHANG) == d->pid)
+                        TEST_FAIL("zswapd exited with status %d at start-up; see %s", status, d->log);
+                usleep(10000);
+        }
+}
+
+static void daemon_start(struct daemon *d, const char *exe, const char *conf) {
+        daemon_start_with(d, exe, conf, NULL, 0);
+}
+
+static char *daemon_log(const struct daemon *d) {
+        int fd = open(d->log, O_RDONLY | O_CLOEXEC);
+        char *s;
+
+        ASSERT_GE(fd, 0);
+        s = fd_slurp(fd);
+        close(fd);
+        return s;
+}
+
+/* SIGTERM: every page goes back, zswapd exits 0. */
+static void daemon_stop(struct daemon *d) {
+        char cmdline[256];
+        int status;
+
+        ASSERT_OK(kill(d->pid, SIGTERM));
+        ASSERT_EQ(waitpid(d->pid, &status, 0), d->pid);
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        snprintf(cmdline, sizeof(cmdline), "rm -rf '%s'", d->dir);
+        ASSERT_EQ(system(cmdline), 0);
+}
+
+static char *fd_slurp(int fd) {
+        off_t len = lseek(fd, 0, SEEK_END);
+        char *s = malloc(len + 1);
+
+        ASSERT_TRUE(s);
+        ASSERT_EQ(pread(fd, s, len, 0), len);
+        s[len] = 0;
+        return s;
+}
+
+/* Runs zswapctl -s SOCK ARGS...; its exit status, its output in *out. */
+static int ctl(const struct daemon *d, char **out, const char *const args[]) {
+        int ofd = memfd_create("out", MFD_CLOEXEC), status;
+        const char *argv[16] = { zswapctl_path, "-s", d->sock };
+        size_t n = 3;
+        pid_t pid;
+
+        ASSERT_GE(ofd, 0);
+        for (size_t i = 0; args[i]; i++)
+                argv[n++] = args[i];
+        pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+                dup2(ofd, STDOUT_FILENO);
+                dup2(ofd, STDERR_FILENO);
+                execv(zswapctl_path, (char **) argv);
+                _exit(127);
+        }
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        *out = fd_slurp(ofd);
+        close(ofd);
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+static char *ctl_ok(const struct daemon *d, const char *const args[]) {
+        char *out;
+
+        if (ctl(d, &out, args) != 0)
+                TEST_FAIL("zswapctl %s failed: %s", args[0], out);
+        return out;
+}
+
+/* key's value in s, after the object of pid (0: the first, the global one). */
+static uint64_t json_u64(const char *s, pid_t pid, const char *key) {
+        char pat[64];
+        const char *p;
+
+        if (pid) {
+                snprintf(pat, sizeof(pat), "\"pid\":%d,", pid);
+                s = strstr(s, pat);
+                if (!s)
+                        TEST_FAIL("no target %d in the stats", pid);
+        }
+        snprintf(pat, sizeof(pat), "\"%s\":", key);
+        p = strstr(s, pat);
+        if (!p)
+                TEST_FAIL("no %s in %s", key, s);
+        return strtoull(p + strlen(pat), NULL, 10);
+}
+
+/* A figure of one target, or of the store ("global") with pid 0. */
+static uint64_t stat_of(const struct daemon *d, pid_t pid, const char *key) {
+        char p[16];
+        char *out;
+        uint64_t v;
+
+        snprintf(p, sizeof(p), "%d", pid);
+        out = ctl_ok(d, pid ? (const char *const[]) { "stats", p, "--json", NULL }
+                            : (const char *const[]) { "stats", "--json", NULL });
+        v = json_u64(out, pid, key);
+        free(out);
+        return v;
+}
+
+static void attach(const struct daemon *d, pid_t pid) {
+        char p[16];
+
+        snprintf(p, sizeof(p), "%d", pid);
+        free(ctl_ok(d, (const char *const[]) { "attach", p, NULL }));
+}
+
+static void reclaim_all(const struct daemon *d, pid_t pid) {
+        char p[16];
+
+        snprintf(p, sizeof(p), "%d", pid);
+        free(ctl_ok(d, (const char *const[]) { "reclaim", p, "--all", NULL }));
+}
+
+/* Whether zswapd serves pid (a fork child is served once it is named). */
+static bool served(const struct daemon *d, pid_t pid) {
+        char p[16], *out;
+        int r;
+
+        snprintf(p, sizeof(p), "%d", pid);
+        r = ctl(d, &out, (const char *const[]) { "stats", p, "--json", NULL });
+        free(out);
+        return r == 0;
+}
+
+static uint64_t rss_anon_kb(pid_t pid) {
+        char path[64], line[256];
+        uint64_t kb = UINT64_MAX;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/status", pid);
+        f = fopen(path, "re");
+        ASSERT_TRUE(f);
+        while (fgets(line, sizeof(line), f))
+                if (sscanf(line, "RssAnon: %" SCNu64, &kb) == 1)
+                        break;
+        fclose(f);
+        ASSERT_NE(kb, UINT64_MAX);
+        return kb;
+}
+
+static void reexec_ok(const struct daemon *d) {
+        char *out = ctl_ok(d, (const char *const[]) { "reexec", NULL });
+        char want[32];
+
+        snprintf(want, sizeof(want), "(pid %d)", d->pid);
+        if (!strstr(out, "re-executed") || !strstr(out, want))
+                TEST_FAIL("unexpected reply to reexec: %s", out);
+        free(out);
+        /* Still our child, still running: the same process. */
+        ASSERT_EQ(waitpid(d->pid, NULL, WNOHANG), 0);
+}
+
+/* Several targets, pages in memory and on disk, a fork family, a target
+ * that keeps writing: after the re-exec nothing came back, all is there. */
+static void test_reexec_keeps_every_page(void) {
+        struct daemon d;
+        struct target *writer, *parent, *quiet;
+        pid_t child;
+        uint64_t stored[3], rss[3], disk;
+        pid_t quiet_pids[3];
+
+        daemon_start(&d, zswapd_path, "[Store]\nIncompressible=keep\n[Pool]\nLimit=8M\n"
+                                      "[Writeback]\nEnabled=yes\nSwapfile=/var/tmp\n"
+                                      "SwapfileSize=256M\n");
+        writer = target_start("--synthetic");
+        parent = target_start(NULL);
+        quiet = target_start(NULL);
+        cmd_ok(writer, "fill 24");
+        cmd_ok(parent, "fill 24 10");
+        cmd_ok(quiet, "fill 24");
+        attach(&d, writer->pid);
+        attach(&d, parent->pid);
+        attach(&d, quiet->pid);
+        reclaim_all(&d, parent->pid);
+        /* Forked after its pages were taken: parent and child share them. */
+        child = (pid_t) field(cmd_ok(parent, "fork-hold"), "child");
+        while (!served(&d, child))
+                usleep(10000);
+        reclaim_all(&d, quiet->pid);
+        reclaim_all(&d, writer->pid);
+        cmd_ok(writer, "threads 4");
+
+        /* The pool limit sent the coldest pages to the swapfile. */
+        disk = stat_of(&d, 0, "disk_pages");
+        ASSERT_GT(disk, 0);
+        quiet_pids[0] = parent->pid;
+        quiet_pids[1] = child;
+        quiet_pids[2] = quiet->pid;
+        for (int i = 0; i < 3; i++) {
+                stored[i] = stat_of(&d, quiet_pids[i], "stored_pages");
+                rss[i] = rss_anon_kb(quiet_pids[i]);
+                ASSERT_GT(stored[i], 0);
+        }
+        fprintf(stderr, "before: %" PRIu64 " pages on disk; stored %" PRIu64 "/%" PRIu64 "/%" PRIu64
+                "\n", disk, stored[0], stored[1], stored[2]);
+
+        reexec_ok(&d);
+
+        /* Every target is served by the new process, with every page it
+         * had; none came back (not one fault of the idle ones). */
+        for (int i = 0; i < 3; i++) {
+                ASSERT_EQ_U(stat_of(&d, quiet_pids[i], "stored_pages"), stored[i]);
+                ASSERT_EQ_U(stat_of(&d, quiet_pids[i], "faults"), 0);
+                ASSERT_LE(rss_anon_kb(quiet_pids[i]), rss[i] + 64);
+        }
+        ASSERT_TRUE(served(&d, writer->pid));
+
+        /* Once more with the new binary, while the writer writes. */
+        reexec_ok(&d);
+
+        field(cmd_ok(writer, "stop"), "writes");
+        expect_verify(writer, TARGET_PAGES, 0);
+        expect_verify(parent, TARGET_PAGES, 0);
+        expect_verify(quiet, TARGET_PAGES, 0);
+        ASSERT_EQ_U(field(cmd_ok(parent, "fork-release"), "good"), TARGET_PAGES);
+        ASSERT_EQ_U(field(parent->line, "bad"), 0);
+
+        /* Stop gives everything back. */
+        reclaim_all(&d, quiet->pid);
+        daemon_stop(&d);
+        expect_verify(quiet, TARGET_PAGES, 0);
+        target_exit(writer);
+        target_exit(parent);
+        target_exit(quiet);
+}
+
+static bool in_userfault(pid_t pid) {
+        char path[64], wchan[64] = "";
+        int fd;
+        ssize_t n;
+
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan", pid, pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        ASSERT_GE(fd, 0);
+        n = read(fd, wchan, sizeof(wchan) - 1);
+        close(fd);
+        return n > 0 && strncmp(wchan, "handle_userfault", 16) == 0;
+}
+
+/* A thread waiting in a fault when the re-exec is asked for (zswapd
+ * stopped meanwhile, so nobody serves it) gets its page from the new
+ * process. */
+static void test_reexec_wakes_a_thread_blocked_in_a_fault(void) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        struct daemon d;
+        struct target *t;
+        char reply[512];
+        ssize_t n;
+        int fd;
+
+        daemon_start(&d, zswapd_path, "");
+        t = target_start(NULL);
+        cmd_ok(t, "fill 24");
+        attach(&d, t->pid);
+        reclaim_all(&d, t->pid);
+
+        ASSERT_OK(kill(d.pid, SIGSTOP));
+        fprintf(t->in, "verify\n");
+        fflush(t->in);
+        while (!in_userfault(t->pid))
+                usleep(1000);
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        ASSERT_GE(fd, 0);
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d.sock);
+        ASSERT_OK(connect(fd, (struct sockaddr *) &sa, sizeof(sa)));
+        ASSERT_EQ(send(fd, "reexec", 6, 0), 6);
+        ASSERT_OK(kill(d.pid, SIGCONT));
+        n = recv(fd, reply, sizeof(reply) - 1, 0);
+        ASSERT_GT(n, 0);
+        reply[n] = 0;
+        if (strncmp(reply, "ok\n", 3) != 0)
+                TEST_FAIL("reexec answered: %s", reply);
+        close(fd);
+
+        ASSERT_TRUE(fgets(t->line, sizeof(t->line), t->out));
+        ASSERT_EQ_U(field(t->line, "good"), TARGET_PAGES);
+        ASSERT_EQ_U(field(t->line, "bad"), 0);
+        daemon_stop(&d);
+        target_exit(t);
+}
+
+/* A re-exec that cannot happen (the binary is not executable any more, a
+ * configuration the new process would refuse) fails with a clear error,
+ * and zswapd serves on as it was; once both are fixed, it goes through. */
+static void test_failed_reexec_changes_nothing(void) {
+        char exe[128], cmd[512], *out;
+        struct daemon d;
+        struct target *t;
+        FILE *f;
+
+        snprintf(exe, sizeof(exe), "/var/tmp/zswapd-reexec-bin.%d", getpid());
+        snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", zswapd_path, exe);
+        ASSERT_EQ(system(cmd), 0);
+        daemon_start(&d, exe, "");
+        t = target_start(NULL);
+        cmd_ok(t, "fill 24");
+        attach(&d, t->pid);
+        reclaim_all(&d, t->pid);
+
+        ASSERT_OK(chmod(exe, 0644));
+        ASSERT_NE(ctl(&d, &out, (const char *const[]) { "reexec", NULL }), 0);
+        if (!strstr(out, "runs on as it was"))
+                TEST_FAIL("unexpected error: %s", out);
+        free(out);
+        ASSERT_EQ(waitpid(d.pid, NULL, WNOHANG), 0);
+        expect_verify(t, TARGET_PAGES, 0);
+        reclaim_all(&d, t->pid);
+
+        /* A configuration the new process would refuse: not even tried. */
+        snprintf(cmd, sizeof(cmd), "%s/zswapd.conf", d.dir);
+        f = fopen(cmd, "we");
+        ASSERT_TRUE(f);
+        fputs("[Store]\nCompressor=none-such\n", f);
+        ASSERT_OK(fclose(f));
+        ASSERT_OK(chmod(exe, 0755));
+        ASSERT_NE(ctl(&d, &out, (const char *const[]) { "reexec", NULL }), 0);
+        if (!strstr(out, "fix the configuration first"))
+                TEST_FAIL("unexpected error: %s", out);
+        free(out);
+        expect_verify(t, TARGET_PAGES, 0);
+        reclaim_all(&d, t->pid);
+        ASSERT_OK(truncate(cmd, 0));
+
+        reexec_ok(&d);
+        expect_verify(t, TARGET_PAGES, 0);
+        daemon_stop(&d);
+        unlink(exe);
+        target_exit(t);
+}
+
+/* A state the new binary cannot read (here: not a state at all) is not
+ * dropped: zswapd serves on, says so at error level, and a reexec hands
+ * the same state over again (and fails the same way, with its reason). */
+static void test_unreadable_state_is_kept(void) {
+        static const char garbage[64] = "ZSWSTATE but not one";
+        struct daemon d;
+        char *log, *out;
+
+        daemon_start_with(&d, zswapd_path, "", garbage, sizeof(garbage));
+        log = daemon_log(&d);
+        if (!strstr(log, "Cannot load the state the previous zswapd left"))
+                TEST_FAIL("no error about the state in the log: %s", log);
+        free(log);
+        free(ctl_ok(&d, (const char *const[]) { "stats", NULL }));
+        ASSERT_NE(ctl(&d, &out, (const char *const[]) { "reexec", NULL }), 0);
+        if (!strstr(out, "cannot load the state") || !strstr(out, "every page stays held"))
+                TEST_FAIL("unexpected reply to reexec: %s", out);
+        free(out);
+        ASSERT_EQ(waitpid(d.pid, NULL, WNOHANG), 0);
+        free(ctl_ok(&d, (const char *const[]) { "stats", NULL }));
+        daemon_stop(&d);
+}
+
+int main(int argc, char **argv) {
+        static const struct test_case cases[] = {
+                { "unreadable_state_is_kept", test_unreadable_state_is_kept },
+                { "reexec_keeps_every_page", test_reexec_keeps_every_page },
+                { "reexec_wakes_a_thread_blocked_in_a_fault",
+                  test_reexec_wakes_a_thread_blocked_in_a_fault },
+                { "failed_reexec_changes_nothing", test_failed_reexec_changes_nothing },
+        };
+
+        if (argc < 3) {
+                fprintf(stderr, "usage: %s ZSWAPD ZSWAPCTL [CASE...]\n", argv[0]);
+                return 2;
+        }
+        if (geteuid() != 0) {
+                fprintf(stderr, "skipped: needs root (ptrace and userfaultfd of other processes)\n");
+                return EXIT_TEST_SKIP;
+        }
+        zswapd_path = argv[1];
+        zswapctl_path = argv[2];
+        for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+                bool run = argc == 3;
+
+                for (int k = 3; k < argc; k++)
+                        run = run || strcmp(argv[k], cases[i].name) == 0;
+                if (!run)
+                        continue;
+                fprintf(stderr, "=== %s\n", cases[i].name);
+                cases[i].fn();
+        }
+        return 0;
+}
