@@ -51,9 +51,10 @@ grep -qx 'ExecStart=/usr/sbin/zswapd' "$root/lib/systemd/system/zswapd.service" 
         fail "the unit does not start /usr/sbin/zswapd"
 grep -q 'deb-systemd-helper.* enable .*zswapd.service' "$tmp/control/postinst" ||
         fail "postinst does not enable zswapd.service"
-grep -q '_dh_action=start' "$tmp/control/postinst" &&
-        grep -q "deb-systemd-invoke .*'zswapd.service'" "$tmp/control/postinst" ||
+grep -q "deb-systemd-invoke start 'zswapd.service'" "$tmp/control/postinst" ||
         fail "postinst does not start zswapd.service"
+grep -q 'zswapctl reexec' "$tmp/control/postinst" && ! grep -q '_dh_action=restart\|deb-systemd-invoke restart' "$tmp/control/postinst" ||
+        fail "postinst restarts zswapd.service on upgrade, which gives every page back; it must re-execute it"
 
 version=$(dpkg-deb -f "$deb" Version)
 "$root/usr/sbin/zswapd" --version | grep -qw "$version" ||

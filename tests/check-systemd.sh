@@ -13,6 +13,8 @@
 #   - systemctl restart, stop and start with pages stored: each stop gives
 #     every page back, each start attaches the targets again;
 #   - writeback to a swapfile under the unit's sandbox;
+#   - an upgrade (the package installed again) with pages stored: zswapd
+#     re-executes in place and no page goes back;
 #   - dpkg --remove with pages stored gives every page back.
 # With --meson-install instead of a package, the build's `meson install`
 # (its prefix, /usr/local by default) goes into the root, the unit is
@@ -471,6 +473,29 @@ done
 reclaim_all "after start"
 for u in "${units[@]}"; do verify "$u" "the reclaim after start"; done
 
+# An upgrade with pages stored (the same package again: dpkg runs the
+# upgrade path of its maintainer scripts) keeps them: zswapd re-executes
+# the new binary in place (zswapctl reexec) instead of restarting. After
+# meson install, zswapctl reexec itself.
+upgrade=(dpkg -i "/root/$what")
+[ $mode = deb ] || upgrade=(zswapctl reexec)
+reclaim_all "before ${upgrade[*]}"
+old=$(prop zswapd MainPID)
+declare -A kept
+for u in "${units[@]}"; do kept[$u]=$(tstat "$u" stored_pages); done
+ct "${upgrade[@]}" > "$tmp/upgrade.log" 2>&1 || { cat "$tmp/upgrade.log"; fail "${upgrade[*]}"; }
+check_started "after ${upgrade[*]}"
+[ "$(prop zswapd MainPID)" = "$old" ] ||
+        fail "${upgrade[*]} replaced zswapd $old by $(prop zswapd MainPID): a restart, not a re-exec"
+for u in "${units[@]}"; do
+        [ "$(tstat "$u" stored_pages)" = "${kept[$u]}" ] ||
+                fail "$u: ${kept[$u]} pages stored before ${upgrade[*]}, $(tstat "$u" stored_pages) after"
+        r=$(rss_kib "$u")
+        [ "$r" -lt 16384 ] || fail "$u: resident $r KiB after ${upgrade[*]}: pages were given back"
+        verify "$u" "${upgrade[*]}"
+done
+say "${upgrade[*]}: same zswapd (pid $old) re-executed, ${kept[*]} pages kept stored, every byte verified"
+
 # Nothing zswapd logged at error level in all of this.
 errs=$(ct journalctl -u zswapd --no-pager -o cat -p err) || true
 [ -z "$errs" ] || fail "zswapd logged errors: $errs"
@@ -487,5 +512,5 @@ ct "${removal[@]}" zswapd > "$tmp/remove.log" 2>&1 || { cat "$tmp/remove.log"; f
 active zswapd active && fail "zswapd still active after ${removal[*]}"
 [ "$(prop zswapd Result)" = success ] || fail "zswapd stopped with result $(prop zswapd Result) by ${removal[*]}"
 given_back "${removal[*]}"
-say "ok: $what: install, start, reload, policy attach (root and nobody), reclaim, restart, stop, start, remove" \
+say "ok: $what: install, start, reload, policy attach (root and nobody), reclaim, restart, stop, start, upgrade, remove" \
     "under systemd $(ct systemctl --version | sed -n '1s/^systemd \([0-9]*\).*/\1/p')"
