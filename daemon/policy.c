@@ -566,6 +566,9 @@ static void group_reclaimed(struct policy_group *g, uint64_t got) {
         struct policy_step_limits l = policy_group_limits(g);
 
         policy_step_reclaimed(&g->step, &l, g->reclaim_want, got);
+        /* A reclaim that took nothing cannot make room: held first
+         * touches would wait for nothing (group_throttle()). */
+        g->reclaim_stalled = got == 0;
         g->reclaimed_last = got;
         g->reclaimed_total += got;
         g->decision = got > 0 ? "reclaimed" : "nothing to reclaim";
@@ -657,21 +660,44 @@ static void group_read_pressure(struct policy_group *g, uint64_t elapsed) {
         g->avg10 = g->policy->pressure.full && psi.has_full ? psi.full.avg10 : psi.some.avg10;
 }
 
-/* Over its budget, a group's first touches are throttled (one page per
- * fault, no zero-fill window) until a check finds it back under: a
- * process filling fresh memory faster than reclaim can take it away
- * would otherwise run far past the budget (77 MiB over a 163 MiB budget
- * in bench/compare's over-commit run before this). */
-static void group_throttle(struct policy_manager *m, struct policy_group *g, bool on) {
+/* A group with a budget has its first touches held at it
+ * (zsw_engine_set_hold()): the engine reads the group's use and lets a
+ * first touch fill only the room left, and one at the budget waits until
+ * reclaim has made room, as an allocation over a memcg limit waits in
+ * direct reclaim. Only while reclaim can make that room: not while the
+ * group backs off (pressure, a PSI trigger) and not after a reclaim that
+ * took nothing (nothing left to take, a target that cannot be stopped),
+ * until one takes something again; a held fault would otherwise wait out
+ * the engine's bound (100 ms) at every page. Then, as over its budget
+ * without a hold, first touches are throttled (one page per fault, no
+ * zero-fill window) until a check finds it back under. */
+static void group_throttle(struct policy_manager *m, struct policy_group *g, uint64_t usage,
+                           uint64_t budget) {
+        bool budgeted = group_has_budget(g), on = budgeted && usage > budget;
+        bool hold = budgeted && g->memory_fd >= 0 && budget > 0 && !g->reclaim_stalled &&
+                    g->step.pause_periods == 0 && !g->trigger_fired;
+
         /* Every time, not only on a change: targets that joined since get
          * it too, and a group made anew by a reload (throttled false)
          * lets go of targets an older one throttled. */
-        for (size_t i = 0; i < g->n_pids; i++)
+        for (size_t i = 0; i < g->n_pids; i++) {
+                int r = zsw_engine_set_hold(m->engine, g->pids[i].pid, g->memory_fd,
+                                            hold ? budget : 0);
+
+                if (r < 0 && r != -ENOENT && hold != g->holding)
+                        log_warning_errno(r, "Policy %s, group %s: cannot hold the first touches "
+                                             "of %d at the budget, throttling them only: %m",
+                                          g->policy_name, g->cgroup, g->pids[i].pid);
                 (void) zsw_engine_set_throttle(m->engine, g->pids[i].pid, on);
+        }
         if (on != g->throttled)
                 log_debug("Policy %s, group %s: first touches %s.", g->policy_name, g->cgroup,
                           on ? "throttled (over budget)" : "no longer throttled");
+        if (hold != g->holding && budgeted)
+                log_debug("Policy %s, group %s: first touches %s.", g->policy_name, g->cgroup,
+                          hold ? "held at the budget" : "no longer held (reclaim cannot make room now)");
         g->throttled = on;
+        g->holding = hold;
         if (on)
                 g->throttle_checks++;
 }
@@ -698,7 +724,7 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
         if (g->budget_base == 0)
                 g->budget_base = g->usage_bytes;
         g->budget_bytes = limit_resolve(&p->memory_budget, g->budget_base);
-        group_throttle(m, g, group_has_budget(g) && g->usage_bytes > g->budget_bytes);
+        group_throttle(m, g, g->usage_bytes, g->budget_bytes);
 
         if (g->n_pids == 0) {
                 g->decision = "no processes";
@@ -751,7 +777,7 @@ static void group_check_budget(struct policy_manager *m, struct policy_group *g)
             zsw_cgroup_read_memory_at(g->memory_fd, &usage) < 0)
                 return;
         budget = limit_resolve(&p->memory_budget, g->budget_base);
-        group_throttle(m, g, usage > budget);
+        group_throttle(m, g, usage, budget);
         if (usage <= policy_budget_low_mark(budget) || g->step.pause_periods > 0 ||
             g->trigger_fired || g->reclaiming)
                 return;
