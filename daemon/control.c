@@ -718,7 +718,7 @@ static int defer_reclaim(struct control *c, struct client *cl, const struct cont
                                                .max_bytes = req->max_bytes,
                                                .min_cold_age_ms = req->min_age_ms,
                                        },
-                                       reclaim_done, cl);
+                                       false, reclaim_done, cl);
         if (!cl->pending)
                 return 0; /* out of memory: try here */
         c->n_pending++;

@@ -620,13 +620,16 @@ static void group_reclaim(struct policy_manager *m, struct policy_group *g, uint
         g->reclaim_want = want;
         g->reclaimed_last = 0;
         if (m->reclaimer && n > 0) {
-                g->reclaiming = reclaimer_submit(m->reclaimer, pids, n, &what,
+                /* New mappings of every target under the hold. */
+                g->reclaiming = reclaimer_submit(m->reclaimer, pids, n, &what, g->holding,
                                                  group_reclaim_done, g);
                 if (g->reclaiming) {
                         g->decision = "reclaiming";
                         return;
                 }
         }
+        for (size_t i = 1; g->holding && i < n; i++)
+                (void) zsw_engine_register(m->engine, pids[i]);
         for (size_t i = 0; i < n && got + page <= want; i++) {
                 struct zsw_reclaim_result res = {};
                 struct zsw_engine_error err = {};

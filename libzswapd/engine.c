@@ -104,6 +104,24 @@ int zsw_engine_age_scan(struct zsw_engine *e, pid_t pid, struct zsw_engine_error
         return r < 0 ? engine_fail(err, r, "age scan of process %d failed: %s", pid, strerror(-r)) : 0;
 }
 
+int zsw_engine_register(struct zsw_engine *e, pid_t pid) {
+        struct zsw_target *t;
+        int r;
+
+        zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
+        t = engine_find_target(e, pid);
+        if (!t) {
+                zsw_mutex_unlock(&e->control_lock);
+                return -ENOENT;
+        }
+        /* As a reclaim: evict_lock keeps t alive without control_lock. */
+        zsw_mutex_lock(&t->evict_lock, ZSW_LOCK_EVICT);
+        zsw_mutex_unlock(&e->control_lock);
+        r = evict_register_ranges(&e->evict, t, NULL, NULL);
+        zsw_mutex_unlock(&t->evict_lock);
+        return r;
+}
+
 int zsw_engine_set_throttle(struct zsw_engine *e, pid_t pid, bool on) {
         struct zsw_target *t;
 

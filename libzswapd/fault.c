@@ -144,6 +144,9 @@ static unsigned prefetch(struct fault_thread *ft, struct zsw_target *t, uint64_t
         unsigned want = prefetch_window(t), n = 0, window;
         ssize_t copied;
 
+        /* Pages it brings count against the group's room (hold.c). */
+        if (want > 0)
+                want = (unsigned) hold_admit(t, want);
         if (want == 0)
                 return 0;
         /* Not into the round in flight: its pages are the round's to serve. */
@@ -160,6 +163,7 @@ static unsigned prefetch(struct fault_thread *ft, struct zsw_target *t, uint64_t
         if (copied <= 0)
                 return 0;
         n = (unsigned) (copied / ZSW_PAGE_SIZE);
+        hold_spend(t, n);
         evict_forget_restored(t, pgno + 1, n);
         atomic_fetch_add_explicit(&t->prefetched, n, memory_order_relaxed);
         t->prefetch_tries++;
@@ -297,15 +301,35 @@ static uint64_t yield_to_target(struct zsw_target *t, uint64_t pgno, bool sequen
         return served;
 }
 
+/* Puts back the page pgno we took, loaded in the thread's buffer; returns
+ * what the copy returned, and in *ret_served when the fault was served. */
+static ssize_t restore_page(struct zsw_target *t, uint64_t pgno, bool sequential, bool same_thread,
+                            uint64_t *ret_served) {
+        ssize_t r = zsw_uffd_copy(t->uffd, pgno * ZSW_PAGE_SIZE, tls_buf->pages, ZSW_PAGE_SIZE, 0);
+
+        if (r > 0)
+                *ret_served = yield_to_target(t, pgno, sequential, same_thread);
+        /* In place, ours or whoever was first: the copy is stale. */
+        if (r > 0 || r == -EEXIST)
+                evict_forget_restored(t, pgno, 1);
+        /* Back unprotected: the next age scan finds it used. */
+        if (r > 0) {
+                atomic_fetch_add_explicit(&t->refaults, 1, memory_order_relaxed);
+                target_note_refault(t, pgno);
+                zsw_heat_touch(t->heat, pgno, 1, *ret_served);
+        }
+        return r;
+}
+
 /* Every message we read ends with its thread woken: by the ioctl that
  * resolves the fault (COPY, ZEROPAGE, POISON wake on success), by
- * wake_unresolved(), by the eviction round it waits for, or, for a first
- * touch the hold parked, once hold.c lets it go (served here again, with
+ * wake_unresolved(), by the eviction round it waits for, or, for a fault
+ * the hold parked, once hold.c lets it go (served here again, with
  * every check made anew) or releases it. The load is shared: the entry
  * goes only once its page is in place, so a failed copy loses nothing and
  * needs no store call to put the page back (which a full pool could
- * refuse). With pass, a first touch gets one page whatever the hold says
- * (it waited HOLD_MAX_NS). */
+ * refuse). With pass, the fault gets one page whatever the hold says (it
+ * waited HOLD_MAX_NS). */
 static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_t addr,
                           bool write, uint32_t tid, bool pass) {
         uint64_t pgno = addr / ZSW_PAGE_SIZE, page = pgno * ZSW_PAGE_SIZE;
@@ -315,7 +339,7 @@ static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_
          * sequential stream, which used every one of them. */
         bool sequential = pgno == t->next_fault_pgno;
         /* Pages placed from pgno on: a zero fill may place more than one. */
-        uint64_t placed = 1;
+        uint64_t placed = 1, max;
         ssize_t r;
 
         if (sequential && t->prefetched_last) {
@@ -337,39 +361,27 @@ static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_
                 atomic_fetch_add_explicit(&t->zero_faults, 1, memory_order_relaxed);
                 break;
         default:
+                /* A page the fault adds to the group, a first touch or
+                 * one we took coming back: as far as the group's room
+                 * goes (hold.c); with none it waits, its thread asleep. */
+                max = pass ? 1 : hold_admit(t, 1 + t->zero_window);
+                if (max == 0 && hold_park(t, addr, write, tid))
+                        return;
                 r = zsw_store_load(ft->worker, t->owner, pgno, tls_buf->pages, 0);
                 if (r == -ENOENT) {
                         /* Never taken by us: a first touch, zero-filled as
-                         * the kernel would, with the window after it, as
-                         * far as the group's room goes (hold.c); with no
-                         * room it waits, its thread asleep. */
-                        uint64_t max = pass ? 1 : hold_admit(t, 1 + t->zero_window);
-
-                        if (max == 0 && hold_park(t, addr, write, tid))
-                                return;
+                         * the kernel would, with the window after it. */
                         r = zero_fill(t, pgno, true, write, MAX(max, 1u));
-                        if (r > 0) {
+                        if (r > 0)
                                 placed = (uint64_t) r;
-                                hold_spend(t, placed);
-                        }
                         atomic_fetch_add_explicit(&t->zero_faults, 1, memory_order_relaxed);
                 } else if (r < 0) {
                         fail_fault(t, page, (int) r);
                         return;
-                } else {
-                        r = zsw_uffd_copy(t->uffd, page, tls_buf->pages, ZSW_PAGE_SIZE, 0);
-                        if (r > 0)
-                                served = yield_to_target(t, pgno, sequential, same_thread);
-                        /* In place, ours or whoever was first: the copy is stale. */
-                        if (r > 0 || r == -EEXIST)
-                                evict_forget_restored(t, pgno, 1);
-                        /* Back unprotected: the next age scan finds it used. */
-                        if (r > 0) {
-                                atomic_fetch_add_explicit(&t->refaults, 1, memory_order_relaxed);
-                                target_note_refault(t, pgno);
-                                zsw_heat_touch(t->heat, pgno, 1, served);
-                        }
-                }
+                } else
+                        r = restore_page(t, pgno, sequential, same_thread, &served);
+                if (r > 0)
+                        hold_spend(t, placed);
         }
         if (r < 0)
                 wake_unresolved(t, page, (int) r);

@@ -123,6 +123,12 @@ int zsw_engine_reclaim_cold(struct zsw_engine *engine, pid_t pid,
                             const struct zsw_reclaim_request *req,
                             struct zsw_reclaim_result *ret, struct zsw_engine_error *err);
 
+/* Registers pid's mappings made since its attach or its last reclaim (a
+ * reclaim registers them itself), so that its first touches there reach
+ * the engine: the first-touch hold (zsw_engine_set_hold()) sees no
+ * others. Reads its smaps, as a reclaim does. -ENOENT if not attached. */
+int zsw_engine_register(struct zsw_engine *engine, pid_t pid);
+
 /* Runs an age scan of pid now (the engine also runs them every
  * age_interval_ms). A scan finds the present pages with PAGEMAP_SCAN
  * (after re-reading smaps, to register new mappings), ages the ones still
