@@ -665,20 +665,20 @@ static void group_read_pressure(struct policy_group *g, uint64_t elapsed) {
 
 /* A group with a budget has its first touches held at it
  * (zsw_engine_set_hold()): the engine reads the group's use and lets a
- * first touch fill only the room left, and one at the budget waits until
- * reclaim has made room, as an allocation over a memcg limit waits in
- * direct reclaim. Only while reclaim can make that room: not while the
- * group backs off (pressure, a PSI trigger) and not after a reclaim that
- * took nothing (nothing left to take, a target that cannot be stopped),
- * until one takes something again; a held fault would otherwise wait out
- * the engine's bound (100 ms) at every page. Then, as over its budget
- * without a hold, first touches are throttled (one page per fault, no
- * zero-fill window) until a check finds it back under. */
+ * fault that adds a page place only the room left, and one at the budget
+ * waits until reclaim has made room, as an allocation over a memcg limit
+ * waits in direct reclaim (a group backing off still reclaims at the
+ * budget itself: group_check_budget()). Only while reclaim can make that
+ * room: not after a reclaim that took nothing (nothing left to take, a
+ * target that cannot be stopped), until one takes something again; a
+ * held fault would otherwise wait out the engine's bound (100 ms) at
+ * every page. Then, as over its budget without a hold, first touches are
+ * throttled (one page per fault, no zero-fill window) until a check finds
+ * it back under. */
 static void group_throttle(struct policy_manager *m, struct policy_group *g, uint64_t usage,
                            uint64_t budget) {
         bool budgeted = group_has_budget(g), on = budgeted && usage > budget;
-        bool hold = budgeted && g->memory_fd >= 0 && budget > 0 && !g->reclaim_stalled &&
-                    g->step.pause_periods == 0 && !g->trigger_fired;
+        bool hold = budgeted && g->memory_fd >= 0 && budget > 0 && !g->reclaim_stalled;
 
         /* Every time, not only on a change: targets that joined since get
          * it too, and a group made anew by a reload (throttled false)
@@ -781,8 +781,12 @@ static void group_check_budget(struct policy_manager *m, struct policy_group *g)
                 return;
         budget = limit_resolve(&p->memory_budget, g->budget_base);
         group_throttle(m, g, usage, budget);
-        if (usage <= policy_budget_low_mark(budget) || g->step.pause_periods > 0 ||
-            g->trigger_fired || g->reclaiming)
+        /* Backing off (pressure) pauses reclaim between the marks, not at
+         * the budget itself: there the group's faults wait for it (the
+         * hold), as an allocation over a memcg limit reclaims whatever the
+         * pressure. */
+        if (usage <= policy_budget_low_mark(budget) || g->reclaiming ||
+            ((g->step.pause_periods > 0 || g->trigger_fired) && usage < budget - budget / 64))
                 return;
         cap = group_rate_credit(g, now_usec());
         if (cap < (uint64_t) ZSW_PAGE_SIZE)

@@ -468,7 +468,7 @@ static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const stru
         }
 }
 
-/* Serves the first touches the hold parked that may go now (hold.c),
+/* Serves the faults the hold parked that may go now (hold.c),
  * oldest first, and polls again while any stays parked. serve_lock held. */
 static void serve_parked(struct fault_thread *ft, struct zsw_target *t) {
         struct parked_fault p;

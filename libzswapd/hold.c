@@ -2,7 +2,10 @@
 /*
  * The first-touch hold: a group at its memory budget gets no fresh page
  * until reclaim has made room, as a task over a memcg limit waits in
- * direct reclaim.
+ * direct reclaim. Pages the engine took and a fault brings back are held
+ * the same way: they add a page to the group as a first touch does (the
+ * kernel charges a swap-in as an allocation), and a process reading back
+ * what was taken would otherwise run the group far past its budget.
  *
  * The room is the group's own counter (memory.current, or v1's
  * memory.usage_in_bytes: the one its peak is kept of), read by the fault
@@ -12,9 +15,9 @@
  * R pages of room lets first touches fill a chunk of R/HOLD_SHARE pages
  * (at most HOLD_CHUNK_MAX) before the next read. So up to HOLD_SHARE
  * targets of a group filling at once cannot together take more than the
- * room they saw. The zero-fill window is cut to the chunk.
+ * room they saw. The zero-fill window and prefetch are cut to the chunk.
  *
- * A first touch with no room is parked: its message is kept, its thread
+ * A fault with no room is parked: its message is kept, its thread
  * left asleep (never blocking the fault thread, which goes on serving
  * every other target). The fault thread serves parked faults, oldest
  * first, once a read finds room: when it handles the target's next

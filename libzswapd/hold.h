@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * The first-touch hold (hold.c): while a target's group uses its memory
- * limit, the target's first touches wait, as an allocation over a memcg
+ * limit, the target's faults that would add a page (first touches, and
+ * pages the engine took coming back) wait, as an allocation over a memcg
  * limit waits in direct reclaim. The fault threads (fault.c) ask it how
- * many fresh pages a first touch may fill, park the faults it refuses and
- * serve them when it lets them go; the engine turns it on and off
+ * many pages a fault may place, park the faults it refuses and serve them
+ * when it lets them go; the engine turns it on and off
  * (zsw_engine_set_hold()). Not a public interface.
  */
 #pragma once
@@ -17,7 +18,7 @@
 /* While faults are parked, the group's use is read again this often. */
 #define HOLD_POLL_NS (2ull * 1000 * 1000)
 /* Faults parked per target at most (one per thread, a thread faults once
- * at a time); past that a first touch is served as if the hold were off. */
+ * at a time); past that a fault is served as if the hold were off. */
 #define HOLD_PARKED_MAX 64u
 
 /* A fault message read and neither resolved nor woken: its thread sleeps
@@ -57,10 +58,10 @@ void hold_set_limit(struct zsw_target *t, uint64_t limit_bytes);
 void hold_kick(struct zsw_target *t);
 
 /* With t's serve_lock held, from a fault thread: */
-/* How many fresh pages, at most want, a first touch may fill now (want
- * with the hold off); 0 when the group is at its limit. */
+/* How many pages, at most want, a fault may place now (want with the
+ * hold off); 0 when the group is at its limit. */
 uint64_t hold_admit(struct zsw_target *t, uint64_t want);
-/* Counts n fresh pages filled against what hold_admit() allowed. */
+/* Counts n pages placed against what hold_admit() allowed. */
 void hold_spend(struct zsw_target *t, uint64_t n);
 /* Parks the fault of thread tid at addr if the hold may: false when it
  * must be served now (see hold.c for which faults are never parked). */

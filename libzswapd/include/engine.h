@@ -184,10 +184,11 @@ int zsw_engine_set_throttle(struct zsw_engine *engine, pid_t pid, bool on);
 
 /* The first-touch hold: while the memory use of the cgroup whose memory
  * directory (v2, or v1's memory controller) is memory_dir_fd is at or
- * over limit_bytes, first touches of pid (pages zswapd never took) wait
- * until reclaim has brought it under, as an allocation over a memcg limit
- * waits in direct reclaim; under it, they fill no more than its room (the
- * zero-fill window is cut to it). The fault threads read the group's use
+ * over limit_bytes, faults of pid that add a page (first touches of pages
+ * zswapd never took, and pages it took coming back) wait until reclaim
+ * has brought it under, as an allocation over a memcg limit waits in
+ * direct reclaim; under it, they place no more than its room (the
+ * zero-fill window and prefetch are cut to it). The fault threads read the group's use
  * themselves, so every target of a group can share one limit. A fault
  * waits at most 100 ms, then gets one page; faults taken inside a system
  * call (a read(2) into a fresh buffer) are never held (a held one would
