@@ -598,6 +598,37 @@ static void group_reclaim_done(void *userdata, const struct reclaim_request *req
                 group_check_budget(g->manager, g);
 }
 
+static void group_register_done(void *userdata, const struct reclaim_request *req) {
+        struct policy_group *g = userdata;
+
+        (void) req;
+        g->reclaiming = NULL;
+}
+
+/* A held group whose use grew by 1/16 of its budget since its targets'
+ * mappings were last registered, past half of it: registers them again on
+ * the reclaim worker (a reclaim does too). Memory a process maps after
+ * the attach (malloc's arenas, a large allocation) is not the engine's
+ * to hold before; waiting for the first reclaim, at the low mark, let
+ * bench/compare's writers run 10-25 MiB past the budget meanwhile. */
+static void group_register(struct policy_manager *m, struct policy_group *g, uint64_t usage,
+                           uint64_t budget) {
+        _cleanup_free_ pid_t *pids = NULL;
+        size_t n;
+
+        if (!g->holding || !m->reclaimer || g->reclaiming || usage < budget / 2 ||
+            usage < g->registered_usage + budget / 16)
+                return;
+        pids = malloc(MAX(g->n_pids, 1u) * sizeof(pid_t));
+        if (!pids)
+                return;
+        n = group_reclaim_order(g, pids);
+        g->reclaiming = reclaimer_submit(m->reclaimer, pids, n, &(struct zsw_reclaim_request) {},
+                                         true, group_register_done, g);
+        if (g->reclaiming)
+                g->registered_usage = usage;
+}
+
 /* Reclaims up to WANT bytes of pages unused for MinColdAge from the
  * group's targets (group_reclaim_order()): on the reclaim worker when the
  * manager has one (the result comes back in group_reclaim_done), else
@@ -785,6 +816,7 @@ static void group_check_budget(struct policy_manager *m, struct policy_group *g)
          * the budget itself: there the group's faults wait for it (the
          * hold), as an allocation over a memcg limit reclaims whatever the
          * pressure. */
+        group_register(m, g, usage, budget);
         if (usage <= policy_budget_low_mark(budget) || g->reclaiming ||
             ((g->step.pause_periods > 0 || g->trigger_fired) && usage < budget - budget / 64))
                 return;
@@ -797,6 +829,8 @@ static void group_check_budget(struct policy_manager *m, struct policy_group *g)
         log_debug("Policy %s, group %s: near or over budget (%" PRIu64 " KiB of %" PRIu64 " KiB): "
                   "reclaiming %" PRIu64 " KiB.", g->policy_name, g->cgroup,
                   usage / 1024, budget / 1024, MIN(want, cap) / 1024);
+        /* It registers the targets' new mappings too. */
+        g->registered_usage = usage;
         group_reclaim(m, g, MIN(want, cap));
         if (g->reclaiming)
                 g->decision = "reclaiming to budget";

@@ -45,7 +45,8 @@ static void request_run(struct zsw_engine *engine, struct reclaim_request *req) 
         bool any = false, failed = false;
 
         req->r = -ENOENT;
-        for (size_t i = 1; req->register_all && i < req->n_pids; i++)
+        /* Without bytes to take, no reclaim registers the first one. */
+        for (size_t i = req->what.max_bytes ? 1 : 0; req->register_all && i < req->n_pids; i++)
                 (void) zsw_engine_register(engine, req->pids[i]);
         for (size_t i = 0; i < req->n_pids && got + page <= req->what.max_bytes; i++) {
                 struct zsw_reclaim_request what = req->what;

@@ -36,8 +36,9 @@ struct reclaim_request {
         size_t n_pids;
         struct zsw_reclaim_request what;
         /* Registers the new mappings of every target first (but the first,
-         * whose reclaim does): first touches there reach the engine's hold
-         * even in the targets this request never reaches. */
+         * whose reclaim does; with max_bytes 0, all of them and nothing
+         * else): first touches there reach the engine's hold even in the
+         * targets this request never reaches. */
         bool register_all;
         reclaim_done_fn done;
         void *userdata;
