@@ -326,6 +326,13 @@ static void stats_json_target(struct json *j, const struct zsw_target_stats *t) 
         json_u64(j, "zero_ahead_pages", t->zero_ahead_pages);
         json_u64(j, "throttled_faults", t->throttled_faults);
         json_bool(j, "throttled", t->throttled);
+        json_object_open(j, "hold");
+        json_u64(j, "limit_bytes", t->hold_limit_bytes);
+        json_u64(j, "held_faults", t->held_faults);
+        json_u64(j, "held_now", t->held_now);
+        json_u64(j, "timeouts", t->hold_timeouts);
+        json_u64(j, "held_ns", t->held_ns);
+        json_object_close(j);
         json_u64(j, "refaults", t->refaults);
         json_u64(j, "wp_faults", t->wp_faults);
         json_u64(j, "prefetched_pages", t->prefetched_pages);
@@ -724,7 +731,7 @@ static int defer_reclaim(struct control *c, struct client *cl, const struct cont
                                                .max_bytes = req->max_bytes,
                                                .min_cold_age_ms = req->min_age_ms,
                                        },
-                                       reclaim_done, cl);
+                                       false, reclaim_done, cl);
         if (!cl->pending)
                 return 0; /* out of memory: try here */
         c->n_pending++;

@@ -39,6 +39,7 @@ static void group_json(struct json *j, const struct policy_group *g) {
                 json_u64(j, "budget_bytes", g->budget_bytes);
                 json_bool(j, "throttled", g->throttled);
                 json_u64(j, "throttle_checks", g->throttle_checks);
+                json_bool(j, "holding", g->holding);
         }
         json_u64(j, "step_bytes", g->step.step_bytes);
         json_u64(j, "step_max_bytes", policy_step_max(&l, g->usage_bytes));

@@ -63,6 +63,9 @@ struct policy_group {
         size_t reclaim_next;      /* the target group_reclaim() starts with */
         bool throttled;           /* over budget: first touches throttled (zsw_engine_set_throttle()) */
         uint64_t throttle_checks; /* budget checks that found it over and throttled it */
+        bool holding;             /* first touches held at the budget (zsw_engine_set_hold()) */
+        bool reclaim_stalled;     /* the last reclaim took nothing */
+        uint64_t registered_usage; /* usage when the targets' mappings were last registered */
 };
 
 struct policy_manager {

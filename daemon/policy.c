@@ -598,6 +598,9 @@ static void group_reclaimed(struct policy_group *g, uint64_t got) {
         struct policy_step_limits l = policy_group_limits(g);
 
         policy_step_reclaimed(&g->step, &l, g->reclaim_want, got);
+        /* A reclaim that took nothing cannot make room: held first
+         * touches would wait for nothing (group_throttle()). */
+        g->reclaim_stalled = got == 0;
         g->reclaimed_last = got;
         g->reclaimed_total += got;
         g->decision = got > 0 ? "reclaimed" : "nothing to reclaim";
@@ -627,6 +630,37 @@ static void group_reclaim_done(void *userdata, const struct reclaim_request *req
                 group_check_budget(g->manager, g);
 }
 
+static void group_register_done(void *userdata, const struct reclaim_request *req) {
+        struct policy_group *g = userdata;
+
+        (void) req;
+        g->reclaiming = NULL;
+}
+
+/* A held group whose use grew by 1/16 of its budget since its targets'
+ * mappings were last registered, past half of it: registers them again on
+ * the reclaim worker (a reclaim does too). Memory a process maps after
+ * the attach (malloc's arenas, a large allocation) is not the engine's
+ * to hold before; waiting for the first reclaim, at the low mark, let
+ * bench/compare's writers run 10-25 MiB past the budget meanwhile. */
+static void group_register(struct policy_manager *m, struct policy_group *g, uint64_t usage,
+                           uint64_t budget) {
+        _cleanup_free_ pid_t *pids = NULL;
+        size_t n;
+
+        if (!g->holding || !m->reclaimer || g->reclaiming || usage < budget / 2 ||
+            usage < g->registered_usage + budget / 16)
+                return;
+        pids = malloc(MAX(g->n_pids, 1u) * sizeof(pid_t));
+        if (!pids)
+                return;
+        n = group_reclaim_order(g, pids);
+        g->reclaiming = reclaimer_submit(m->reclaimer, pids, n, &(struct zsw_reclaim_request) {},
+                                         true, group_register_done, g);
+        if (g->reclaiming)
+                g->registered_usage = usage;
+}
+
 /* Reclaims up to WANT bytes of pages unused for MinColdAge from the
  * group's targets (group_reclaim_order()): on the reclaim worker when the
  * manager has one (the result comes back in group_reclaim_done), else
@@ -649,13 +683,16 @@ static void group_reclaim(struct policy_manager *m, struct policy_group *g, uint
         g->reclaim_want = want;
         g->reclaimed_last = 0;
         if (m->reclaimer && n > 0) {
-                g->reclaiming = reclaimer_submit(m->reclaimer, pids, n, &what,
+                /* New mappings of every target under the hold. */
+                g->reclaiming = reclaimer_submit(m->reclaimer, pids, n, &what, g->holding,
                                                  group_reclaim_done, g);
                 if (g->reclaiming) {
                         g->decision = "reclaiming";
                         return;
                 }
         }
+        for (size_t i = 1; g->holding && i < n; i++)
+                (void) zsw_engine_register(m->engine, pids[i]);
         for (size_t i = 0; i < n && got + page <= want; i++) {
                 struct zsw_reclaim_result res = {};
                 struct zsw_engine_error err = {};
@@ -689,21 +726,44 @@ static void group_read_pressure(struct policy_group *g, uint64_t elapsed) {
         g->avg10 = g->policy->pressure.full && psi.has_full ? psi.full.avg10 : psi.some.avg10;
 }
 
-/* Over its budget, a group's first touches are throttled (one page per
- * fault, no zero-fill window) until a check finds it back under: a
- * process filling fresh memory faster than reclaim can take it away
- * would otherwise run far past the budget (77 MiB over a 163 MiB budget
- * in bench/compare's over-commit run before this). */
-static void group_throttle(struct policy_manager *m, struct policy_group *g, bool on) {
+/* A group with a budget has its first touches held at it
+ * (zsw_engine_set_hold()): the engine reads the group's use and lets a
+ * fault that adds a page place only the room left, and one at the budget
+ * waits until reclaim has made room, as an allocation over a memcg limit
+ * waits in direct reclaim (a group backing off still reclaims at the
+ * budget itself: group_check_budget()). Only while reclaim can make that
+ * room: not after a reclaim that took nothing (nothing left to take, a
+ * target that cannot be stopped), until one takes something again; a
+ * held fault would otherwise wait out the engine's bound (100 ms) at
+ * every page. Then, as over its budget without a hold, first touches are
+ * throttled (one page per fault, no zero-fill window) until a check finds
+ * it back under. */
+static void group_throttle(struct policy_manager *m, struct policy_group *g, uint64_t usage,
+                           uint64_t budget) {
+        bool budgeted = group_has_budget(g), on = budgeted && usage > budget;
+        bool hold = budgeted && g->memory_fd >= 0 && budget > 0 && !g->reclaim_stalled;
+
         /* Every time, not only on a change: targets that joined since get
          * it too, and a group made anew by a reload (throttled false)
          * lets go of targets an older one throttled. */
-        for (size_t i = 0; i < g->n_pids; i++)
+        for (size_t i = 0; i < g->n_pids; i++) {
+                int r = zsw_engine_set_hold(m->engine, g->pids[i].pid, g->memory_fd,
+                                            hold ? budget : 0);
+
+                if (r < 0 && r != -ENOENT && hold != g->holding)
+                        log_warning_errno(r, "Policy %s, group %s: cannot hold the first touches "
+                                             "of %d at the budget, throttling them only: %m",
+                                          g->policy_name, g->cgroup, g->pids[i].pid);
                 (void) zsw_engine_set_throttle(m->engine, g->pids[i].pid, on);
+        }
         if (on != g->throttled)
                 log_debug("Policy %s, group %s: first touches %s.", g->policy_name, g->cgroup,
                           on ? "throttled (over budget)" : "no longer throttled");
+        if (hold != g->holding && budgeted)
+                log_debug("Policy %s, group %s: first touches %s.", g->policy_name, g->cgroup,
+                          hold ? "held at the budget" : "no longer held (reclaim cannot make room now)");
         g->throttled = on;
+        g->holding = hold;
         if (on)
                 g->throttle_checks++;
 }
@@ -730,7 +790,7 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
         if (g->budget_base == 0)
                 g->budget_base = g->usage_bytes;
         g->budget_bytes = limit_resolve(&p->memory_budget, g->budget_base);
-        group_throttle(m, g, group_has_budget(g) && g->usage_bytes > g->budget_bytes);
+        group_throttle(m, g, g->usage_bytes, g->budget_bytes);
 
         if (g->n_pids == 0) {
                 g->decision = "no processes";
@@ -783,9 +843,14 @@ static void group_check_budget(struct policy_manager *m, struct policy_group *g)
             zsw_cgroup_read_memory_at(g->memory_fd, &usage) < 0)
                 return;
         budget = limit_resolve(&p->memory_budget, g->budget_base);
-        group_throttle(m, g, usage > budget);
-        if (usage <= policy_budget_low_mark(budget) || g->step.pause_periods > 0 ||
-            g->trigger_fired || g->reclaiming)
+        group_throttle(m, g, usage, budget);
+        /* Backing off (pressure) pauses reclaim between the marks, not at
+         * the budget itself: there the group's faults wait for it (the
+         * hold), as an allocation over a memcg limit reclaims whatever the
+         * pressure. */
+        group_register(m, g, usage, budget);
+        if (usage <= policy_budget_low_mark(budget) || g->reclaiming ||
+            ((g->step.pause_periods > 0 || g->trigger_fired) && usage < budget - budget / 64))
                 return;
         cap = group_rate_credit(g, now_usec());
         if (cap < (uint64_t) ZSW_PAGE_SIZE)
@@ -796,6 +861,8 @@ static void group_check_budget(struct policy_manager *m, struct policy_group *g)
         log_debug("Policy %s, group %s: near or over budget (%" PRIu64 " KiB of %" PRIu64 " KiB): "
                   "reclaiming %" PRIu64 " KiB.", g->policy_name, g->cgroup,
                   usage / 1024, budget / 1024, MIN(want, cap) / 1024);
+        /* It registers the targets' new mappings too. */
+        g->registered_usage = usage;
         group_reclaim(m, g, MIN(want, cap));
         if (g->reclaiming)
                 g->decision = "reclaiming to budget";

@@ -45,6 +45,9 @@ static void request_run(struct zsw_engine *engine, struct reclaim_request *req) 
         bool any = false, failed = false;
 
         req->r = -ENOENT;
+        /* Without bytes to take, no reclaim registers the first one. */
+        for (size_t i = req->what.max_bytes ? 1 : 0; req->register_all && i < req->n_pids; i++)
+                (void) zsw_engine_register(engine, req->pids[i]);
         for (size_t i = 0; i < req->n_pids && got + page <= req->what.max_bytes; i++) {
                 struct zsw_reclaim_request what = req->what;
                 struct zsw_engine_error err = {};
@@ -177,7 +180,7 @@ struct reclaimer *reclaimer_free(struct reclaimer *rc) {
 
 struct reclaim_request *reclaimer_submit(struct reclaimer *rc, const pid_t *pids, size_t n_pids,
                                          const struct zsw_reclaim_request *what,
-                                         reclaim_done_fn done,
+                                         bool register_all, reclaim_done_fn done,
                                          void *userdata) {
         struct reclaim_request *req = calloc(1, sizeof(*req));
 
@@ -189,6 +192,7 @@ struct reclaim_request *reclaimer_submit(struct reclaimer *rc, const pid_t *pids
         memcpy(req->pids, pids, n_pids * sizeof(pid_t));
         req->n_pids = n_pids;
         req->what = *what;
+        req->register_all = register_all;
         req->done = done;
         req->userdata = userdata;
 

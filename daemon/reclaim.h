@@ -35,6 +35,11 @@ struct reclaim_request {
         pid_t *pids;
         size_t n_pids;
         struct zsw_reclaim_request what;
+        /* Registers the new mappings of every target first (but the first,
+         * whose reclaim does; with max_bytes 0, all of them and nothing
+         * else): first touches there reach the engine's hold even in the
+         * targets this request never reaches. */
+        bool register_all;
         reclaim_done_fn done;
         void *userdata;
 
@@ -57,12 +62,13 @@ int reclaimer_new(struct zsw_engine *engine, struct reclaimer **ret);
 struct reclaimer *reclaimer_free(struct reclaimer *rc);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct reclaimer *, reclaimer_free);
 
-/* Queues a reclaim of N_PIDS targets (copied) as WHAT says. Returns the
+/* Queues a reclaim of N_PIDS targets (copied) as WHAT says (with
+ * REGISTER_ALL, see struct reclaim_request). Returns the
  * request (owned by the reclaimer; valid until its callback returned) or
  * NULL when out of memory. */
 struct reclaim_request *reclaimer_submit(struct reclaimer *rc, const pid_t *pids, size_t n_pids,
                                          const struct zsw_reclaim_request *what,
-                                         reclaim_done_fn done,
+                                         bool register_all, reclaim_done_fn done,
                                          void *userdata);
 
 /* The requester is gone: the callback will not run. Main loop only. */

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "engine-internal.h"
+#include "hold.h"
 #include "remote.h"
 #include "uffd.h"
 #include "vma.h"
@@ -259,6 +260,8 @@ int engine_detach_locked(struct zsw_engine *e, struct zsw_target *t,
                          struct zsw_engine_error *err) {
         int r;
 
+        /* Held first touches go first: they wait on us. */
+        hold_stop(t);
         zsw_mutex_lock(&t->evict_lock, ZSW_LOCK_EVICT);
         zsw_mutex_lock(&e->worker_lock, ZSW_LOCK_WORKER);
         r = copy_back(e, t);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "engine-internal.h"
+#include "hold.h"
 #include "parallel.h"
 #include "uffd.h"
 #include "writeback.h"
@@ -103,6 +104,24 @@ int zsw_engine_age_scan(struct zsw_engine *e, pid_t pid, struct zsw_engine_error
         return r < 0 ? engine_fail(err, r, "age scan of process %d failed: %s", pid, strerror(-r)) : 0;
 }
 
+int zsw_engine_register(struct zsw_engine *e, pid_t pid) {
+        struct zsw_target *t;
+        int r;
+
+        zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
+        t = engine_find_target(e, pid);
+        if (!t) {
+                zsw_mutex_unlock(&e->control_lock);
+                return -ENOENT;
+        }
+        /* As a reclaim: evict_lock keeps t alive without control_lock. */
+        zsw_mutex_lock(&t->evict_lock, ZSW_LOCK_EVICT);
+        zsw_mutex_unlock(&e->control_lock);
+        r = evict_register_ranges(&e->evict, t, NULL, NULL);
+        zsw_mutex_unlock(&t->evict_lock);
+        return r;
+}
+
 int zsw_engine_set_throttle(struct zsw_engine *e, pid_t pid, bool on) {
         struct zsw_target *t;
 
@@ -112,6 +131,32 @@ int zsw_engine_set_throttle(struct zsw_engine *e, pid_t pid, bool on) {
                 atomic_store_explicit(&t->throttle, on, memory_order_relaxed);
         zsw_mutex_unlock(&e->control_lock);
         return t ? 0 : -ENOENT;
+}
+
+int zsw_engine_set_hold(struct zsw_engine *e, pid_t pid, int memory_dir_fd, uint64_t limit_bytes) {
+        struct target_hold *h = NULL;
+        struct zsw_target *t;
+        int r = 0;
+
+        zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
+        t = engine_find_target(e, pid);
+        if (!t)
+                r = -ENOENT;
+        else if (limit_bytes == 0)
+                hold_stop(t);
+        else {
+                if (!atomic_load(&t->hold)) {
+                        r = hold_new(memory_dir_fd, &h);
+                        if (r >= 0)
+                                r = fault_threads_add_hold(e->faults, t, h);
+                        if (r < 0)
+                                hold_free(h);
+                }
+                if (r >= 0)
+                        hold_set_limit(t, limit_bytes);
+        }
+        zsw_mutex_unlock(&e->control_lock);
+        return r;
 }
 
 /* The swapfile before the store (whose disk callbacks point at it), the

@@ -55,6 +55,7 @@
 #include <sys/uio.h>
 
 #include "evict.h"
+#include "hold.h"
 #include "parallel.h"
 #include "remote.h"
 #include "uffd.h"
@@ -845,6 +846,9 @@ static int round_drop(struct evictor *e, struct zsw_target *t, struct evict_roun
                 remote = zsw_remote_release(remote);
                 target_count_stop(t, start);
         }
+        /* Dropped: the group has room for the first touches held. */
+        if (r >= 0)
+                hold_kick(t);
         if (r < 0 && b->state != EVICT_DROPPING)
                 return r;
 

@@ -31,6 +31,7 @@
 
 #include "evict.h"
 #include "fault.h"
+#include "hold.h"
 #include "uffd.h"
 
 #define MSGS_PER_READ 16u
@@ -143,6 +144,9 @@ static unsigned prefetch(struct fault_thread *ft, struct zsw_target *t, uint64_t
         unsigned want = prefetch_window(t), n = 0, window;
         ssize_t copied;
 
+        /* Pages it brings count against the group's room (hold.c). */
+        if (want > 0)
+                want = (unsigned) hold_admit(t, want);
         if (want == 0)
                 return 0;
         /* Not into the round in flight: its pages are the round's to serve. */
@@ -159,6 +163,7 @@ static unsigned prefetch(struct fault_thread *ft, struct zsw_target *t, uint64_t
         if (copied <= 0)
                 return 0;
         n = (unsigned) (copied / ZSW_PAGE_SIZE);
+        hold_spend(t, n);
         evict_forget_restored(t, pgno + 1, n);
         atomic_fetch_add_explicit(&t->prefetched, n, memory_order_relaxed);
         t->prefetch_tries++;
@@ -198,8 +203,9 @@ static ssize_t fill_zeros(struct zsw_target *t, uint64_t pgno, uint64_t end, boo
 }
 
 /* A first touch of page pgno, a page we never took: zero-fills it and up
- * to zero_window pages after it, and returns the pages filled (from pgno
- * on) or a negative errno. A target filling fresh memory then takes one
+ * to zero_window pages after it, at most max pages in all (>= 1: what the
+ * first-touch hold allows), and returns the pages filled (from pgno on) or
+ * a negative errno. A target filling fresh memory then takes one
  * fault of ours per window instead of one per page.
  *
  * Which zeros: the shared zero page costs no memory, and a read of those
@@ -236,7 +242,8 @@ static ssize_t fill_zeros(struct zsw_target *t, uint64_t pgno, uint64_t end, boo
  *     DONTNEED, munmap, mremap and fork while their events are unread).
  * The target's DONTNEED of a page we filled raises REMOVE as for any page;
  * its munmap leaves no VMA, where the fill fails with ENOENT. */
-static ssize_t zero_fill(struct zsw_target *t, uint64_t pgno, bool window, bool write) {
+static ssize_t zero_fill(struct zsw_target *t, uint64_t pgno, bool window, bool write,
+                         uint64_t max) {
         /* Not past the faulting page's 2 MiB region: no page table is
          * allocated for pages nobody touched. */
         uint64_t end, held;
@@ -249,7 +256,7 @@ static ssize_t zero_fill(struct zsw_target *t, uint64_t pgno, bool window, bool 
                 atomic_fetch_add_explicit(&t->throttled_faults, 1, memory_order_relaxed);
                 window = stream = false;
         }
-        end = MIN(pgno + 1 + (window ? t->zero_window : 0), (pgno | 511) + 1);
+        end = MIN(pgno + MIN(1 + (window ? t->zero_window : 0), max), (pgno | 511) + 1);
 
         if (end > pgno + 1) {
                 end = evict_first_in_round(t, pgno + 1, end);
@@ -297,13 +304,37 @@ static uint64_t yield_to_target(struct zsw_target *t, uint64_t pgno, bool sequen
         return served;
 }
 
+/* Puts back the page pgno we took, loaded in the thread's buffer; returns
+ * what the copy returned, and in *ret_served when the fault was served. */
+static ssize_t restore_page(struct zsw_target *t, uint64_t pgno, bool sequential, bool same_thread,
+                            uint64_t *ret_served) {
+        ssize_t r = zsw_uffd_copy(t->uffd, pgno * ZSW_PAGE_SIZE, tls_buf->pages, ZSW_PAGE_SIZE, 0);
+
+        if (r > 0)
+                *ret_served = yield_to_target(t, pgno, sequential, same_thread);
+        /* In place, ours or whoever was first: the copy is stale. */
+        if (r > 0 || r == -EEXIST)
+                evict_forget_restored(t, pgno, 1);
+        /* Back unprotected: the next age scan finds it used. */
+        if (r > 0) {
+                atomic_fetch_add_explicit(&t->refaults, 1, memory_order_relaxed);
+                target_note_refault(t, pgno);
+                zsw_heat_touch(t->heat, pgno, 1, *ret_served);
+        }
+        return r;
+}
+
 /* Every message we read ends with its thread woken: by the ioctl that
  * resolves the fault (COPY, ZEROPAGE, POISON wake on success), by
- * wake_unresolved(), or by the eviction round it waits for. The load is shared: the entry goes only once its page
- * is in place, so a failed copy loses nothing and needs no store call to
- * put the page back (which a full pool could refuse). */
+ * wake_unresolved(), by the eviction round it waits for, or, for a fault
+ * the hold parked, once hold.c lets it go (served here again, with
+ * every check made anew) or releases it. The load is shared: the entry
+ * goes only once its page is in place, so a failed copy loses nothing and
+ * needs no store call to put the page back (which a full pool could
+ * refuse). With pass, the fault gets one page whatever the hold says (it
+ * waited HOLD_MAX_NS). */
 static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_t addr,
-                          bool write, uint32_t tid) {
+                          bool write, uint32_t tid, bool pass) {
         uint64_t pgno = addr / ZSW_PAGE_SIZE, page = pgno * ZSW_PAGE_SIZE;
         uint64_t start = zsw_now_ns(), served = 0;
         bool same_thread = tid == t->last_fault_tid;
@@ -311,7 +342,7 @@ static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_
          * sequential stream, which used every one of them. */
         bool sequential = pgno == t->next_fault_pgno;
         /* Pages placed from pgno on: a zero fill may place more than one. */
-        uint64_t placed = 1;
+        uint64_t placed = 1, max;
         ssize_t r;
 
         if (sequential && t->prefetched_last) {
@@ -327,35 +358,33 @@ static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_
                 return;
         case RESTORE_ZERO:
                 /* Cancelled by the round: this page alone. */
-                r = zero_fill(t, pgno, false, write);
+                r = zero_fill(t, pgno, false, write, 1);
+                if (r > 0)
+                        hold_spend(t, (uint64_t) r);
                 atomic_fetch_add_explicit(&t->zero_faults, 1, memory_order_relaxed);
                 break;
         default:
+                /* A page the fault adds to the group, a first touch or
+                 * one we took coming back: as far as the group's room
+                 * goes (hold.c); with none it waits, its thread asleep. */
+                max = pass ? 1 : hold_admit(t, 1 + t->zero_window);
+                if (max == 0 && hold_park(t, addr, write, tid))
+                        return;
                 r = zsw_store_load(ft->worker, t->owner, pgno, tls_buf->pages, 0);
                 if (r == -ENOENT) {
                         /* Never taken by us: a first touch, zero-filled as
                          * the kernel would, with the window after it. */
-                        r = zero_fill(t, pgno, true, write);
+                        r = zero_fill(t, pgno, true, write, MAX(max, 1u));
                         if (r > 0)
                                 placed = (uint64_t) r;
                         atomic_fetch_add_explicit(&t->zero_faults, 1, memory_order_relaxed);
                 } else if (r < 0) {
                         fail_fault(t, page, (int) r);
                         return;
-                } else {
-                        r = zsw_uffd_copy(t->uffd, page, tls_buf->pages, ZSW_PAGE_SIZE, 0);
-                        if (r > 0)
-                                served = yield_to_target(t, pgno, sequential, same_thread);
-                        /* In place, ours or whoever was first: the copy is stale. */
-                        if (r > 0 || r == -EEXIST)
-                                evict_forget_restored(t, pgno, 1);
-                        /* Back unprotected: the next age scan finds it used. */
-                        if (r > 0) {
-                                atomic_fetch_add_explicit(&t->refaults, 1, memory_order_relaxed);
-                                target_note_refault(t, pgno);
-                                zsw_heat_touch(t->heat, pgno, 1, served);
-                        }
-                }
+                } else
+                        r = restore_page(t, pgno, sequential, same_thread, &served);
+                if (r > 0)
+                        hold_spend(t, placed);
         }
         if (r < 0)
                 wake_unresolved(t, page, (int) r);
@@ -402,7 +431,7 @@ static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const stru
                 else
                         serve_missing(ft, t, m->arg.pagefault.address,
                                       m->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE,
-                                      m->arg.pagefault.feat.ptid);
+                                      m->arg.pagefault.feat.ptid, false);
                 break;
         case UFFD_EVENT_FORK:
                 ft->set->events.fork_child(ft->set->events.userdata, t, (int) m->arg.fork.ufd);
@@ -410,6 +439,8 @@ static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const stru
         case UFFD_EVENT_REMAP: {
                 bool into_round;
 
+                /* Faults parked there wait on pages that left. */
+                hold_release(t, m->arg.remap.from, m->arg.remap.from + m->arg.remap.len);
                 evict_on_remove(t, m->arg.remap.from, m->arg.remap.from + m->arg.remap.len,
                                 REMOVAL_MOVE);
                 into_round = evict_on_move_in(t, m->arg.remap.to, m->arg.remap.to + m->arg.remap.len);
@@ -430,7 +461,10 @@ static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const stru
                         atomic_fetch_add_explicit(&t->remove_events, 1, memory_order_relaxed);
                 /* The target's own DONTNEED/FREE/munmap: those pages now
                  * read as zeros. Our own drop raises REMOVE only where it
-                 * falls back to DONTNEED (evict.c's round_zap()). */
+                 * falls back to DONTNEED (evict.c's round_zap()). Faults
+                 * parked in an unmapped range wait on nothing. */
+                if (m->event == UFFD_EVENT_UNMAP)
+                        hold_release(t, m->arg.remove.start, m->arg.remove.end);
                 evict_on_remove(t, m->arg.remove.start, m->arg.remove.end,
                                 m->event == UFFD_EVENT_UNMAP ? REMOVAL_UNMAP : REMOVAL_REMOVE);
                 break;
@@ -440,12 +474,27 @@ static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const stru
         }
 }
 
+/* Serves the faults the hold parked that may go now (hold.c),
+ * oldest first, and polls again while any stays parked. serve_lock held. */
+static void serve_parked(struct fault_thread *ft, struct zsw_target *t) {
+        struct parked_fault p;
+        bool pass;
+
+        while (hold_unpark(t, &p, &pass))
+                serve_missing(ft, t, p.addr, p.write, p.tid, pass);
+        hold_rearm(t);
+}
+
 static void serve_target(struct fault_thread *ft, struct zsw_target *t) {
+        struct target_hold *hold = atomic_load_explicit(&t->hold, memory_order_acquire);
         struct uffd_msg msgs[MSGS_PER_READ];
         int n;
 
         ft->read_ns = zsw_now_ns();
         zsw_mutex_lock(&t->serve_lock, ZSW_LOCK_SERVE);
+        /* Parked faults before new ones: they are older. */
+        if (hold && hold->n_parked > 0)
+                serve_parked(ft, t);
         /* A short read emptied the queue: stop there rather than pay one
          * more read for its EAGAIN; what arrives later wakes epoll again.
          * Events first: read(2) hands out every pending fault before any
@@ -475,6 +524,17 @@ static void serve_target(struct fault_thread *ft, struct zsw_target *t) {
 /* A stop request on a fault thread's eventfd; smaller values are kicks
  * (see fault_threads_remove()). */
 #define FAULT_THREAD_STOP (UINT64_C(1) << 32)
+/* The epoll data of a target's hold timer: the target's address with its
+ * lowest bit set (a target is aligned far beyond that); its uffd has the
+ * address alone, the stop eventfd NULL. */
+#define EV_HOLD_TIMER UINT64_C(1)
+
+/* The hold timer of t fired (hold.c): a poll, or a kick. */
+static void hold_tick(struct fault_thread *ft, struct zsw_target *t) {
+        zsw_mutex_lock(&t->serve_lock, ZSW_LOCK_SERVE);
+        serve_parked(ft, t);
+        zsw_mutex_unlock(&t->serve_lock);
+}
 
 static void *fault_thread_main(void *userdata) {
         struct fault_thread *ft = userdata;
@@ -496,7 +556,10 @@ static void *fault_thread_main(void *userdata) {
                 for (int i = 0; i < n; i++) {
                         uint64_t v = 0;
 
-                        if (evs[i].data.ptr)
+                        if (evs[i].data.u64 & EV_HOLD_TIMER)
+                                hold_tick(ft, (struct zsw_target *) (uintptr_t) (evs[i].data.u64 &
+                                                                                ~EV_HOLD_TIMER));
+                        else if (evs[i].data.ptr)
                                 serve_target(ft, evs[i].data.ptr);
                         else if (read(ft->stop_fd, &v, sizeof(v)) == sizeof(v) && v >= FAULT_THREAD_STOP)
                                 stop = true;
@@ -530,6 +593,20 @@ int fault_threads_add(struct fault_threads *e, struct zsw_target *t) {
         return 0;
 }
 
+int fault_threads_add_hold(struct fault_threads *e, struct zsw_target *t,
+                           struct target_hold *hold) {
+        struct epoll_event ev = { .events = EPOLLIN,
+                                  .data.u64 = (uint64_t) (uintptr_t) t | EV_HOLD_TIMER };
+
+        (void) e;
+        if (!t->fault_thread)
+                return -ESRCH;
+        if (epoll_ctl(t->fault_thread->epfd, EPOLL_CTL_ADD, hold->timer_fd, &ev) < 0)
+                return -errno;
+        atomic_store_explicit(&t->hold, hold, memory_order_release);
+        return 0;
+}
+
 /* After this returns no fault thread uses t. Once t's uffd is out of its
  * thread's epoll set no epoll_wait returns t any more, but the thread may
  * have got it just before and not be done with it (or not even have
@@ -545,6 +622,8 @@ void fault_threads_remove(struct fault_threads *e, struct zsw_target *t) {
         if (!ft)
                 return;
         epoll_ctl(ft->epfd, EPOLL_CTL_DEL, t->uffd, NULL);
+        if (atomic_load(&t->hold))
+                epoll_ctl(ft->epfd, EPOLL_CTL_DEL, atomic_load(&t->hold)->timer_fd, NULL);
         seen = atomic_load_explicit(&ft->batches, memory_order_acquire);
         if (atomic_load_explicit(&ft->running, memory_order_acquire) &&
             write(ft->stop_fd, &kick, sizeof(kick)) < 0)

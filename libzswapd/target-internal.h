@@ -32,6 +32,8 @@
 #define FAULT_PREFETCH_MAX 64u          /* the most prefetch_window may be */
 #define REFAULT_RING 1024u              /* refaults noted between two age scans */
 
+struct target_hold;
+
 enum evict_state {
         EVICT_IDLE,             /* no eviction in flight */
         EVICT_COLLECTING,       /* write-protected, being read and stored */
@@ -112,6 +114,9 @@ struct zsw_target {
         uint64_t zero_next_pgno;
         _Atomic bool throttle;          /* zsw_engine_set_throttle() */
         _Atomic uint64_t throttled_faults;
+        /* The first-touch hold (hold.h), NULL until the engine first sets
+         * one; then kept until the target is freed. */
+        _Atomic(struct target_hold *) hold;
 
         /* Page ages (age.c), under evict_lock; NULL before the first
          * age scan. */

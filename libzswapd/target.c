@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "hold.h"
 #include "remote.h"
 #include "target-internal.h"
 
@@ -56,6 +57,7 @@ struct zsw_target *target_free(struct zsw_target *t) {
         zsw_store_owner_free(t->owner);
         zsw_age_free(t->age);
         zsw_heat_free(t->heat);
+        hold_free(atomic_load(&t->hold));
         safe_close(t->uffd);
         safe_close(t->pidfd);
         pthread_mutex_destroy(&t->serve_lock);
@@ -97,8 +99,9 @@ int target_configure(struct zsw_target *t, const struct target_defaults *d,
 }
 
 void target_fill_stats(struct zsw_target *t, struct zsw_store *store, struct zsw_target_stats *s) {
+        struct target_hold *hold = atomic_load(&t->hold);
         struct zsw_store_stats os, gs;
-        unsigned prefetch_now;
+        unsigned prefetch_now, held_now;
         char path[64];
         unsigned long long size, resident;
         FILE *f;
@@ -109,6 +112,7 @@ void target_fill_stats(struct zsw_target *t, struct zsw_store *store, struct zsw
         zsw_mutex_lock(&t->serve_lock, ZSW_LOCK_SERVE);
         zsw_store_owner_get_stats(t->owner, &os);
         prefetch_now = t->prefetch_now;
+        held_now = hold ? hold->n_parked : 0;
         zsw_mutex_unlock(&t->serve_lock);
         zsw_store_get_stats(store, &gs);
         *s = (struct zsw_target_stats) {
@@ -125,6 +129,11 @@ void target_fill_stats(struct zsw_target *t, struct zsw_store *store, struct zsw
                 .zero_ahead_pages = atomic_load(&t->zero_ahead),
                 .throttled_faults = atomic_load(&t->throttled_faults),
                 .throttled = atomic_load(&t->throttle),
+                .hold_limit_bytes = hold ? atomic_load(&hold->limit_bytes) : 0,
+                .held_faults = hold ? atomic_load(&hold->held) : 0,
+                .held_now = held_now,
+                .hold_timeouts = hold ? atomic_load(&hold->timeouts) : 0,
+                .held_ns = hold ? atomic_load(&hold->held_ns) : 0,
                 .refaults = atomic_load(&t->refaults),
                 .wp_faults = atomic_load(&t->wp_faults),
                 .prefetched_pages = atomic_load(&t->prefetched),

@@ -1252,6 +1252,226 @@ TEST(budget_is_reached_and_held) {
         test_cgroup_free(g);
 }
 
+/* ---- the budget against a fast writer ------------------------------------------ */
+
+/* A child that maps size bytes of fresh memory, says 'r', writes every
+ * page of it as fast as it can on 'g' (each page a function of its
+ * number), says 'd', then checks them on each 'v' as a target does. */
+static void writer_start(struct target *w, size_t size) {
+        int cmd[2], res[2];
+
+        ASSERT_OK(pipe2(cmd, O_CLOEXEC));
+        ASSERT_OK(pipe2(res, O_CLOEXEC));
+        w->pid = fork();
+        ASSERT_GE(w->pid, 0);
+        if (w->pid == 0) {
+                uint8_t *buf;
+                char c;
+
+                child_setup();
+                if (target_cgroup && test_cgroup_enter(target_cgroup) < 0)
+                        _exit(1);
+                close(cmd[1]);
+                close(res[0]);
+                buf = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                if (buf == MAP_FAILED || write(res[1], "r", 1) != 1)
+                        _exit(1);
+                if (read(cmd[0], &c, 1) != 1 || c != 'g')
+                        _exit(1);
+                for (size_t p = 0; p < size / ZSW_PAGE_SIZE; p++) {
+                        memset(buf + p * ZSW_PAGE_SIZE, (int) (p * 31 + 7) & 0xff, ZSW_PAGE_SIZE);
+                        memcpy(buf + p * ZSW_PAGE_SIZE, &p, sizeof(p));
+                }
+                if (write(res[1], "d", 1) != 1)
+                        _exit(1);
+                while (read(cmd[0], &c, 1) == 1 && c == 'v') {
+                        bool ok = true;
+
+                        for (size_t p = 0; p < size / ZSW_PAGE_SIZE && ok; p++) {
+                                const uint8_t *pg = buf + p * ZSW_PAGE_SIZE;
+
+                                ok = memcmp(pg, &p, sizeof(p)) == 0 &&
+                                     pg[sizeof(p)] == ((p * 31 + 7) & 0xff) &&
+                                     pg[ZSW_PAGE_SIZE - 1] == ((p * 31 + 7) & 0xff);
+                        }
+                        if (write(res[1], ok ? "1" : "0", 1) != 1)
+                                _exit(1);
+                }
+                _exit(0);
+        }
+        close(cmd[0]);
+        close(res[1]);
+        w->cmd = cmd[1];
+        w->res = res[0];
+        ASSERT_EQ(read(w->res, (char[1]) {}, 1), 1); /* mapped */
+}
+
+static void writer_go(struct target *w) {
+        ASSERT_EQ(write(w->cmd, "g", 1), 1);
+}
+
+/* Waits until the writer has written every page. */
+static void writer_wait_done(struct target *w) {
+        char c;
+
+        ASSERT_EQ(read(w->res, &c, 1), 1);
+        ASSERT_EQ(c, 'd');
+}
+
+/* The group's memory counter: usage now, or its peak since the last
+ * reset (v1 memory.max_usage_in_bytes, v2 memory.peak). */
+static uint64_t group_memory(const struct test_cgroup *g, bool peak) {
+        char path[256], buf[64] = "";
+        unsigned long long v = 0;
+        int fd;
+
+        snprintf(path, sizeof(path), "%s/%s", g->v1[0] ? g->v1 : g->v2,
+                 g->v1[0] ? (peak ? "memory.max_usage_in_bytes" : "memory.usage_in_bytes")
+                          : (peak ? "memory.peak" : "memory.current"));
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        ASSERT_GE(fd, 0);
+        ASSERT_GT(read(fd, buf, sizeof(buf) - 1), 0);
+        close(fd);
+        ASSERT_EQ(sscanf(buf, "%llu", &v), 1);
+        return v;
+}
+
+/* A figure of the first-touch hold of pid, from `stats PID --json`. */
+static uint64_t hold_figure(const char *sock, pid_t pid, const char *key) {
+        _cleanup_free_ char *out = NULL;
+        char pid_s[16];
+        const char *t;
+
+        snprintf(pid_s, sizeof(pid_s), "%d", pid);
+        out = ctl_ok(sock, CTL_ARGS(sock, "stats", pid_s, "--json"));
+        t = stats_target(out, pid);
+        ASSERT_TRUE(t);
+        t = strstr(t, "\"hold\":{");
+        ASSERT_TRUE(t);
+        return json_u64(t, key);
+}
+
+/* A policy with an absolute budget of budget bytes on the group, started,
+ * and returning once it holds pid's first touches at that budget. */
+static void budget_daemon_start(struct daemon *d, struct confdir *c, const struct test_cgroup *g,
+                                uint64_t budget, const char *rate, pid_t pid) {
+        char pid_s[16];
+
+        snprintf(pid_s, sizeof(pid_s), "%d", pid);
+        confdir_new(c, "[Daemon]\nLogLevel=debug\n");
+        policy_write(c, "[Match]\nCgroupPath=%s\n[Policy]\nMinColdAge=0\nMemoryBudget=%" PRIu64 "\n"
+                        "MaxReclaimRate=%s\nRefaultLimit=infinity\nPressureThreshold=some 100%%/10s\n",
+                     g->name, budget, rate);
+        daemon_start_config(d, c->dir);
+        for (int i = 0; i < 600; i++) {
+                _cleanup_free_ char *out = ctl_ok(d->sock, CTL_ARGS(d->sock, "targets", "--json"));
+
+                if (targets_entry(out, pid) && hold_figure(d->sock, pid, "limit_bytes") == budget)
+                        return;
+                usleep(50000);
+        }
+        TEST_FAIL("the policy never held %d's first touches at its budget; see %s", pid, d->log);
+}
+
+/* A writer that fills fresh memory as fast as it can, four times its
+ * budget's room, stays within 5% of the budget: its first touches at the
+ * budget wait until reclaim has made room (the hold), so the peak does not
+ * depend on how fast the writer runs against reclaim. The peak is the
+ * group's own counter, the one the hold reads. */
+TEST(budget_holds_against_a_fast_writer) {
+        const size_t size = 128u << 20;
+        struct test_cgroup *g;
+        struct confdir c;
+        struct daemon d;
+        struct target w;
+        uint64_t budget, peak;
+
+        if (!test_cgroups_usable())
+                TEST_SKIP("needs a writable cgroup tree");
+        g = test_cgroup_new(0);
+        if (!g->v1[0])
+                TEST_SKIP("needs a v1 memory group, whose peak can be reset (v2's memory.peak "
+                          "counts from the group's start)");
+        target_cgroup = g;
+        writer_start(&w, size);
+        target_cgroup = NULL;
+        budget = group_memory(g, false) + (32u << 20);
+        budget_daemon_start(&d, &c, g, budget, "infinity", w.pid);
+        /* Attached (its mapping registered): every first touch from now
+         * on is the engine's to hold. */
+        test_cgroup_write(g->v1, "memory.max_usage_in_bytes", "0");
+        writer_go(&w);
+        writer_wait_done(&w);
+        peak = group_memory(g, true);
+        fprintf(stderr, "budget %" PRIu64 " KiB, peak %" PRIu64 " KiB, %" PRIu64 " faults held, "
+                        "%" PRIu64 " of them let go at the bound\n", budget / 1024, peak / 1024,
+                hold_figure(d.sock, w.pid, "held_faults"), hold_figure(d.sock, w.pid, "timeouts"));
+        ASSERT_LE(peak, budget + budget / 20);
+        /* It got there by being held, not by a slow writer. */
+        ASSERT_GT(hold_figure(d.sock, w.pid, "held_faults"), 0);
+        ASSERT_TRUE(target_verify(&w));
+
+        target_stop(&w);
+        daemon_cleanup(&d);
+        confdir_remove(&c);
+        test_cgroup_free(g);
+}
+
+/* A writer held for good (its budget leaves 8 MiB of room and the policy
+ * may not reclaim: MaxReclaimRate of a byte a second), with a fault
+ * parked, is let go by detach, and by the daemon's stop: it then writes
+ * the rest of its pages (at one page per 100 ms, the bound of a hold,
+ * 56 MiB would take 20 minutes) and every byte checks. */
+static void held_writer_released(bool by_stop) {
+        const size_t size = 64u << 20;
+        _cleanup_free_ char *out = NULL;
+        char pid_s[16];
+        struct test_cgroup *g;
+        struct confdir c;
+        struct daemon d;
+        struct target w;
+        uint64_t budget;
+        int i;
+
+        g = test_cgroup_new(0);
+        target_cgroup = g;
+        writer_start(&w, size);
+        target_cgroup = NULL;
+        budget = group_memory(g, false) + (8u << 20);
+        budget_daemon_start(&d, &c, g, budget, "1", w.pid);
+        writer_go(&w);
+        for (i = 0; i < 600 && hold_figure(d.sock, w.pid, "held_now") == 0; i++)
+                usleep(50000);
+        ASSERT_LT(i, 600);
+        if (by_stop)
+                ASSERT_EQ(daemon_stop(&d, SIGTERM), 0);
+        else {
+                snprintf(pid_s, sizeof(pid_s), "%d", w.pid);
+                free(ctl_ok(d.sock, CTL_ARGS(d.sock, "detach", pid_s)));
+                out = ctl_ok(d.sock, CTL_ARGS(d.sock, "targets", "--json"));
+                ASSERT_FALSE(targets_entry(out, w.pid));
+        }
+        writer_wait_done(&w);
+        ASSERT_TRUE(target_verify(&w));
+
+        target_stop(&w);
+        daemon_cleanup(&d);
+        confdir_remove(&c);
+        test_cgroup_free(g);
+}
+
+TEST(held_first_touches_go_on_detach) {
+        if (!test_cgroups_usable())
+                TEST_SKIP("needs a writable cgroup tree");
+        held_writer_released(false);
+}
+
+TEST(held_first_touches_go_on_daemon_stop) {
+        if (!test_cgroups_usable())
+                TEST_SKIP("needs a writable cgroup tree");
+        held_writer_released(true);
+}
+
 /* A real pressure source in the policy's group: a child re-reads a file
  * much larger than what the group's limit leaves beside the target. The
  * group stalls (its own memory.pressure says so) and the daemon backs off

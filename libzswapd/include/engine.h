@@ -123,6 +123,12 @@ int zsw_engine_reclaim_cold(struct zsw_engine *engine, pid_t pid,
                             const struct zsw_reclaim_request *req,
                             struct zsw_reclaim_result *ret, struct zsw_engine_error *err);
 
+/* Registers pid's mappings made since its attach or its last reclaim (a
+ * reclaim registers them itself), so that its first touches there reach
+ * the engine: the first-touch hold (zsw_engine_set_hold()) sees no
+ * others. Reads its smaps, as a reclaim does. -ENOENT if not attached. */
+int zsw_engine_register(struct zsw_engine *engine, pid_t pid);
+
 /* Runs an age scan of pid now (the engine also runs them every
  * age_interval_ms). A scan finds the present pages with PAGEMAP_SCAN
  * (after re-reading smaps, to register new mappings), ages the ones still
@@ -175,6 +181,23 @@ struct zsw_engine_stats {
  * as the kernel's allocations wait for reclaim over a memory limit. For
  * a group over its memory budget. -ENOENT if pid is not attached. */
 int zsw_engine_set_throttle(struct zsw_engine *engine, pid_t pid, bool on);
+
+/* The first-touch hold: while the memory use of the cgroup whose memory
+ * directory (v2, or v1's memory controller) is memory_dir_fd is at or
+ * over limit_bytes, faults of pid that add a page (first touches of pages
+ * zswapd never took, and pages it took coming back) wait until reclaim
+ * has brought it under, as an allocation over a memcg limit waits in
+ * direct reclaim; under it, they place no more than its room (the
+ * zero-fill window and prefetch are cut to it). The fault threads read the group's use
+ * themselves, so every target of a group can share one limit. A fault
+ * waits at most 100 ms, then gets one page; faults taken inside a system
+ * call (a read(2) into a fresh buffer) are never held (a held one would
+ * keep the target from stopping for an eviction). limit_bytes 0 turns the
+ * hold off and lets every held fault go, as detach does. The directory fd
+ * stays the caller's. -ENOENT if pid is not attached; -errno if the
+ * group's memory use cannot be opened. */
+int zsw_engine_set_hold(struct zsw_engine *engine, pid_t pid, int memory_dir_fd,
+                        uint64_t limit_bytes);
 
 /* The limits the engine was made with, in bytes, defaults filled in. They
  * never change, so this takes no lock and builds no statistics: cheap

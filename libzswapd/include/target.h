@@ -60,6 +60,15 @@ struct zsw_target_stats {
         uint64_t zero_ahead_pages;      /* zero-filled after such a fault (zero_window) */
         uint64_t throttled_faults;      /* zero faults while throttled (zsw_engine_set_throttle()) */
         bool throttled;
+        /* The first-touch hold (zsw_engine_set_hold()): its limit (0: off),
+         * the faults it held, how many of them are held now, the ones let
+         * go at the 100 ms bound instead of for room, and the time they
+         * waited in all. */
+        uint64_t hold_limit_bytes;
+        uint64_t held_faults;
+        uint64_t held_now;
+        uint64_t hold_timeouts;
+        uint64_t held_ns;
         uint64_t refaults;              /* faults that brought back a page we had taken */
         uint64_t wp_faults;             /* writes to pages protected by age scans or rounds */
         uint64_t prefetched_pages;
