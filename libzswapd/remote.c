@@ -32,9 +32,11 @@
  * dequeues them again.
  *
  * Deadlines. Every wait for a stop has one (ZSW_REMOTE_STOP_TIMEOUT_MS,
- * ZSW_REMOTE_CALL_TIMEOUT_MS): waitpid(WNOHANG) is polled, from 10 us
- * doubling to 1 ms, since nothing else bounds a wait for a tracee. A
- * thread that did not stop in time cannot be detached (PTRACE_DETACH
+ * ZSW_REMOTE_CALL_TIMEOUT_MS). waitpid() blocks, so a stop is taken as
+ * soon as it comes, and a per-handle timer (ZSW_REMOTE_WAKE_SIGNAL to the
+ * tracer thread alone, an empty handler) interrupts it at the deadline and
+ * every millisecond after, since nothing else bounds a wait for a
+ * tracee. A thread that did not stop in time cannot be detached (PTRACE_DETACH
  * wants a stopped tracee) and keeps our pending interrupt: only the exit
  * of its tracer unlinks it and clears that. So each handle has a tracer
  * thread of its own that makes every ptrace call and exits at release:
@@ -107,6 +109,8 @@ struct zsw_remote {
         void *op_arg;
         int op_result;
         bool op_done, quit;
+        timer_t wake_timer;      /* ends the tracer's waits at their deadlines */
+        bool wake_timer_made;
 };
 
 /* Another thread of the target, held in a ptrace stop until release. */
@@ -176,37 +180,47 @@ static int set_regs(struct zsw_remote *r, const zsw_arch_regs *regs) {
  * the parent (our_child). (Killed between that look and the waitpid below,
  * it is reaped after all; the kernel offers no way to consume a stop
  * alone.) */
-static int wait_task(pid_t tid, bool our_child, uint64_t deadline_ns, int *ret_status) {
-        unsigned pause_us = 10;
-        int status;
+static int wait_task(struct zsw_remote *r, pid_t tid, bool our_child, uint64_t deadline_ns,
+                     int *ret_status) {
+        /* Our timer interrupts the wait at the deadline and every
+         * millisecond after it: a tick that lands just before we block is
+         * followed by another. */
+        struct itimerspec when = {
+                .it_value = { (time_t) (deadline_ns / 1000000000u), (long) (deadline_ns % 1000000000u) },
+                .it_interval = { 0, 1000000 },
+        };
+        int status, k = 0;
+        pid_t p;
 
+        if (timer_settime(r->wake_timer, TIMER_ABSTIME, &when, NULL) < 0)
+                return -errno;
         for (;;) {
+                int nohang = zsw_now_ns() >= deadline_ns ? WNOHANG : 0;
                 siginfo_t si = {};
-                pid_t p;
 
                 if (our_child) {
                         if (waitid(P_PID, (id_t) tid, &si,
-                                   WEXITED | WSTOPPED | WNOWAIT | WNOHANG | __WALL) < 0) {
+                                   WEXITED | WSTOPPED | WNOWAIT | __WALL | nohang) < 0) {
                                 if (errno == EINTR)
                                         continue;
-                                return -errno;
+                                k = -errno;
+                                break;
                         }
                         if (si.si_pid == tid && (si.si_code == CLD_EXITED || si.si_code == CLD_KILLED ||
-                                                 si.si_code == CLD_DUMPED))
-                                return -ESRCH;
+                                                 si.si_code == CLD_DUMPED)) {
+                                k = -ESRCH;
+                                break;
+                        }
                 }
-                p = waitpid(tid, &status, __WALL | WNOHANG);
+                p = waitpid(tid, &status, __WALL | nohang);
                 if (p < 0 && errno == EINTR)
                         continue;
-                if (p < 0)
-                        return -errno;
-                if (p == tid)
-                        break;
-                if (zsw_now_ns() >= deadline_ns)
-                        return -ETIMEDOUT;
-                (void) nanosleep(&(struct timespec) { .tv_nsec = pause_us * 1000l }, NULL);
-                pause_us = MIN(pause_us * 2, 1000u);
+                k = p < 0 ? -errno : p == 0 ? -ETIMEDOUT : 0;
+                break;
         }
+        (void) timer_settime(r->wake_timer, 0, &(struct itimerspec) {}, NULL);
+        if (k < 0)
+                return k;
         if (WIFEXITED(status) || WIFSIGNALED(status))
                 return -ESRCH;
         *ret_status = status;
@@ -218,7 +232,7 @@ static uint64_t deadline_in(unsigned ms) {
 }
 
 static int wait_stop(struct zsw_remote *r, uint64_t deadline_ns, int *ret_status) {
-        int k = wait_task(r->tid, r->our_child, deadline_ns, ret_status);
+        int k = wait_task(r, r->tid, r->our_child, deadline_ns, ret_status);
 
         if (k == -ESRCH)
                 r->gone = true;
@@ -374,7 +388,7 @@ static int on_tracer(struct zsw_remote *r, int (*op)(struct zsw_remote *r, void 
 static void *tracer_main(void *userdata) {
         struct zsw_remote *r = userdata;
 
-        /* Its sleeps between polls are short: 50 us of slack would double them. */
+        /* Its sleeps while a thread leaves a userfault are short. */
         (void) prctl(PR_SET_TIMERSLACK, 1000ul);
         pthread_mutex_lock(&r->lock);
         for (;;) {
@@ -400,6 +414,40 @@ static void *tracer_main(void *userdata) {
          * then detaches them and drops our interrupt (exit_ptrace()). */
         release_on_tracer(r);
         return NULL;
+}
+
+static void on_wake_signal(int sig) {
+        (void) sig; /* only there to make a blocking wait return EINTR */
+}
+
+/* On the tracer: a timer whose signal interrupts its waits (wait_task()).
+ * The signal gets an empty handler without SA_RESTART, unless the
+ * program has a use of its own for it. */
+static int make_wake_timer(struct zsw_remote *r) {
+        struct sigaction sa = { .sa_handler = on_wake_signal }, old;
+        struct sigevent ev = { .sigev_notify = SIGEV_THREAD_ID, .sigev_signo = ZSW_REMOTE_WAKE_SIGNAL };
+        sigset_t set;
+
+        ev._sigev_un._tid = gettid(); /* sigev_notify_thread_id: not named by older glibc headers */
+        if (sigaction(ZSW_REMOTE_WAKE_SIGNAL, NULL, &old) < 0)
+                return -errno;
+        if (old.sa_handler != on_wake_signal) {
+                if (old.sa_handler != SIG_DFL)
+                        return zsw_log_errno(r->log, LOG_ERR, EBUSY,
+                                             "Signal %d has a handler of the program's: ptrace "
+                                             "injection needs it for its deadlines",
+                                             ZSW_REMOTE_WAKE_SIGNAL);
+                sigfillset(&sa.sa_mask);
+                if (sigaction(ZSW_REMOTE_WAKE_SIGNAL, &sa, NULL) < 0)
+                        return -errno;
+        }
+        if (timer_create(CLOCK_MONOTONIC, &ev, &r->wake_timer) < 0)
+                return zsw_log_errno(r->log, LOG_ERR, errno, "Failed to create a timer: %m");
+        r->wake_timer_made = true;
+        sigemptyset(&set);
+        sigaddset(&set, ZSW_REMOTE_WAKE_SIGNAL);
+        pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+        return 0;
 }
 
 /* With every signal blocked: the tracer takes none of the process's. */
@@ -429,6 +477,9 @@ static int seize_op(struct zsw_remote *r, void *arg) {
         int k;
 
         (void) arg;
+        k = make_wake_timer(r);
+        if (k < 0)
+                return k;
         /* A thread whose interrupt would leave it busy in a kernel-mode
          * userfault is waited for, not interrupted (see the top). */
         for (;;) {
@@ -572,7 +623,7 @@ static int wait_held(struct zsw_remote *r, size_t from, uint64_t deadline) {
                 struct held_thread *h = &r->held[i];
                 int status, k;
 
-                k = wait_task(h->tid, h->our_child, deadline, &status);
+                k = wait_task(r, h->tid, h->our_child, deadline, &status);
                 if (k == -ESRCH || k == -ECHILD) {
                         h->gone = true;
                         continue;
@@ -640,7 +691,7 @@ static void release_held(struct zsw_remote *r) {
                 /* Seized but never seen stopped (the hold failed first):
                  * its stop comes soon, or it is let go when the tracer
                  * thread exits. */
-                if (!h->stopped && wait_task(h->tid, h->our_child, deadline_in(10), &status) < 0)
+                if (!h->stopped && wait_task(r, h->tid, h->our_child, deadline_in(10), &status) < 0)
                         continue;
                 if (!h->stopped)
                         h->sig = event_of(status) == 0 ? WSTOPSIG(status) : 0;
@@ -900,6 +951,8 @@ struct zsw_remote *zsw_remote_release(struct zsw_remote *r) {
                 pthread_mutex_unlock(&r->lock);
                 pthread_join(r->tracer, NULL);
         }
+        if (r->wake_timer_made)
+                (void) timer_delete(r->wake_timer);
         pthread_mutex_destroy(&r->lock);
         pthread_cond_destroy(&r->cond);
         safe_close(r->pidfd);
