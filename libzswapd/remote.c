@@ -58,6 +58,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
@@ -308,21 +309,61 @@ static int attach(struct zsw_remote *r, uint64_t deadline_ns) {
 
 /* ---- vDSO ------------------------------------------------------------------ */
 
-/* The vDSO is mapped by the kernel and never userfaultfd-registered, so
- * reading it through /proc/PID/mem cannot block on our own fault handling. */
-static int find_syscall_insn(struct zsw_remote *r) {
-        _cleanup_free_ uint8_t *text = NULL;
+/* Where the kernel put the vDSO (AT_SYSINFO_EHDR in the auxiliary vector),
+ * as long as the mapping there is still the executable [vdso]: one query
+ * instead of formatting every mapping of the target. -ENOENT when the target moved or unmapped it,
+ * -ENOTTY before PROCMAP_QUERY (Linux 6.11): then the maps are read. */
+static int vdso_from_auxv(struct zsw_remote *r, unsigned long *ret_start, unsigned long *ret_end) {
+        _cleanup_close_ int fd = -EBADF;
+        uint64_t auxv[128], base = 0;
+        char path[64], name[16] = "";
+        struct zsw_procmap_query q;
+        ssize_t n;
+
+        /* The leader's files are empty once it has exited: ask our thread. */
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/auxv", r->pid, r->tid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        n = read(fd, auxv, sizeof(auxv));
+        if (n < 0)
+                return -errno;
+        for (size_t i = 0; i + 1 < (size_t) n / sizeof(auxv[0]) && auxv[i] != AT_NULL; i += 2)
+                if (auxv[i] == AT_SYSINFO_EHDR)
+                        base = auxv[i + 1];
+        if (base == 0)
+                return -ENOENT;
+
+        fd = safe_close(fd);
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/maps", r->pid, r->tid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        q = (struct zsw_procmap_query) {
+                .size = sizeof(q),
+                .query_flags = ZSW_PROCMAP_QUERY_VMA_EXECUTABLE,
+                .query_addr = base,
+                .vma_name_size = sizeof(name),
+                .vma_name_addr = (uint64_t) (uintptr_t) name,
+        };
+        if (ioctl(fd, ZSW_PROCMAP_QUERY, &q) < 0)
+                return -errno;
+        if (q.vma_start != base || strcmp(name, "[vdso]") != 0)
+                return -ENOENT;
+        *ret_start = q.vma_start;
+        *ret_end = q.vma_end;
+        return 0;
+}
+
+static int vdso_from_maps(struct zsw_remote *r, unsigned long *ret_start, unsigned long *ret_end) {
         _cleanup_free_ char *line = NULL;
-        _cleanup_close_ int mem = -EBADF;
         unsigned long start = 0, end = 0;
         size_t line_size = 0;
         bool found = false;
         char path[64];
         FILE *f;
-        ssize_t n;
 
-        /* The leader's files are empty once it has exited: ask our thread.
-         * Match the name field exactly: a file may be called "x [vdso]". */
+        /* Match the name field exactly: a file may be called "x [vdso]". */
         snprintf(path, sizeof(path), "/proc/%d/task/%d/maps", r->pid, r->tid);
         f = fopen(path, "re");
         if (!f)
@@ -335,6 +376,28 @@ static int find_syscall_insn(struct zsw_remote *r) {
         }
         fclose(f);
         if (!found || end <= start)
+                return -ENOENT;
+        *ret_start = start;
+        *ret_end = end;
+        return 0;
+}
+
+/* The vDSO is mapped by the kernel and never userfaultfd-registered, so
+ * reading it through /proc/PID/mem cannot block on our own fault handling. */
+static int find_syscall_insn(struct zsw_remote *r) {
+        _cleanup_free_ uint8_t *text = NULL;
+        _cleanup_close_ int mem = -EBADF;
+        unsigned long start = 0, end = 0;
+        char path[64];
+        ssize_t n;
+        int k;
+
+        k = vdso_from_auxv(r, &start, &end);
+        if (k < 0)
+                k = vdso_from_maps(r, &start, &end);
+        if (k < 0 && k != -ENOENT)
+                return k;
+        if (k < 0)
                 return zsw_log_errno(r->log, LOG_ERR, EOPNOTSUPP,
                                      "Process %d has no vDSO to borrow a syscall instruction from",
                                      r->pid);

@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <sys/auxv.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -434,6 +435,53 @@ static void *reader_thread(void *arg) {
         char c;
 
         _exit(read(fd, &c, 1) == 1 && c == 'y' ? 0 : 30);
+}
+
+/* A target that moved its vDSO (as a restored checkpoint does): the address
+ * the kernel gave it at exec is stale, and the syscall instruction is
+ * found where the vDSO is now. The child uses raw system calls only: its
+ * vDSO functions no longer reach their data. */
+TEST(moved_vdso_is_found) {
+        _cleanup_remote_ struct zsw_remote *r = NULL;
+        int ready[2], go[2];
+        char c;
+        pid_t pid;
+
+        ASSERT_OK(pipe2(ready, O_CLOEXEC));
+        ASSERT_OK(pipe2(go, O_CLOEXEC));
+        pid = fork_child();
+        if (pid == 0) {
+                unsigned long start = 0, end = 0, base = getauxval(AT_SYSINFO_EHDR);
+                char line[512];
+                FILE *f = fopen("/proc/self/maps", "re");
+                void *to;
+
+                while (f && fgets(line, sizeof(line), f))
+                        if (strstr(line, "[vdso]") && sscanf(line, "%lx-%lx", &start, &end) == 2)
+                                break;
+                if (!f || start != base || end <= start)
+                        _exit(2);
+                fclose(f);
+                to = mmap(NULL, end - start, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                if (to == MAP_FAILED || syscall(SYS_mremap, start, end - start, end - start,
+                                                MREMAP_MAYMOVE | MREMAP_FIXED, to) != (long) to)
+                        _exit(3);
+                if (syscall(SYS_write, ready[1], "m", 1) != 1 || syscall(SYS_read, go[0], &c, 1) != 1)
+                        _exit(4);
+                _exit(0);
+        }
+        ASSERT_EQ(read(ready[0], &c, 1), 1);
+        wait_in_syscall(pid, pid, (const long[]) { SYS_read }, 1);
+        ASSERT_OK(zsw_remote_seize(pid, &test_log, &r));
+        for (int i = 0; i < 3; i++)
+                ASSERT_EQ(remote(r, SYS_getpid, no_args), pid);
+        r = zsw_remote_release(r);
+        ASSERT_EQ(write(go[1], "g", 1), 1);
+        ASSERT_EQ(wait_exit_code(pid), 0);
+        close(ready[0]);
+        close(ready[1]);
+        close(go[0]);
+        close(go[1]);
 }
 
 TEST(leader_gone_uses_another_thread) {
