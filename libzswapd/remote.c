@@ -97,6 +97,8 @@ struct zsw_remote {
         unsigned n_signals;
         siginfo_t signals[DEFERRED_SIGNALS_MAX];
         bool stopped;            /* r->tid is in a ptrace stop of ours */
+        struct __ptrace_rseq_configuration rseq; /* r->tid's, unless rseq_error */
+        int rseq_error;
         struct held_thread *held; /* the other threads, stopped by zsw_remote_stop_others() */
         size_t n_held, held_size;
 
@@ -139,21 +141,13 @@ int remote_pidfd(const struct zsw_remote *r) {
         return r->pidfd;
 }
 
-static int rseq_op(struct zsw_remote *r, void *arg) {
-        return ptrace(PTRACE_GET_RSEQ_CONFIGURATION, r->tid, sizeof(struct __ptrace_rseq_configuration),
-                      arg) < 0 ? -errno : 0;
-}
-
-static int on_tracer(struct zsw_remote *r, int (*op)(struct zsw_remote *r, void *arg), void *arg);
-
+/* Read at the seize: only the thread itself changes it, and it stays
+ * stopped until release. */
 int zsw_remote_rseq_area(struct zsw_remote *r, uint64_t *ret_addr, uint32_t *ret_len) {
-        struct __ptrace_rseq_configuration conf = {};
-        int k = on_tracer(r, rseq_op, &conf);
-
-        if (k < 0)
-                return k;
-        *ret_addr = conf.rseq_abi_pointer;
-        *ret_len = conf.rseq_abi_size;
+        if (r->rseq_error < 0)
+                return r->rseq_error;
+        *ret_addr = r->rseq.rseq_abi_pointer;
+        *ret_len = r->rseq.rseq_abi_size;
         return 0;
 }
 
@@ -568,6 +562,8 @@ static int seize_op(struct zsw_remote *r, void *arg) {
                                      r->pid);
         if (k < 0)
                 return zsw_log_errno(r->log, LOG_ERR, k, "Failed to read registers of %d: %m", tid);
+        if (ptrace(PTRACE_GET_RSEQ_CONFIGURATION, tid, sizeof(r->rseq), &r->rseq) < 0)
+                r->rseq_error = -errno;
         return find_syscall_insn(r);
 }
 
@@ -637,9 +633,13 @@ static int hold_new_threads(struct zsw_remote *r, pid_t *ret_waiting) {
 
                 if (tid <= 0 || tid == r->tid || is_held(r, tid))
                         continue;
+                /* A zombie leader runs nothing. Other threads are listed
+                 * only until they exit (a zombie one that another tracer
+                 * holds fails the seize below, as one that exited). */
                 snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", r->pid, tid);
-                if (remote_read_proc_stat(path, &state, &flags) < 0 || !remote_state_alive(state))
-                        continue; /* gone, or a zombie leader: it runs nothing */
+                if (tid == r->pid &&
+                    (remote_read_proc_stat(path, &state, &flags) < 0 || !remote_state_alive(state)))
+                        continue;
                 if (remote_in_kernel_userfault(r->pid, tid)) {
                         *ret_waiting = tid;
                         continue;
