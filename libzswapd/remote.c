@@ -34,14 +34,21 @@
  * Deadlines. Every wait for a stop has one (ZSW_REMOTE_STOP_TIMEOUT_MS,
  * ZSW_REMOTE_CALL_TIMEOUT_MS). waitpid() blocks, so a stop is taken as
  * soon as it comes, and a per-handle timer (ZSW_REMOTE_WAKE_SIGNAL to the
- * tracer thread alone, an empty handler) interrupts it at the deadline and
- * every millisecond after, since nothing else bounds a wait for a
- * tracee. A thread that did not stop in time cannot be detached (PTRACE_DETACH
- * wants a stopped tracee) and keeps our pending interrupt: only the exit
- * of its tracer unlinks it and clears that. So each handle has a tracer
- * thread of its own that makes every ptrace call and exits at release:
- * the threads it stopped are detached one by one, the ones that never
- * stopped are let go by the kernel, unchanged.
+ * tracer thread alone, an empty handler) interrupts it at the deadline
+ * and every millisecond after, since nothing else bounds a wait for a
+ * tracee. A thread that did not stop in time cannot be detached
+ * (PTRACE_DETACH wants a stopped tracee) and keeps our pending interrupt:
+ * only the exit of its tracer unlinks it and clears that. So each handle
+ * has a tracer thread of its own that makes every ptrace call and exits
+ * at release: the threads it stopped are detached one by one, the ones
+ * that never stopped are let go by the kernel, unchanged. Each call of
+ * the API is one operation handed to that thread (a seize, holding the
+ * others, one injected call with all its steps): a stop costs a few
+ * cross-CPU wakeups, not one per ptrace request.
+ *
+ * The syscall instruction is looked up in the vDSO where the kernel put
+ * it (AT_SYSINFO_EHDR, checked with one PROCMAP_QUERY), and in the whole
+ * maps only if the target moved it.
  *
  * What the kernel cannot undo: a thread that waits in a userfault taken
  * in kernel mode (a read(2) into a missing page of a registered range)
