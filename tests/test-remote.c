@@ -1129,3 +1129,65 @@ TEST(uninterruptible_sleep_past_the_deadline_is_let_go) {
         close(vp[0]);
         close(vp[1]);
 }
+
+struct vforker {
+        int ready, release;
+};
+
+static void *vfork_and_wait(void *userdata) {
+        struct vforker *v = userdata;
+        pid_t tid = gettid();
+        char c;
+
+        if (write(v->ready, &tid, sizeof(tid)) != sizeof(tid))
+                _exit(6);
+        if (vfork() == 0)
+                _exit(read(v->release, &c, 1) == 1 ? 0 : 1);
+        return NULL;
+}
+
+/* The same for another thread: its interrupt never stops it, and the
+ * wait for its stop ends at the deadline (the tracer's timer), not
+ * with its child. Once the handle is released nothing of ours is left on
+ * it or on the leader, which goes on with its read(2). */
+TEST(stop_others_gives_up_on_a_thread_that_never_stops) {
+        struct zsw_remote *r = NULL;
+        int vp[2], tp[2], go[2];
+        pid_t pid, tid = 0;
+
+        ASSERT_OK(pipe2(vp, O_CLOEXEC));
+        ASSERT_OK(pipe2(tp, O_CLOEXEC));
+        ASSERT_OK(pipe2(go, O_CLOEXEC));
+        pid = fork_child();
+        if (pid == 0) {
+                struct vforker v = { .ready = tp[1], .release = vp[0] };
+                pthread_t t;
+                char c;
+
+                if (pthread_create(&t, NULL, vfork_and_wait, &v) != 0)
+                        _exit(2);
+                if (read(go[0], &c, 1) != 1 || c != 'g')
+                        _exit(3);
+                pthread_join(t, NULL);
+                _exit(0);
+        }
+        ASSERT_EQ(read(tp[0], &tid, sizeof(tid)), (ssize_t) sizeof(tid));
+        for (unsigned tries = 0; tries < 10000 && proc_state(tid) != 'D'; tries++)
+                usleep(1000);
+        ASSERT_EQ(proc_state(tid), 'D');
+        wait_in_syscall(pid, pid, (const long[]) { SYS_read }, 1);
+        ASSERT_OK(zsw_remote_seize(pid, &test_log, &r));
+        ASSERT_ERRNO(zsw_remote_stop_others(r), ETIMEDOUT);
+        r = zsw_remote_release(r);
+        ASSERT_EQ(tracer_of(tid), 0);
+        ASSERT_EQ(tracer_of(pid), 0);
+        ASSERT_EQ(write(vp[1], "v", 1), 1);
+        ASSERT_EQ(write(go[1], "g", 1), 1);
+        ASSERT_EQ(wait_exit_code(pid), 0);
+        close(vp[0]);
+        close(vp[1]);
+        close(tp[0]);
+        close(tp[1]);
+        close(go[0]);
+        close(go[1]);
+}
