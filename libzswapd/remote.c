@@ -311,9 +311,11 @@ static int attach(struct zsw_remote *r, uint64_t deadline_ns) {
 /* ---- vDSO ------------------------------------------------------------------ */
 
 /* Where the kernel put the vDSO (AT_SYSINFO_EHDR in the auxiliary vector),
- * as long as the mapping there is still the executable [vdso]: one query
- * instead of formatting every mapping of the target. -ENOENT when the target moved or unmapped it,
- * -ENOTTY before PROCMAP_QUERY (Linux 6.11): then the maps are read. */
+ * as long as the mapping there is still the executable [vdso] (no file or
+ * named anonymous mapping is called that): one query instead of
+ * formatting every mapping of the target. -ENOENT when the target moved
+ * or unmapped it, -ENOTTY before PROCMAP_QUERY (Linux 6.11): then the
+ * maps are read. */
 static int vdso_from_auxv(struct zsw_remote *r, unsigned long *ret_start, unsigned long *ret_end) {
         _cleanup_close_ int fd = -EBADF;
         uint64_t auxv[128], base = 0;
