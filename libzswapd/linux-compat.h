@@ -6,6 +6,7 @@
 #pragma once
 
 #include <linux/userfaultfd.h>
+#include <stdint.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 
@@ -33,3 +34,26 @@
 #ifndef PIDFD_SELF_THREAD
 #  define PIDFD_SELF_THREAD (-10000)
 #endif
+
+/* PROCMAP_QUERY on /proc/PID/maps (Linux 6.11): the mapping at one
+ * address, its flags and name, without formatting the whole list. Named
+ * apart from uapi/linux/fs.h's struct procmap_query, same layout. */
+struct zsw_procmap_query {
+        uint64_t size;
+        uint64_t query_flags;
+        uint64_t query_addr;
+        uint64_t vma_start;
+        uint64_t vma_end;
+        uint64_t vma_flags;
+        uint64_t vma_page_size;
+        uint64_t vma_offset;
+        uint64_t inode;
+        uint32_t dev_major;
+        uint32_t dev_minor;
+        uint32_t vma_name_size;
+        uint32_t build_id_size;
+        uint64_t vma_name_addr;
+        uint64_t build_id_addr;
+};
+#define ZSW_PROCMAP_QUERY _IOWR('f', 17, struct zsw_procmap_query)
+#define ZSW_PROCMAP_QUERY_VMA_EXECUTABLE 0x04

@@ -32,14 +32,23 @@
  * dequeues them again.
  *
  * Deadlines. Every wait for a stop has one (ZSW_REMOTE_STOP_TIMEOUT_MS,
- * ZSW_REMOTE_CALL_TIMEOUT_MS): waitpid(WNOHANG) is polled, from 10 us
- * doubling to 1 ms, since nothing else bounds a wait for a tracee. A
- * thread that did not stop in time cannot be detached (PTRACE_DETACH
- * wants a stopped tracee) and keeps our pending interrupt: only the exit
- * of its tracer unlinks it and clears that. So each handle has a tracer
- * thread of its own that makes every ptrace call and exits at release:
- * the threads it stopped are detached one by one, the ones that never
- * stopped are let go by the kernel, unchanged.
+ * ZSW_REMOTE_CALL_TIMEOUT_MS). waitpid() blocks, so a stop is taken as
+ * soon as it comes, and a per-handle timer (ZSW_REMOTE_WAKE_SIGNAL to the
+ * tracer thread alone, an empty handler) interrupts it at the deadline
+ * and every millisecond after, since nothing else bounds a wait for a
+ * tracee. A thread that did not stop in time cannot be detached
+ * (PTRACE_DETACH wants a stopped tracee) and keeps our pending interrupt:
+ * only the exit of its tracer unlinks it and clears that. So each handle
+ * has a tracer thread of its own that makes every ptrace call and exits
+ * at release: the threads it stopped are detached one by one, the ones
+ * that never stopped are let go by the kernel, unchanged. Each call of
+ * the API is one operation handed to that thread (a seize, holding the
+ * others, one injected call with all its steps): a stop costs a few
+ * cross-CPU wakeups, not one per ptrace request.
+ *
+ * The syscall instruction is looked up in the vDSO where the kernel put
+ * it (AT_SYSINFO_EHDR, checked with one PROCMAP_QUERY), and in the whole
+ * maps only if the target moved it.
  *
  * What the kernel cannot undo: a thread that waits in a userfault taken
  * in kernel mode (a read(2) into a missing page of a registered range)
@@ -56,6 +65,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
@@ -94,6 +104,8 @@ struct zsw_remote {
         unsigned n_signals;
         siginfo_t signals[DEFERRED_SIGNALS_MAX];
         bool stopped;            /* r->tid is in a ptrace stop of ours */
+        struct __ptrace_rseq_configuration rseq; /* r->tid's, unless rseq_error */
+        int rseq_error;
         struct held_thread *held; /* the other threads, stopped by zsw_remote_stop_others() */
         size_t n_held, held_size;
 
@@ -107,6 +119,8 @@ struct zsw_remote {
         void *op_arg;
         int op_result;
         bool op_done, quit;
+        timer_t wake_timer;      /* ends the tracer's waits at their deadlines */
+        bool wake_timer_made;
 };
 
 /* Another thread of the target, held in a ptrace stop until release. */
@@ -134,21 +148,13 @@ int remote_pidfd(const struct zsw_remote *r) {
         return r->pidfd;
 }
 
-static int rseq_op(struct zsw_remote *r, void *arg) {
-        return ptrace(PTRACE_GET_RSEQ_CONFIGURATION, r->tid, sizeof(struct __ptrace_rseq_configuration),
-                      arg) < 0 ? -errno : 0;
-}
-
-static int on_tracer(struct zsw_remote *r, int (*op)(struct zsw_remote *r, void *arg), void *arg);
-
+/* Read at the seize: only the thread itself changes it, and it stays
+ * stopped until release. */
 int zsw_remote_rseq_area(struct zsw_remote *r, uint64_t *ret_addr, uint32_t *ret_len) {
-        struct __ptrace_rseq_configuration conf = {};
-        int k = on_tracer(r, rseq_op, &conf);
-
-        if (k < 0)
-                return k;
-        *ret_addr = conf.rseq_abi_pointer;
-        *ret_len = conf.rseq_abi_size;
+        if (r->rseq_error < 0)
+                return r->rseq_error;
+        *ret_addr = r->rseq.rseq_abi_pointer;
+        *ret_len = r->rseq.rseq_abi_size;
         return 0;
 }
 
@@ -176,37 +182,47 @@ static int set_regs(struct zsw_remote *r, const zsw_arch_regs *regs) {
  * the parent (our_child). (Killed between that look and the waitpid below,
  * it is reaped after all; the kernel offers no way to consume a stop
  * alone.) */
-static int wait_task(pid_t tid, bool our_child, uint64_t deadline_ns, int *ret_status) {
-        unsigned pause_us = 10;
-        int status;
+static int wait_task(struct zsw_remote *r, pid_t tid, bool our_child, uint64_t deadline_ns,
+                     int *ret_status) {
+        /* Our timer interrupts the wait at the deadline and every
+         * millisecond after it: a tick that lands just before we block is
+         * followed by another. */
+        struct itimerspec when = {
+                .it_value = { (time_t) (deadline_ns / 1000000000u), (long) (deadline_ns % 1000000000u) },
+                .it_interval = { 0, 1000000 },
+        };
+        int status, k = 0;
+        pid_t p;
 
+        if (timer_settime(r->wake_timer, TIMER_ABSTIME, &when, NULL) < 0)
+                return -errno;
         for (;;) {
+                int nohang = zsw_now_ns() >= deadline_ns ? WNOHANG : 0;
                 siginfo_t si = {};
-                pid_t p;
 
                 if (our_child) {
                         if (waitid(P_PID, (id_t) tid, &si,
-                                   WEXITED | WSTOPPED | WNOWAIT | WNOHANG | __WALL) < 0) {
+                                   WEXITED | WSTOPPED | WNOWAIT | __WALL | nohang) < 0) {
                                 if (errno == EINTR)
                                         continue;
-                                return -errno;
+                                k = -errno;
+                                break;
                         }
                         if (si.si_pid == tid && (si.si_code == CLD_EXITED || si.si_code == CLD_KILLED ||
-                                                 si.si_code == CLD_DUMPED))
-                                return -ESRCH;
+                                                 si.si_code == CLD_DUMPED)) {
+                                k = -ESRCH;
+                                break;
+                        }
                 }
-                p = waitpid(tid, &status, __WALL | WNOHANG);
+                p = waitpid(tid, &status, __WALL | nohang);
                 if (p < 0 && errno == EINTR)
                         continue;
-                if (p < 0)
-                        return -errno;
-                if (p == tid)
-                        break;
-                if (zsw_now_ns() >= deadline_ns)
-                        return -ETIMEDOUT;
-                (void) nanosleep(&(struct timespec) { .tv_nsec = pause_us * 1000l }, NULL);
-                pause_us = MIN(pause_us * 2, 1000u);
+                k = p < 0 ? -errno : p == 0 ? -ETIMEDOUT : 0;
+                break;
         }
+        (void) timer_settime(r->wake_timer, 0, &(struct itimerspec) {}, NULL);
+        if (k < 0)
+                return k;
         if (WIFEXITED(status) || WIFSIGNALED(status))
                 return -ESRCH;
         *ret_status = status;
@@ -218,7 +234,7 @@ static uint64_t deadline_in(unsigned ms) {
 }
 
 static int wait_stop(struct zsw_remote *r, uint64_t deadline_ns, int *ret_status) {
-        int k = wait_task(r->tid, r->our_child, deadline_ns, ret_status);
+        int k = wait_task(r, r->tid, r->our_child, deadline_ns, ret_status);
 
         if (k == -ESRCH)
                 r->gone = true;
@@ -294,21 +310,63 @@ static int attach(struct zsw_remote *r, uint64_t deadline_ns) {
 
 /* ---- vDSO ------------------------------------------------------------------ */
 
-/* The vDSO is mapped by the kernel and never userfaultfd-registered, so
- * reading it through /proc/PID/mem cannot block on our own fault handling. */
-static int find_syscall_insn(struct zsw_remote *r) {
-        _cleanup_free_ uint8_t *text = NULL;
+/* Where the kernel put the vDSO (AT_SYSINFO_EHDR in the auxiliary vector),
+ * as long as the mapping there is still the executable [vdso] (no file or
+ * named anonymous mapping is called that): one query instead of
+ * formatting every mapping of the target. -ENOENT when the target moved
+ * or unmapped it, -ENOTTY before PROCMAP_QUERY (Linux 6.11): then the
+ * maps are read. */
+static int vdso_from_auxv(struct zsw_remote *r, unsigned long *ret_start, unsigned long *ret_end) {
+        _cleanup_close_ int fd = -EBADF;
+        uint64_t auxv[128], base = 0;
+        char path[64], name[16] = "";
+        struct zsw_procmap_query q;
+        ssize_t n;
+
+        /* The leader's files are empty once it has exited: ask our thread. */
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/auxv", r->pid, r->tid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        n = read(fd, auxv, sizeof(auxv));
+        if (n < 0)
+                return -errno;
+        for (size_t i = 0; i + 1 < (size_t) n / sizeof(auxv[0]) && auxv[i] != AT_NULL; i += 2)
+                if (auxv[i] == AT_SYSINFO_EHDR)
+                        base = auxv[i + 1];
+        if (base == 0)
+                return -ENOENT;
+
+        fd = safe_close(fd);
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/maps", r->pid, r->tid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        q = (struct zsw_procmap_query) {
+                .size = sizeof(q),
+                .query_flags = ZSW_PROCMAP_QUERY_VMA_EXECUTABLE,
+                .query_addr = base,
+                .vma_name_size = sizeof(name),
+                .vma_name_addr = (uint64_t) (uintptr_t) name,
+        };
+        if (ioctl(fd, ZSW_PROCMAP_QUERY, &q) < 0)
+                return -errno;
+        if (q.vma_start != base || strcmp(name, "[vdso]") != 0)
+                return -ENOENT;
+        *ret_start = q.vma_start;
+        *ret_end = q.vma_end;
+        return 0;
+}
+
+static int vdso_from_maps(struct zsw_remote *r, unsigned long *ret_start, unsigned long *ret_end) {
         _cleanup_free_ char *line = NULL;
-        _cleanup_close_ int mem = -EBADF;
         unsigned long start = 0, end = 0;
         size_t line_size = 0;
         bool found = false;
         char path[64];
         FILE *f;
-        ssize_t n;
 
-        /* The leader's files are empty once it has exited: ask our thread.
-         * Match the name field exactly: a file may be called "x [vdso]". */
+        /* Match the name field exactly: a file may be called "x [vdso]". */
         snprintf(path, sizeof(path), "/proc/%d/task/%d/maps", r->pid, r->tid);
         f = fopen(path, "re");
         if (!f)
@@ -321,6 +379,28 @@ static int find_syscall_insn(struct zsw_remote *r) {
         }
         fclose(f);
         if (!found || end <= start)
+                return -ENOENT;
+        *ret_start = start;
+        *ret_end = end;
+        return 0;
+}
+
+/* The vDSO is mapped by the kernel and never userfaultfd-registered, so
+ * reading it through /proc/PID/mem cannot block on our own fault handling. */
+static int find_syscall_insn(struct zsw_remote *r) {
+        _cleanup_free_ uint8_t *text = NULL;
+        _cleanup_close_ int mem = -EBADF;
+        unsigned long start = 0, end = 0;
+        char path[64];
+        ssize_t n;
+        int k;
+
+        k = vdso_from_auxv(r, &start, &end);
+        if (k < 0)
+                k = vdso_from_maps(r, &start, &end);
+        if (k < 0 && k != -ENOENT)
+                return k;
+        if (k < 0)
                 return zsw_log_errno(r->log, LOG_ERR, EOPNOTSUPP,
                                      "Process %d has no vDSO to borrow a syscall instruction from",
                                      r->pid);
@@ -374,7 +454,7 @@ static int on_tracer(struct zsw_remote *r, int (*op)(struct zsw_remote *r, void 
 static void *tracer_main(void *userdata) {
         struct zsw_remote *r = userdata;
 
-        /* Its sleeps between polls are short: 50 us of slack would double them. */
+        /* Its sleeps while a thread leaves a userfault are short. */
         (void) prctl(PR_SET_TIMERSLACK, 1000ul);
         pthread_mutex_lock(&r->lock);
         for (;;) {
@@ -400,6 +480,40 @@ static void *tracer_main(void *userdata) {
          * then detaches them and drops our interrupt (exit_ptrace()). */
         release_on_tracer(r);
         return NULL;
+}
+
+static void on_wake_signal(int sig) {
+        (void) sig; /* only there to make a blocking wait return EINTR */
+}
+
+/* On the tracer: a timer whose signal interrupts its waits (wait_task()).
+ * The signal gets an empty handler without SA_RESTART, unless the
+ * program has a use of its own for it. */
+static int make_wake_timer(struct zsw_remote *r) {
+        struct sigaction sa = { .sa_handler = on_wake_signal }, old;
+        struct sigevent ev = { .sigev_notify = SIGEV_THREAD_ID, .sigev_signo = ZSW_REMOTE_WAKE_SIGNAL };
+        sigset_t set;
+
+        ev._sigev_un._tid = gettid(); /* sigev_notify_thread_id: not named by older glibc headers */
+        if (sigaction(ZSW_REMOTE_WAKE_SIGNAL, NULL, &old) < 0)
+                return -errno;
+        if (old.sa_handler != on_wake_signal) {
+                if (old.sa_handler != SIG_DFL)
+                        return zsw_log_errno(r->log, LOG_ERR, EBUSY,
+                                             "Signal %d has a handler of the program's: ptrace "
+                                             "injection needs it for its deadlines",
+                                             ZSW_REMOTE_WAKE_SIGNAL);
+                sigfillset(&sa.sa_mask);
+                if (sigaction(ZSW_REMOTE_WAKE_SIGNAL, &sa, NULL) < 0)
+                        return -errno;
+        }
+        if (timer_create(CLOCK_MONOTONIC, &ev, &r->wake_timer) < 0)
+                return zsw_log_errno(r->log, LOG_ERR, errno, "Failed to create a timer: %m");
+        r->wake_timer_made = true;
+        sigemptyset(&set);
+        sigaddset(&set, ZSW_REMOTE_WAKE_SIGNAL);
+        pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+        return 0;
 }
 
 /* With every signal blocked: the tracer takes none of the process's. */
@@ -429,6 +543,9 @@ static int seize_op(struct zsw_remote *r, void *arg) {
         int k;
 
         (void) arg;
+        k = make_wake_timer(r);
+        if (k < 0)
+                return k;
         /* A thread whose interrupt would leave it busy in a kernel-mode
          * userfault is waited for, not interrupted (see the top). */
         for (;;) {
@@ -454,6 +571,8 @@ static int seize_op(struct zsw_remote *r, void *arg) {
                                      r->pid);
         if (k < 0)
                 return zsw_log_errno(r->log, LOG_ERR, k, "Failed to read registers of %d: %m", tid);
+        if (ptrace(PTRACE_GET_RSEQ_CONFIGURATION, tid, sizeof(r->rseq), &r->rseq) < 0)
+                r->rseq_error = -errno;
         return find_syscall_insn(r);
 }
 
@@ -523,9 +642,13 @@ static int hold_new_threads(struct zsw_remote *r, pid_t *ret_waiting) {
 
                 if (tid <= 0 || tid == r->tid || is_held(r, tid))
                         continue;
+                /* A zombie leader runs nothing. Other threads are listed
+                 * only until they exit (a zombie one that another tracer
+                 * holds fails the seize below, as one that exited). */
                 snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", r->pid, tid);
-                if (remote_read_proc_stat(path, &state, &flags) < 0 || !remote_state_alive(state))
-                        continue; /* gone, or a zombie leader: it runs nothing */
+                if (tid == r->pid &&
+                    (remote_read_proc_stat(path, &state, &flags) < 0 || !remote_state_alive(state)))
+                        continue;
                 if (remote_in_kernel_userfault(r->pid, tid)) {
                         *ret_waiting = tid;
                         continue;
@@ -572,7 +695,7 @@ static int wait_held(struct zsw_remote *r, size_t from, uint64_t deadline) {
                 struct held_thread *h = &r->held[i];
                 int status, k;
 
-                k = wait_task(h->tid, h->our_child, deadline, &status);
+                k = wait_task(r, h->tid, h->our_child, deadline, &status);
                 if (k == -ESRCH || k == -ECHILD) {
                         h->gone = true;
                         continue;
@@ -640,7 +763,7 @@ static void release_held(struct zsw_remote *r) {
                 /* Seized but never seen stopped (the hold failed first):
                  * its stop comes soon, or it is let go when the tracer
                  * thread exits. */
-                if (!h->stopped && wait_task(h->tid, h->our_child, deadline_in(10), &status) < 0)
+                if (!h->stopped && wait_task(r, h->tid, h->our_child, deadline_in(10), &status) < 0)
                         continue;
                 if (!h->stopped)
                         h->sig = event_of(status) == 0 ? WSTOPSIG(status) : 0;
@@ -900,6 +1023,8 @@ struct zsw_remote *zsw_remote_release(struct zsw_remote *r) {
                 pthread_mutex_unlock(&r->lock);
                 pthread_join(r->tracer, NULL);
         }
+        if (r->wake_timer_made)
+                (void) timer_delete(r->wake_timer);
         pthread_mutex_destroy(&r->lock);
         pthread_cond_destroy(&r->cond);
         safe_close(r->pidfd);

@@ -28,6 +28,7 @@
  */
 #pragma once
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -46,6 +47,11 @@ struct zsw_remote;
 /* How long an injected call may run before it is interrupted and given up
  * (the calls we inject do not block). */
 #define ZSW_REMOTE_CALL_TIMEOUT_MS 10000u
+/* The signal that ends a tracer thread's wait at its deadline: a handle's
+ * timer sends it to that thread alone. The library installs an empty
+ * handler for it; a program with a handler of its own for it cannot seize
+ * (-EBUSY). */
+#define ZSW_REMOTE_WAKE_SIGNAL (SIGRTMAX - 1)
 
 /*
  * Stops one live thread of process pid (its leader unless that has exited)

@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <sys/auxv.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -434,6 +435,53 @@ static void *reader_thread(void *arg) {
         char c;
 
         _exit(read(fd, &c, 1) == 1 && c == 'y' ? 0 : 30);
+}
+
+/* A target that moved its vDSO (as a restored checkpoint does): the address
+ * the kernel gave it at exec is stale, and the syscall instruction is
+ * found where the vDSO is now. The child uses raw system calls only: its
+ * vDSO functions no longer reach their data. */
+TEST(moved_vdso_is_found) {
+        _cleanup_remote_ struct zsw_remote *r = NULL;
+        int ready[2], go[2];
+        char c;
+        pid_t pid;
+
+        ASSERT_OK(pipe2(ready, O_CLOEXEC));
+        ASSERT_OK(pipe2(go, O_CLOEXEC));
+        pid = fork_child();
+        if (pid == 0) {
+                unsigned long start = 0, end = 0, base = getauxval(AT_SYSINFO_EHDR);
+                char line[512];
+                FILE *f = fopen("/proc/self/maps", "re");
+                void *to;
+
+                while (f && fgets(line, sizeof(line), f))
+                        if (strstr(line, "[vdso]") && sscanf(line, "%lx-%lx", &start, &end) == 2)
+                                break;
+                if (!f || start != base || end <= start)
+                        _exit(2);
+                fclose(f);
+                to = mmap(NULL, end - start, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                if (to == MAP_FAILED || syscall(SYS_mremap, start, end - start, end - start,
+                                                MREMAP_MAYMOVE | MREMAP_FIXED, to) != (long) to)
+                        _exit(3);
+                if (syscall(SYS_write, ready[1], "m", 1) != 1 || syscall(SYS_read, go[0], &c, 1) != 1)
+                        _exit(4);
+                _exit(0);
+        }
+        ASSERT_EQ(read(ready[0], &c, 1), 1);
+        wait_in_syscall(pid, pid, (const long[]) { SYS_read }, 1);
+        ASSERT_OK(zsw_remote_seize(pid, &test_log, &r));
+        for (int i = 0; i < 3; i++)
+                ASSERT_EQ(remote(r, SYS_getpid, no_args), pid);
+        r = zsw_remote_release(r);
+        ASSERT_EQ(write(go[1], "g", 1), 1);
+        ASSERT_EQ(wait_exit_code(pid), 0);
+        close(ready[0]);
+        close(ready[1]);
+        close(go[0]);
+        close(go[1]);
 }
 
 TEST(leader_gone_uses_another_thread) {
@@ -1080,4 +1128,66 @@ TEST(uninterruptible_sleep_past_the_deadline_is_let_go) {
         ASSERT_EQ(wait_exit_code(pid), 0);
         close(vp[0]);
         close(vp[1]);
+}
+
+struct vforker {
+        int ready, release;
+};
+
+static void *vfork_and_wait(void *userdata) {
+        struct vforker *v = userdata;
+        pid_t tid = gettid();
+        char c;
+
+        if (write(v->ready, &tid, sizeof(tid)) != sizeof(tid))
+                _exit(6);
+        if (vfork() == 0)
+                _exit(read(v->release, &c, 1) == 1 ? 0 : 1);
+        return NULL;
+}
+
+/* The same for another thread: its interrupt never stops it, and the
+ * wait for its stop ends at the deadline (the tracer's timer), not
+ * with its child. Once the handle is released nothing of ours is left on
+ * it or on the leader, which goes on with its read(2). */
+TEST(stop_others_gives_up_on_a_thread_that_never_stops) {
+        struct zsw_remote *r = NULL;
+        int vp[2], tp[2], go[2];
+        pid_t pid, tid = 0;
+
+        ASSERT_OK(pipe2(vp, O_CLOEXEC));
+        ASSERT_OK(pipe2(tp, O_CLOEXEC));
+        ASSERT_OK(pipe2(go, O_CLOEXEC));
+        pid = fork_child();
+        if (pid == 0) {
+                struct vforker v = { .ready = tp[1], .release = vp[0] };
+                pthread_t t;
+                char c;
+
+                if (pthread_create(&t, NULL, vfork_and_wait, &v) != 0)
+                        _exit(2);
+                if (read(go[0], &c, 1) != 1 || c != 'g')
+                        _exit(3);
+                pthread_join(t, NULL);
+                _exit(0);
+        }
+        ASSERT_EQ(read(tp[0], &tid, sizeof(tid)), (ssize_t) sizeof(tid));
+        for (unsigned tries = 0; tries < 10000 && proc_state(tid) != 'D'; tries++)
+                usleep(1000);
+        ASSERT_EQ(proc_state(tid), 'D');
+        wait_in_syscall(pid, pid, (const long[]) { SYS_read }, 1);
+        ASSERT_OK(zsw_remote_seize(pid, &test_log, &r));
+        ASSERT_ERRNO(zsw_remote_stop_others(r), ETIMEDOUT);
+        r = zsw_remote_release(r);
+        ASSERT_EQ(tracer_of(tid), 0);
+        ASSERT_EQ(tracer_of(pid), 0);
+        ASSERT_EQ(write(vp[1], "v", 1), 1);
+        ASSERT_EQ(write(go[1], "g", 1), 1);
+        ASSERT_EQ(wait_exit_code(pid), 0);
+        close(vp[0]);
+        close(vp[1]);
+        close(tp[0]);
+        close(tp[1]);
+        close(go[0]);
+        close(go[1]);
 }
