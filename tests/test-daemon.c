@@ -1406,7 +1406,12 @@ TEST(budget_holds_against_a_fast_writer) {
         fprintf(stderr, "budget %" PRIu64 " KiB, peak %" PRIu64 " KiB, %" PRIu64 " faults held, "
                         "%" PRIu64 " of them let go at the bound\n", budget / 1024, peak / 1024,
                 hold_figure(d.sock, w.pid, "held_faults"), hold_figure(d.sock, w.pid, "timeouts"));
+#ifndef __SANITIZE_THREAD__
+        /* Under TSan the writer (a fork of this program) also fills the
+         * runtime's shadow of its buffer: memory of the group that no
+         * fault shows, so no hold can bound it. */
         ASSERT_LE(peak, budget + budget / 20);
+#endif
         /* It got there by being held, not by a slow writer. */
         ASSERT_GT(hold_figure(d.sock, w.pid, "held_faults"), 0);
         ASSERT_TRUE(target_verify(&w));
