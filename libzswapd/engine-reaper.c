@@ -96,8 +96,20 @@ static void reap(struct zsw_engine *e) {
         }
 }
 
+/* Frees leave partial slabs behind; under churn they are most of the
+ * pool's overhead. Compacts once a second at most. */
+static void compact_due(struct zsw_engine *e, uint64_t *next_ns) {
+        uint64_t now = zsw_now_ns();
+
+        if (now < *next_ns)
+                return;
+        *next_ns = now + UINT64_C(1000000000);
+        (void) zsw_store_compact(e->store, false);
+}
+
 static void *reaper_main(void *userdata) {
         struct zsw_engine *e = userdata;
+        uint64_t next_compact_ns = 0;
 
         /* Wakes at least once a second, and often enough for age scans. */
         int timeout_ms = e->age_interval_ns ? (int) MIN(e->age_interval_ns / 1000000, 1000u) : 1000;
@@ -119,6 +131,7 @@ static void *reaper_main(void *userdata) {
                 reap(e);
                 age_due_targets(e);
                 zsw_mutex_unlock(&e->control_lock);
+                compact_due(e, &next_compact_ns);
         }
         return NULL;
 }
