@@ -4,7 +4,8 @@
  * says it exited, when a fault thread gives a target up
  * (engine_mark_dead()), and at least once a second; each time, under
  * control_lock, it names new fork children (engine-fork.c), forgets the
- * targets that exited or exec'ed, and runs the age scans that are due.
+ * targets that exited or exec'ed, and runs the age scans that are due;
+ * then, without control_lock, compacts the store's pool when it is due.
  */
 #include <errno.h>
 #include <sys/epoll.h>

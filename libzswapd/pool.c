@@ -35,14 +35,26 @@
  *   the fault path's exclusive load, so a slab that empties is not unmapped
  *   on the spot: it goes to a cache of empty slabs that any class with the
  *   same slab length reuses as is. Once the cache holds more than
- *   EMPTY_CACHE_MIN or 1/8 of the pool it is released at once, with the
+ *   EMPTY_CACHE_MIN or 1/32 of the pool it is released at once, with the
  *   arena's rest, sorted by address so that adjacent slabs go in one
  *   munmap; zsw_pool_shrink() releases it on demand.
  * Fragmentation: partial slabs of a class sit in lists by fullness and
  * allocation always takes the fullest one, so that frees concentrate in the
- * emptier slabs and those drain and return to the system. Each class has its
- * own mutex; a bulk allocation sorts its objects by class and takes each
- * class lock once. Counters are atomics, so reading them is cheap.
+ * emptier slabs and those drain and return to the system. That is not
+ * enough under churn (pages stored, faulted back, stored again): frees land
+ * everywhere and leave many slabs part used. Compaction, as zsmalloc's,
+ * moves the objects of a class's sparsest slab into its fullest ones until
+ * the sparse slab is empty, for every class with a slab's worth of free
+ * objects. It needs to know who holds each handle: each slab has a cell
+ * per object, the address where the owner keeps the handle, set when the
+ * owner publishes the object (after writing it) and cleared when it
+ * unpublishes it (to read it without exclusion, or before freeing it) or
+ * frees it. Only objects with a cell move; the move rewrites the cell's
+ * handle. Readers are excluded by the caller (the store's pool_lock, held
+ * for writing around each bounded step), allocation and freeing by the
+ * class lock. Each class has its own mutex; a bulk allocation sorts its
+ * objects by class and takes each class lock once. Counters are atomics,
+ * so reading them is cheap.
  */
 #include <errno.h>
 #include <pthread.h>

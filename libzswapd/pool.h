@@ -8,10 +8,16 @@
  * of pages, the count per class chosen to waste the least tail space) into
  * equal objects. A store batch allocates all of its objects in one call,
  * taking each class lock once. A slab whose last object is freed goes back
- * to the system, so the pool shrinks with its content.
+ * to the system (through a small cache of empty slabs), so the pool shrinks
+ * with its content; compaction moves the objects of sparse slabs into
+ * fuller ones, so that the room frees leave scattered in partial slabs goes
+ * back too.
  *
- * Handles are opaque non-zero integers; the memory behind a handle does not
- * move while it is allocated. All calls are thread-safe.
+ * Handles are opaque non-zero integers. The memory behind a handle does
+ * not move while it is allocated, unless its owner published it for
+ * compaction (zsw_pool_publish()): then compaction may move it, and
+ * rewrites the owner's copy of the handle, under an exclusion the owner
+ * provides (see zsw_pool_compact()). All calls are thread-safe.
  */
 #pragma once
 

@@ -30,6 +30,16 @@
  * payloads under pool_lock for reading, so pool memory is never freed under
  * a reader, and everything that reads an entry's state holds one of those.
  *
+ * Compaction (zsw_store_compact()) moves pool payloads and rewrites
+ * entries' handles under pool_lock held for writing, in steps of
+ * COMPACT_STEP objects. So every read of a pool payload or of an entry's
+ * handle holds pool_lock, except where the object cannot move: a store
+ * batch writes its payloads before publishing them to the pool (after the
+ * index stage, under the owner lock, before anyone else can reach and free
+ * them), and the writeback tier unpublishes (pins) the payloads it writes
+ * until the switch or putback. An entry's handles are read and unpublished
+ * under pool_lock before they are freed.
+ *
  * Lock order: engine-internal.h.
  */
 #include <errno.h>
@@ -1120,6 +1130,8 @@ size_t zsw_store_writeback_done(struct zsw_owner *o, struct zsw_entry *const *en
 #define COMPACT_STEP 64u
 /* Free room in slabs below which compaction is not worth a pass. */
 #define COMPACT_MIN_SLACK (UINT64_C(1) << 20)
+/* Empty memory kept between passes: a slab or two per busy class. */
+#define COMPACT_MAX_CACHED (UINT64_C(2) << 20)
 
 uint64_t zsw_store_compact(struct zsw_store *s, bool force) {
         unsigned cursor = 0;
@@ -1127,8 +1139,10 @@ uint64_t zsw_store_compact(struct zsw_store *s, bool force) {
 
         zsw_pool_get_stats(s->pool, &ps);
         if (!force && ps.pool_bytes - MIN(ps.pool_bytes, ps.used_bytes + ps.cached_bytes) <
-                              MAX(COMPACT_MIN_SLACK, ps.used_bytes / 32))
-                return 0;
+                              MAX(COMPACT_MIN_SLACK, ps.used_bytes / 64))
+                /* The cache of empty slabs too is for the churn of the
+                 * moment, not for keeps. */
+                return ps.cached_bytes > COMPACT_MAX_CACHED ? zsw_pool_shrink(s->pool) : 0;
 
         while (cursor < ZSW_POOL_NR_CLASSES) {
                 zsw_rwlock_wrlock(&s->pool_lock, ZSW_LOCK_STORE_POOL);

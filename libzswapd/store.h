@@ -280,7 +280,8 @@ void zsw_store_putback(struct zsw_owner *o, struct zsw_entry *const *entries, si
 /* Compacts the pool (zsw_pool_compact()) in short steps under pool_lock,
  * then gives the emptied slabs back to the system; returns the bytes
  * given back. Unless force, only when the free room inside slabs exceeds
- * 1 MiB and 1/32 of the objects' bytes. Any thread; loads wait for one
+ * 1 MiB and 1/64 of the objects' bytes; else it only releases the empty
+ * slabs cached, when they exceed 2 MiB. Any thread; loads wait for one
  * step at most. */
 uint64_t zsw_store_compact(struct zsw_store *s, bool force);
 

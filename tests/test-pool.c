@@ -644,7 +644,8 @@ struct cstress_arg {
         struct zsw_pool *pool;
         pthread_rwlock_t *lock;
         uint64_t seed;
-        zsw_handle_t cell[CSTRESS_SLOTS];
+        zsw_handle_t cell[CSTRESS_SLOTS]; /* compaction rewrites them */
+        bool live[CSTRESS_SLOTS];
         uint32_t size[CSTRESS_SLOTS];
         uint64_t tag[CSTRESS_SLOTS];
 };
@@ -657,12 +658,13 @@ static void *cstress_thread(void *p) {
                 unsigned s = (unsigned) (rng_next(&rng) % CSTRESS_SLOTS);
                 unsigned what = (unsigned) (rng_next(&rng) % 8);
 
-                if (!a->cell[s]) {
+                if (!a->live[s]) {
                         a->size[s] = 64 + (uint32_t) (rng_next(&rng) % 3000);
                         a->tag[s] = (a->seed << 32) | op;
                         ASSERT_OK(zsw_pool_alloc_bulk(a->pool, &a->size[s], 1, &a->cell[s]));
                         fill(zsw_pool_map(a->pool, a->cell[s]), a->size[s], a->tag[s]);
                         zsw_pool_publish(a->pool, &a->cell[s]);
+                        a->live[s] = true;
                 } else if (what < 3) {
                         zsw_handle_t h;
 
@@ -671,7 +673,7 @@ static void *cstress_thread(void *p) {
                         zsw_pool_unpublish(a->pool, h);
                         pthread_rwlock_unlock(a->lock);
                         zsw_pool_free_bulk(a->pool, &h, 1);
-                        a->cell[s] = 0;
+                        a->live[s] = false;
                 } else if (what < 6) {
                         pthread_rwlock_rdlock(a->lock);
                         ASSERT_TRUE(verify(zsw_pool_map(a->pool, a->cell[s]), a->size[s], a->tag[s]));
@@ -694,10 +696,15 @@ static void *cstress_thread(void *p) {
                 }
         }
         for (unsigned s = 0; s < CSTRESS_SLOTS; s++)
-                if (a->cell[s]) {
-                        ASSERT_TRUE(verify(zsw_pool_map(a->pool, a->cell[s]), a->size[s], a->tag[s]));
-                        zsw_pool_unpublish(a->pool, a->cell[s]);
-                        zsw_pool_free_bulk(a->pool, &a->cell[s], 1);
+                if (a->live[s]) {
+                        zsw_handle_t h;
+
+                        pthread_rwlock_rdlock(a->lock);
+                        h = a->cell[s];
+                        ASSERT_TRUE(verify(zsw_pool_map(a->pool, h), a->size[s], a->tag[s]));
+                        zsw_pool_unpublish(a->pool, h);
+                        pthread_rwlock_unlock(a->lock);
+                        zsw_pool_free_bulk(a->pool, &h, 1);
                 }
         return NULL;
 }
