@@ -443,8 +443,9 @@ static uint64_t empty_cache_release(struct zsw_pool *pool) {
 }
 
 /* Caches slabs that emptied (chained through next), releasing the cache
- * when it grows past its bound. Called without locks held. */
-static void empty_cache_put(struct zsw_pool *pool, struct slab *dead) {
+ * when it grows past its bound unless keep. Called without pool locks
+ * held. */
+static void empty_cache_put(struct zsw_pool *pool, struct slab *dead, bool keep) {
         uint64_t added = 0, cached, bound;
 
         if (!dead)
@@ -464,7 +465,7 @@ static void empty_cache_put(struct zsw_pool *pool, struct slab *dead) {
 
         bound = MAX(EMPTY_CACHE_MIN,
                     atomic_load_explicit(&pool->pool_bytes, memory_order_relaxed) / 32);
-        if (cached > bound)
+        if (cached > bound && !keep)
                 empty_cache_release(pool);
 }
 
@@ -521,7 +522,7 @@ static int class_pick(struct zsw_pool *pool, unsigned cls, struct slab **ret) {
 
                 if (!cells) {
                         s->next = NULL;
-                        empty_cache_put(pool, s);
+                        empty_cache_put(pool, s, false);
                         return -ENOMEM;
                 }
                 atomic_fetch_add_explicit(&pool->meta_bytes,
@@ -604,7 +605,7 @@ static void free_sorted(struct zsw_pool *pool, const zsw_handle_t *handles,
                 atomic_fetch_sub_explicit(&pool->objects, freed, memory_order_relaxed);
                 atomic_fetch_sub_explicit(&pool->used_bytes, freed * c->size,
                                           memory_order_relaxed);
-                empty_cache_put(pool, dead);
+                empty_cache_put(pool, dead, false);
         }
 }
 
@@ -881,7 +882,8 @@ size_t zsw_pool_compact(struct zsw_pool *pool, size_t max_objects, unsigned *cur
                 zsw_mutex_unlock(&c->lock);
                 for (struct slab *s = dead; s; s = s->next)
                         freed += (uint64_t) s->pages * ZSW_PAGE_SIZE;
-                empty_cache_put(pool, dead);
+                /* No munmap here: the caller holds its readers off. */
+                empty_cache_put(pool, dead, true);
                 atomic_fetch_add_explicit(&pool->compacted_objects, m, memory_order_relaxed);
                 atomic_fetch_add_explicit(&pool->compacted_bytes, freed, memory_order_relaxed);
                 moved += m;

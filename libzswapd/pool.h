@@ -88,8 +88,8 @@ void zsw_pool_unpublish(struct zsw_pool *pool, zsw_handle_t handle);
 
 /* Moves up to max_objects published objects out of the sparsest slabs of
  * each class that has a slab's worth of free objects, into its fullest
- * slabs; the slabs emptied go to the empty-slab cache (zsw_pool_shrink()
- * gives them back). The caller excludes, for the duration of the call,
+ * slabs; the slabs emptied go to the empty-slab cache, whatever its bound
+ * (zsw_pool_shrink() gives them back, once the exclusion is over). The caller excludes, for the duration of the call,
  * every read of published objects' memory and cells, every write of their
  * cells and every unpublish; allocation, publishing and freeing may run
  * concurrently. *cursor is the class to start at (0 for a new pass); the
