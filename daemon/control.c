@@ -266,6 +266,11 @@ static void stats_json_global(struct json *j, const struct zsw_engine_stats *g) 
         json_u64(j, "stored_pages", g->stored_pages);
         json_u64(j, "payload_bytes", g->payload_bytes);
         json_u64(j, "pool_bytes", g->pool_bytes);
+        json_u64(j, "pool_used_bytes", g->pool_used_bytes);
+        json_u64(j, "pool_cached_bytes", g->pool_cached_bytes);
+        json_u64(j, "pool_compacted_objects", g->pool_compacted_objects);
+        json_u64(j, "pool_compacted_bytes", g->pool_compacted_bytes);
+        json_u64(j, "meta_bytes", g->meta_bytes);
         json_u64(j, "same_filled_pages", g->same_filled_pages);
         json_u64(j, "incompressible_pages", g->incompressible_pages);
         json_u64(j, "faults", g->faults);

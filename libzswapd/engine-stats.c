@@ -80,6 +80,11 @@ int zsw_engine_get_stats(struct zsw_engine *e, struct zsw_engine_stats *ret) {
         s.stored_pages = gs.stored_pages;
         s.payload_bytes = gs.payload_bytes;
         s.pool_bytes = gs.pool_bytes;
+        s.pool_used_bytes = gs.pool_used_bytes;
+        s.pool_cached_bytes = gs.pool_cached_bytes;
+        s.pool_compacted_objects = gs.pool_compacted_objects;
+        s.pool_compacted_bytes = gs.pool_compacted_bytes;
+        s.meta_bytes = gs.meta_bytes;
         s.same_filled_pages = gs.same_filled_pages;
         s.incompressible_pages = gs.incompressible_pages;
         s.fault_ns_p50 = zsw_histogram_percentile(&all, 0.50);

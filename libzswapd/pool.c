@@ -35,14 +35,26 @@
  *   the fault path's exclusive load, so a slab that empties is not unmapped
  *   on the spot: it goes to a cache of empty slabs that any class with the
  *   same slab length reuses as is. Once the cache holds more than
- *   EMPTY_CACHE_MIN or 1/8 of the pool it is released at once, with the
+ *   EMPTY_CACHE_MIN or 1/32 of the pool it is released at once, with the
  *   arena's rest, sorted by address so that adjacent slabs go in one
  *   munmap; zsw_pool_shrink() releases it on demand.
  * Fragmentation: partial slabs of a class sit in lists by fullness and
  * allocation always takes the fullest one, so that frees concentrate in the
- * emptier slabs and those drain and return to the system. Each class has its
- * own mutex; a bulk allocation sorts its objects by class and takes each
- * class lock once. Counters are atomics, so reading them is cheap.
+ * emptier slabs and those drain and return to the system. That is not
+ * enough under churn (pages stored, faulted back, stored again): frees land
+ * everywhere and leave many slabs part used. Compaction, as zsmalloc's,
+ * moves the objects of a class's sparsest slab into its fullest ones until
+ * the sparse slab is empty, for every class with a slab's worth of free
+ * objects. It needs to know who holds each handle: each slab has a cell
+ * per object, the address where the owner keeps the handle, set when the
+ * owner publishes the object (after writing it) and cleared when it
+ * unpublishes it (to read it without exclusion, or before freeing it) or
+ * frees it. Only objects with a cell move; the move rewrites the cell's
+ * handle. Readers are excluded by the caller (the store's pool_lock, held
+ * for writing around each bounded step), allocation and freeing by the
+ * class lock. Each class has its own mutex; a bulk allocation sorts its
+ * objects by class and takes each class lock once. Counters are atomics,
+ * so reading them is cheap.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -56,7 +68,7 @@
 #include "pool.h"
 #include "util.h"
 
-#define NR_CLASSES (ZSW_POOL_MAX_OBJECT / ZSW_POOL_CLASS_STEP)
+#define NR_CLASSES ZSW_POOL_NR_CLASSES
 #define SLAB_MAX_PAGES 16u
 /* Partial slabs are kept in this many lists by fullness. */
 #define NR_GROUPS 8u
@@ -75,7 +87,11 @@
 struct slab {
         uint8_t *mem;
         struct slab *prev, *next; /* in its class's fullness list */
+        /* Per object, where its owner keeps its handle (zsw_pool_publish()),
+         * NULL while it may not move: free, unpublished or pinned. */
+        _Atomic(zsw_handle_t *) *cells;
         uint32_t id;
+        uint16_t ncells;    /* length of cells */
         uint16_t cls;
         uint16_t pages;     /* mapped length */
         uint16_t used;      /* objects allocated */
@@ -89,6 +105,8 @@ struct size_class {
         uint32_t size;
         uint16_t nobj;          /* objects per slab */
         uint16_t pages;         /* pages per slab */
+        uint32_t nslabs;        /* slabs holding objects (partial or full) */
+        uint64_t used;          /* objects allocated */
         struct slab *groups[NR_GROUPS];
 } __attribute__((aligned(64)));
 
@@ -113,7 +131,7 @@ struct zsw_pool {
         size_t empty_count;
 
         atomic_uint_fast64_t pool_bytes, mapped_bytes, used_bytes, objects, slabs, meta_bytes,
-                cached_bytes;
+                cached_bytes, compacted_objects, compacted_bytes;
 };
 
 static unsigned size_to_class(uint32_t size) {
@@ -323,15 +341,22 @@ static int slab_new(struct zsw_pool *pool, unsigned cls, struct slab **ret) {
         s = calloc(1, sizeof(*s));
         if (!s)
                 return -ENOMEM;
-        s->mem = arena_take(pool, bytes);
-        if (!s->mem)
+        s->cells = calloc(c->nobj, sizeof(*s->cells));
+        if (!s->cells)
                 return -ENOMEM;
+        s->mem = arena_take(pool, bytes);
+        if (!s->mem) {
+                free(s->cells);
+                return -ENOMEM;
+        }
         r = table_get_id(pool, &id);
         if (r < 0) {
                 munmap(s->mem, bytes);
+                free(s->cells);
                 return r;
         }
         s->id = id;
+        s->ncells = c->nobj;
         s->cls = (uint16_t) cls;
         s->pages = c->pages;
         s->free_head = OBJ_NONE;
@@ -339,7 +364,8 @@ static int slab_new(struct zsw_pool *pool, unsigned cls, struct slab **ret) {
         atomic_store_explicit(table_slot(pool, id), s, memory_order_release);
         atomic_fetch_add_explicit(&pool->mapped_bytes, bytes, memory_order_relaxed);
         atomic_fetch_add_explicit(&pool->slabs, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&pool->meta_bytes, sizeof(*s), memory_order_relaxed);
+        atomic_fetch_add_explicit(&pool->meta_bytes, sizeof(*s) + s->ncells * sizeof(*s->cells),
+                                  memory_order_relaxed);
         *ret = TAKE_PTR(s);
         return 0;
 }
@@ -353,7 +379,7 @@ static int cmp_slab_addr(const void *a, const void *b) {
 /* Gives n empty slabs, out of every list, back to the system: adjacent
  * ones in one munmap each run. Called without locks held. */
 static void slabs_release(struct zsw_pool *pool, struct slab **v, size_t n) {
-        uint64_t mapped = 0;
+        uint64_t mapped = 0, meta = 0;
 
         qsort(v, n, sizeof(*v), cmp_slab_addr);
         for (size_t i = 0; i < n;) {
@@ -363,6 +389,8 @@ static void slabs_release(struct zsw_pool *pool, struct slab **v, size_t n) {
                         end += (size_t) v[i]->pages * ZSW_PAGE_SIZE;
                         mapped += (uint64_t) v[i]->pages * ZSW_PAGE_SIZE;
                         table_put_id(pool, v[i]->id);
+                        meta += sizeof(struct slab) + v[i]->ncells * sizeof(*v[i]->cells);
+                        free(v[i]->cells);
                         free(v[i]);
                 }
                 munmap(start, (size_t) (end - start));
@@ -370,8 +398,7 @@ static void slabs_release(struct zsw_pool *pool, struct slab **v, size_t n) {
         atomic_fetch_sub_explicit(&pool->mapped_bytes, mapped, memory_order_relaxed);
         atomic_fetch_sub_explicit(&pool->pool_bytes, mapped, memory_order_relaxed);
         atomic_fetch_sub_explicit(&pool->slabs, n, memory_order_relaxed);
-        atomic_fetch_sub_explicit(&pool->meta_bytes, n * sizeof(struct slab),
-                                  memory_order_relaxed);
+        atomic_fetch_sub_explicit(&pool->meta_bytes, meta, memory_order_relaxed);
 }
 
 /* Empties the cache of empty slabs into the system. Returns the bytes
@@ -416,8 +443,9 @@ static uint64_t empty_cache_release(struct zsw_pool *pool) {
 }
 
 /* Caches slabs that emptied (chained through next), releasing the cache
- * when it grows past its bound. Called without locks held. */
-static void empty_cache_put(struct zsw_pool *pool, struct slab *dead) {
+ * when it grows past its bound unless keep. Called without pool locks
+ * held. */
+static void empty_cache_put(struct zsw_pool *pool, struct slab *dead, bool keep) {
         uint64_t added = 0, cached, bound;
 
         if (!dead)
@@ -436,8 +464,8 @@ static void empty_cache_put(struct zsw_pool *pool, struct slab *dead) {
         atomic_fetch_add_explicit(&pool->cached_bytes, added, memory_order_relaxed);
 
         bound = MAX(EMPTY_CACHE_MIN,
-                    atomic_load_explicit(&pool->pool_bytes, memory_order_relaxed) / 8);
-        if (cached > bound)
+                    atomic_load_explicit(&pool->pool_bytes, memory_order_relaxed) / 32);
+        if (cached > bound && !keep)
                 empty_cache_release(pool);
 }
 
@@ -469,7 +497,9 @@ static uint16_t slab_pop(struct size_class *c, struct slab *s) {
                 memcpy(&s->free_head, s->mem + (size_t) idx * c->size, sizeof(uint16_t));
         } else
                 idx = s->bump++;
-        s->used++;
+        if (s->used++ == 0)
+                c->nslabs++;
+        c->used++;
         return idx;
 }
 
@@ -486,6 +516,22 @@ static int class_pick(struct zsw_pool *pool, unsigned cls, struct slab **ret) {
                         return 0;
                 }
         s = empty_cache_get(pool, c->pages);
+        if (s && s->ncells < c->nobj) {
+                /* Every cell of an empty slab is NULL: growing loses none. */
+                _Atomic(zsw_handle_t *) *cells = calloc(c->nobj, sizeof(*cells));
+
+                if (!cells) {
+                        s->next = NULL;
+                        empty_cache_put(pool, s, false);
+                        return -ENOMEM;
+                }
+                atomic_fetch_add_explicit(&pool->meta_bytes,
+                                          (c->nobj - s->ncells) * sizeof(*cells),
+                                          memory_order_relaxed);
+                free(s->cells);
+                s->cells = cells;
+                s->ncells = c->nobj;
+        }
         if (s) {
                 /* Carve it anew for this class; its pages stay backed. */
                 s->cls = (uint16_t) cls;
@@ -500,9 +546,13 @@ static int class_pick(struct zsw_pool *pool, unsigned cls, struct slab **ret) {
 /* Frees one object with the class lock held. Returns the slab if it
  * emptied (it is then on no list), or NULL. */
 static struct slab *class_free_one(struct size_class *c, struct slab *s, uint16_t idx) {
+        atomic_store_explicit(&s->cells[idx], NULL, memory_order_relaxed);
         memcpy(s->mem + (size_t) idx * c->size, &s->free_head, sizeof(uint16_t));
         s->free_head = idx;
         s->used--;
+        c->used--;
+        if (s->used == 0)
+                c->nslabs--;
         slab_relist(c, s);
         return s->used == 0 ? s : NULL;
 }
@@ -555,7 +605,7 @@ static void free_sorted(struct zsw_pool *pool, const zsw_handle_t *handles,
                 atomic_fetch_sub_explicit(&pool->objects, freed, memory_order_relaxed);
                 atomic_fetch_sub_explicit(&pool->used_bytes, freed * c->size,
                                           memory_order_relaxed);
-                empty_cache_put(pool, dead);
+                empty_cache_put(pool, dead, false);
         }
 }
 
@@ -697,11 +747,150 @@ void zsw_pool_get_stats(struct zsw_pool *pool, struct zsw_pool_stats *ret) {
                 .slabs = atomic_load_explicit(&pool->slabs, memory_order_relaxed),
                 .meta_bytes = atomic_load_explicit(&pool->meta_bytes, memory_order_relaxed),
                 .cached_bytes = atomic_load_explicit(&pool->cached_bytes, memory_order_relaxed),
+                .compacted_objects = atomic_load_explicit(&pool->compacted_objects,
+                                                          memory_order_relaxed),
+                .compacted_bytes = atomic_load_explicit(&pool->compacted_bytes,
+                                                        memory_order_relaxed),
         };
 }
 
 uint64_t zsw_pool_shrink(struct zsw_pool *pool) {
         return empty_cache_release(pool);
+}
+
+/* ---- compaction -----------------------------------------------------------
+ * Within a class, the live objects of the sparsest partial slab move into
+ * the fullest one until the sparse slab is empty; it then goes to the empty
+ * cache, which the caller releases. An object moves only while it has a
+ * cell, and the owner's handle in that cell is rewritten with the move. */
+
+/* Sparse slabs passed over per class and pass because their objects may
+ * not move: unpublished or pinned ones are few, and this bounds the walk. */
+#define COMPACT_MAX_SKIP 8u
+
+static zsw_handle_t handle_of(const struct slab *s, uint16_t idx) {
+        return ((zsw_handle_t) (s->id + 1) << HANDLE_IDX_BITS) | idx;
+}
+
+static struct slab *handle_slab_idx(const struct zsw_pool *pool, zsw_handle_t h, uint16_t *ret_idx) {
+        *ret_idx = h & ((1u << HANDLE_IDX_BITS) - 1);
+        return handle_slab(pool, h);
+}
+
+void zsw_pool_publish(struct zsw_pool *pool, zsw_handle_t *cell) {
+        uint16_t idx;
+        struct slab *s = handle_slab_idx(pool, *cell, &idx);
+
+        atomic_store_explicit(&s->cells[idx], cell, memory_order_release);
+}
+
+void zsw_pool_unpublish(struct zsw_pool *pool, zsw_handle_t handle) {
+        uint16_t idx;
+        struct slab *s = handle_slab_idx(pool, handle, &idx);
+
+        atomic_store_explicit(&s->cells[idx], NULL, memory_order_relaxed);
+}
+
+/* A class worth compacting has at least a slab's worth of free objects in
+ * its slabs: then its sparsest slab's objects fit in the others. */
+static bool class_fragmented(const struct size_class *c) {
+        return (uint64_t) c->nslabs * c->nobj - c->used >= c->nobj;
+}
+
+/* The partial slab after the skip sparsest ones (by fullness group). */
+static struct slab *class_sparsest(const struct size_class *c, unsigned skip) {
+        for (unsigned g = 0; g < NR_GROUPS; g++)
+                for (struct slab *s = c->groups[g]; s; s = s->next)
+                        if (skip-- == 0)
+                                return s;
+        return NULL;
+}
+
+static struct slab *class_fullest_but(const struct size_class *c, const struct slab *not) {
+        for (unsigned g = NR_GROUPS; g-- > 0;)
+                for (struct slab *s = c->groups[g]; s; s = s->next)
+                        if (s != not)
+                                return s;
+        return NULL;
+}
+
+/* Moves object idx of src into another partial slab. Class lock held.
+ * Returns src if that emptied it, else NULL; *ret_moved false when no
+ * other slab has room. */
+static struct slab *object_move(struct size_class *c, struct slab *src, uint16_t idx,
+                                zsw_handle_t *cell, bool *ret_moved) {
+        struct slab *dst = class_fullest_but(c, src);
+        uint16_t to;
+
+        *ret_moved = dst != NULL;
+        if (!dst)
+                return NULL;
+        to = slab_pop(c, dst);
+        slab_relist(c, dst);
+        memcpy(dst->mem + (size_t) to * c->size, src->mem + (size_t) idx * c->size, c->size);
+        atomic_store_explicit(&dst->cells[to], cell, memory_order_relaxed);
+        *cell = handle_of(dst, to);
+        return class_free_one(c, src, idx);
+}
+
+/* Compacts class c by up to budget objects; class lock held. Emptied slabs
+ * are chained to *dead. Returns the objects moved. */
+static size_t class_compact(struct size_class *c, size_t budget, struct slab **dead) {
+        size_t moved = 0;
+        unsigned skip = 0;
+
+        while (moved < budget && class_fragmented(c) && skip <= COMPACT_MAX_SKIP) {
+                struct slab *src = class_sparsest(c, skip), *e = NULL;
+                size_t before = moved;
+
+                if (!src)
+                        break;
+                for (uint16_t i = 0; i < src->bump && !e && moved < budget; i++) {
+                        zsw_handle_t *cell = atomic_load_explicit(&src->cells[i],
+                                                                  memory_order_acquire);
+                        bool ok;
+
+                        if (!cell)
+                                continue;
+                        e = object_move(c, src, i, cell, &ok);
+                        if (!ok)
+                                return moved;
+                        moved++;
+                }
+                if (e) {
+                        e->next = *dead;
+                        *dead = e;
+                } else if (moved == before)
+                        /* Only objects that may not move left in it (a
+                         * later pass may move them): try the next one. */
+                        skip++;
+        }
+        return moved;
+}
+
+size_t zsw_pool_compact(struct zsw_pool *pool, size_t max_objects, unsigned *cursor) {
+        size_t moved = 0;
+
+        for (; *cursor < NR_CLASSES && moved < max_objects; (*cursor)++) {
+                struct size_class *c = &pool->classes[*cursor];
+                struct slab *dead = NULL;
+                uint64_t freed = 0;
+                size_t m;
+
+                zsw_mutex_lock(&c->lock, ZSW_LOCK_POOL_CLASS);
+                m = class_compact(c, max_objects - moved, &dead);
+                zsw_mutex_unlock(&c->lock);
+                for (struct slab *s = dead; s; s = s->next)
+                        freed += (uint64_t) s->pages * ZSW_PAGE_SIZE;
+                /* No munmap here: the caller holds its readers off. */
+                empty_cache_put(pool, dead, true);
+                atomic_fetch_add_explicit(&pool->compacted_objects, m, memory_order_relaxed);
+                atomic_fetch_add_explicit(&pool->compacted_bytes, freed, memory_order_relaxed);
+                moved += m;
+                if (moved >= max_objects)
+                        break;
+        }
+        return moved;
 }
 
 int zsw_pool_new(struct zsw_pool **ret) {
@@ -739,6 +928,7 @@ struct zsw_pool *zsw_pool_free(struct zsw_pool *pool) {
 
                 if (s) {
                         munmap(s->mem, (size_t) s->pages * ZSW_PAGE_SIZE);
+                        free(s->cells);
                         free(s);
                 }
         }

@@ -8,10 +8,16 @@
  * of pages, the count per class chosen to waste the least tail space) into
  * equal objects. A store batch allocates all of its objects in one call,
  * taking each class lock once. A slab whose last object is freed goes back
- * to the system, so the pool shrinks with its content.
+ * to the system (through a small cache of empty slabs), so the pool shrinks
+ * with its content; compaction moves the objects of sparse slabs into
+ * fuller ones, so that the room frees leave scattered in partial slabs goes
+ * back too.
  *
- * Handles are opaque non-zero integers; the memory behind a handle does not
- * move while it is allocated. All calls are thread-safe.
+ * Handles are opaque non-zero integers. The memory behind a handle does
+ * not move while it is allocated, unless its owner published it for
+ * compaction (zsw_pool_publish()): then compaction may move it, and
+ * rewrites the owner's copy of the handle, under an exclusion the owner
+ * provides (see zsw_pool_compact()). All calls are thread-safe.
  */
 #pragma once
 
@@ -40,6 +46,8 @@ struct zsw_pool_stats {
         uint64_t cached_bytes;  /* part of pool_bytes in empty slabs kept
                                  * for reuse and in the arena's rest (see
                                  * zsw_pool_shrink) */
+        uint64_t compacted_objects; /* objects moved by compaction, in all */
+        uint64_t compacted_bytes;   /* slab bytes compaction emptied, in all */
 };
 
 int zsw_pool_new(struct zsw_pool **ret);
@@ -67,3 +75,25 @@ void zsw_pool_get_stats(struct zsw_pool *pool, struct zsw_pool_stats *ret);
  * releases it now, for memory pressure or an idle pool, and returns the
  * bytes given back to the system. Safe to call from any thread. */
 uint64_t zsw_pool_shrink(struct zsw_pool *pool);
+
+/* Compaction. An object may move to another slab of its class, and its
+ * handle change, once its owner has published it: cell is where the owner
+ * keeps the handle, and a move rewrites *cell. Publish an object only
+ * after writing it; unpublish it before reading its memory or its handle
+ * without the exclusion below (an I/O in flight) and before freeing it
+ * (free clears the cell too, but a freer must read the handle it frees
+ * while the object cannot move). */
+void zsw_pool_publish(struct zsw_pool *pool, zsw_handle_t *cell);
+void zsw_pool_unpublish(struct zsw_pool *pool, zsw_handle_t handle);
+
+/* Moves up to max_objects published objects out of the sparsest slabs of
+ * each class that has a slab's worth of free objects, into its fullest
+ * slabs; the slabs emptied go to the empty-slab cache, whatever its bound
+ * (zsw_pool_shrink() gives them back, once the exclusion is over). The caller excludes, for the duration of the call,
+ * every read of published objects' memory and cells, every write of their
+ * cells and every unpublish; allocation, publishing and freeing may run
+ * concurrently. *cursor is the class to start at (0 for a new pass); the
+ * call advances it, and the pass is over once it reaches
+ * ZSW_POOL_NR_CLASSES. Returns the objects moved. */
+#define ZSW_POOL_NR_CLASSES (ZSW_POOL_MAX_OBJECT / ZSW_POOL_CLASS_STEP)
+size_t zsw_pool_compact(struct zsw_pool *pool, size_t max_objects, unsigned *cursor);

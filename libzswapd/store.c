@@ -30,6 +30,16 @@
  * payloads under pool_lock for reading, so pool memory is never freed under
  * a reader, and everything that reads an entry's state holds one of those.
  *
+ * Compaction (zsw_store_compact()) moves pool payloads and rewrites
+ * entries' handles under pool_lock held for writing, in steps of
+ * COMPACT_STEP objects. So every read of a pool payload or of an entry's
+ * handle holds pool_lock, except where the object cannot move: a store
+ * batch writes its payloads before publishing them to the pool (after the
+ * index stage, under the owner lock, before anyone else can reach and free
+ * them), and the writeback tier unpublishes (pins) the payloads it writes
+ * until the switch or putback. An entry's handles are read and unpublished
+ * under pool_lock before they are freed.
+ *
  * Lock order: engine-internal.h.
  */
 #include <errno.h>
@@ -200,16 +210,19 @@ static void entries_destroy(struct zsw_store *s, struct zsw_lru *lru, struct zsw
         struct charge d = {};
         size_t nh = 0;
 
-        for (size_t i = 0; i < n; i++) {
-                if (entry_in_pool(v[i]))
+        /* Handles are read and withdrawn from compaction together, so
+         * that the object freed is where the entry's payload is. */
+        zsw_rwlock_rdlock(&s->pool_lock, ZSW_LOCK_STORE_POOL);
+        for (size_t i = 0; i < n; i++)
+                if (entry_in_pool(v[i])) {
                         handles[nh++] = v[i]->handle;
-                else if (v[i]->state == ZSW_ENTRY_DISK)
+                        zsw_pool_unpublish(s->pool, v[i]->handle);
+                }
+        zsw_rwlock_unlock(&s->pool_lock);
+        for (size_t i = 0; i < n; i++) {
+                if (v[i]->state == ZSW_ENTRY_DISK)
                         entry_destroy_disk(s, lru, v[i]);
                 charge_add(&d, v[i], -1);
-                if (nh == RELEASE_CHUNK) {
-                        zsw_pool_free_bulk(s->pool, handles, nh);
-                        nh = 0;
-                }
         }
         if (nh > 0)
                 zsw_pool_free_bulk(s->pool, handles, nh);
@@ -691,8 +704,13 @@ int zsw_store_pages(struct zsw_worker *w, struct zsw_owner *o, const uint64_t *p
         stored = n - (size_t) __builtin_popcount(b.refused);
         zsw_mutex_lock(&o->lock, ZSW_LOCK_OWNER);
         r = batch_index(&b, &reason);
-        if (r >= 0)
+        if (r >= 0) {
                 batch_account(&b, stored);
+                /* Written and published: compaction may move them now,
+                 * before anyone else can reach (and free) them. */
+                for (size_t k = 0; k < b.npool; k++)
+                        zsw_pool_publish(b.s->pool, &b.entries[b.pooled[k]]->handle);
+        }
         zsw_mutex_unlock(&o->lock);
         if (r < 0) {
                 if (b.wake)
@@ -1006,8 +1024,16 @@ size_t zsw_store_isolate(struct zsw_owner *o, struct zsw_entry **ret, size_t n) 
 }
 
 void zsw_store_putback(struct zsw_owner *o, struct zsw_entry *const *entries, size_t n) {
-        struct zsw_entry *dead = zsw_lru_putback(o->lru, entries, n), *v[RELEASE_CHUNK];
+        struct zsw_entry *dead, *v[RELEASE_CHUNK];
         size_t nv = 0;
+
+        /* Entries still in the pool may move again (see entry_payload). */
+        zsw_rwlock_rdlock(&o->store->pool_lock, ZSW_LOCK_STORE_POOL);
+        for (size_t i = 0; i < n; i++)
+                if (entry_in_pool(entries[i]))
+                        zsw_pool_publish(o->store->pool, &entries[i]->handle);
+        zsw_rwlock_unlock(&o->store->pool_lock);
+        dead = zsw_lru_putback(o->lru, entries, n);
 
         while (dead) {
                 v[nv++] = dead;
@@ -1025,7 +1051,12 @@ int zsw_store_entry_payload(struct zsw_store *s, struct zsw_entry *e, const void
                             uint32_t *ret_len, enum zsw_compressor *ret_compressor) {
         if (!entry_in_pool(e))
                 return -EINVAL;
+        /* The write reads the payload without pool_lock: pinned until the
+         * switch to disk frees it or zsw_store_putback(). */
+        zsw_rwlock_rdlock(&s->pool_lock, ZSW_LOCK_STORE_POOL);
+        zsw_pool_unpublish(s->pool, e->handle);
         *ret_data = zsw_pool_map(s->pool, e->handle);
+        zsw_rwlock_unlock(&s->pool_lock);
         *ret_len = e->length;
         if (e->state == ZSW_ENTRY_RAW)
                 return 1;
@@ -1069,6 +1100,7 @@ size_t zsw_store_writeback_done(struct zsw_owner *o, struct zsw_entry *const *en
                                 continue;
                         }
                         handles[nh++] = e->handle;
+                        zsw_pool_unpublish(s->pool, e->handle);
                         if (e->state == ZSW_ENTRY_RAW)
                                 e->compressor = ZSW_ENTRY_DISK_RAW;
                         e->state = ZSW_ENTRY_DISK;
@@ -1092,6 +1124,32 @@ size_t zsw_store_writeback_done(struct zsw_owner *o, struct zsw_entry *const *en
         atomic_fetch_add_explicit(&o->lru->disk_bytes, bytes, memory_order_relaxed);
         entries_release(o, entries, n);
         return moved;
+}
+
+/* Objects moved per pool_lock hold: loads wait for one step at most. */
+#define COMPACT_STEP 64u
+/* Free room in slabs below which compaction is not worth a pass. */
+#define COMPACT_MIN_SLACK (UINT64_C(1) << 20)
+/* Empty memory kept between passes: a slab or two per busy class. */
+#define COMPACT_MAX_CACHED (UINT64_C(2) << 20)
+
+uint64_t zsw_store_compact(struct zsw_store *s, bool force) {
+        unsigned cursor = 0;
+        struct zsw_pool_stats ps;
+
+        zsw_pool_get_stats(s->pool, &ps);
+        if (!force && ps.pool_bytes - MIN(ps.pool_bytes, ps.used_bytes + ps.cached_bytes) <
+                              MAX(COMPACT_MIN_SLACK, ps.used_bytes / 64))
+                /* The cache of empty slabs too is for the churn of the
+                 * moment, not for keeps. */
+                return ps.cached_bytes > COMPACT_MAX_CACHED ? zsw_pool_shrink(s->pool) : 0;
+
+        while (cursor < ZSW_POOL_NR_CLASSES) {
+                zsw_rwlock_wrlock(&s->pool_lock, ZSW_LOCK_STORE_POOL);
+                (void) zsw_pool_compact(s->pool, COMPACT_STEP, &cursor);
+                zsw_rwlock_unlock(&s->pool_lock);
+        }
+        return zsw_pool_shrink(s->pool);
 }
 
 void zsw_store_owners_lock(struct zsw_store *s) {
@@ -1400,6 +1458,10 @@ void zsw_store_get_stats(struct zsw_store *s, struct zsw_store_stats *ret) {
         st.payload_bytes -= MIN(st.payload_bytes, st.disk_bytes);
         zsw_pool_get_stats(s->pool, &ps);
         st.pool_bytes = ps.pool_bytes;
+        st.pool_used_bytes = ps.used_bytes;
+        st.pool_cached_bytes = ps.cached_bytes;
+        st.pool_compacted_objects = ps.compacted_objects;
+        st.pool_compacted_bytes = ps.compacted_bytes;
         st.meta_bytes = ps.meta_bytes + zsw_entry_cache_bytes(&s->entries);
         zsw_mutex_lock(&s->owners_lock, ZSW_LOCK_OWNERS);
         for (struct zsw_owner *o = s->owners; o; o = o->next)
@@ -1638,8 +1700,12 @@ int zsw_store_import_batch(struct zsw_owner *o, const struct zsw_store_page *p,
                         continue;
                 }
                 charge_add(&global, e, 1);
-                if (entry_in_pool(e))
+                if (entry_in_pool(e)) {
+                        /* Reachable from the index now: compaction may
+                         * move it, as a stored batch's payloads. */
+                        zsw_pool_publish(s->pool, &e->handle);
                         lru[nlru++] = e;
+                }
         }
         count(&s->counters[C_STORES], global.pages);
         charge_apply(o->counters, &mine);

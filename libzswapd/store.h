@@ -132,6 +132,13 @@ struct zsw_store_stats {
         uint64_t disk_reads;           /* loads that read the disk */
         uint64_t pool_limit_hit;       /* global only: stores that found the pool full */
         uint64_t pool_bytes;           /* global only: memory the pool took from the system */
+        /* Global only, the parts of pool_bytes (struct zsw_pool_stats):
+         * objects (class-rounded), empty slabs and arena rest kept for
+         * reuse; and what compaction did. */
+        uint64_t pool_used_bytes;
+        uint64_t pool_cached_bytes;
+        uint64_t pool_compacted_objects;
+        uint64_t pool_compacted_bytes;
         /* Globally: entries, index nodes, owners, pool bookkeeping; per
          * owner: its index nodes and itself. */
         uint64_t meta_bytes;
@@ -269,6 +276,14 @@ size_t zsw_store_isolate(struct zsw_owner *o, struct zsw_entry **ret, size_t n);
 /* Returns isolated entries to the cold end of the LRU and drops their
  * isolation references (entries nobody else holds are freed). */
 void zsw_store_putback(struct zsw_owner *o, struct zsw_entry *const *entries, size_t n);
+
+/* Compacts the pool (zsw_pool_compact()) in short steps under pool_lock,
+ * then gives the emptied slabs back to the system; returns the bytes
+ * given back. Unless force, only when the free room inside slabs exceeds
+ * 1 MiB and 1/64 of the objects' bytes; else it only releases the empty
+ * slabs cached, when they exceed 2 MiB. Any thread; loads wait for one
+ * step at most. */
+uint64_t zsw_store_compact(struct zsw_store *s, bool force);
 
 /* An isolated entry's payload: its pool memory, byte count and compressor.
  * Returns 0 for a compressed payload, 1 for a raw page (ret_compressor

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <lz4.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -546,4 +548,209 @@ TEST(threads_alloc_free_stress) {
         zsw_pool_get_stats(pool, &st);
         ASSERT_EQ_U(st.pool_bytes, 0);
         ASSERT_EQ_U(st.slabs, 0);
+}
+
+/* Runs compaction passes until one moves nothing, then gives the emptied
+ * slabs back. */
+static void compact_all(struct zsw_pool *pool) {
+        size_t moved;
+
+        do {
+                unsigned cursor = 0;
+
+                moved = 0;
+                while (cursor < ZSW_POOL_NR_CLASSES)
+                        moved += zsw_pool_compact(pool, 64, &cursor);
+        } while (moved > 0);
+        zsw_pool_shrink(pool);
+}
+
+/* Frees that leave every slab a quarter full leave the pool four times
+ * the size of its objects; compaction brings it back to at most one
+ * slab of slack per class, moving only published objects, and every
+ * payload reads back exactly through its rewritten handle. */
+TEST(compaction_empties_sparse_slabs) {
+        _cleanup_pool_ struct zsw_pool *pool = NULL;
+        enum { N = 8192, NCLS = 5, SLAB_MAX = 16 * ZSW_PAGE_SIZE };
+        static uint32_t sizes[N];
+        static zsw_handle_t cell[N];
+        struct zsw_pool_stats before, after;
+        zsw_handle_t pinned_h[NCLS];
+        const void *pinned_p[NCLS];
+        unsigned npinned = 0;
+
+        ASSERT_OK(zsw_pool_new(&pool));
+        for (unsigned i = 0; i < N; i++)
+                sizes[i] = 1000 + (i % NCLS) * 600 + (i % 7);
+        for (unsigned i = 0; i < N; i += 256)
+                ASSERT_OK(zsw_pool_alloc_bulk(pool, sizes + i, MIN(256u, N - i), cell + i));
+        for (unsigned i = 0; i < N; i++) {
+                fill(zsw_pool_map(pool, cell[i]), sizes[i], i);
+                /* A few objects stay unpublished, as a store batch's before
+                 * its index stage or a payload under write: they must not
+                 * move. */
+                if (i % 997 == 0 && npinned < NCLS) {
+                        pinned_h[npinned] = cell[i];
+                        pinned_p[npinned++] = zsw_pool_map(pool, cell[i]);
+                        continue;
+                }
+                zsw_pool_publish(pool, &cell[i]);
+        }
+        /* Keep every fourth object (and the pinned ones). */
+        for (unsigned i = 0; i < N; i++)
+                if (i % 4 != 0 && i % 997 != 0) {
+                        zsw_pool_unpublish(pool, cell[i]);
+                        zsw_pool_free_bulk(pool, &cell[i], 1);
+                        cell[i] = 0;
+                }
+        zsw_pool_shrink(pool);
+        zsw_pool_get_stats(pool, &before);
+        /* The premise: frees alone give almost nothing back. */
+        ASSERT_GT(before.mapped_bytes, 3 * before.used_bytes);
+
+        compact_all(pool);
+        zsw_pool_get_stats(pool, &after);
+        ASSERT_EQ_U(after.objects, before.objects);
+        ASSERT_EQ_U(after.used_bytes, before.used_bytes);
+        ASSERT_GT(after.compacted_objects, 0);
+        ASSERT_EQ_U(after.compacted_bytes, before.mapped_bytes - after.mapped_bytes);
+        /* At most one slab of free room per class, plus the slabs the
+         * pinned objects keep. */
+        ASSERT_LE(after.mapped_bytes, after.used_bytes + (NCLS + npinned) * SLAB_MAX);
+        ASSERT_EQ_U(after.pool_bytes, after.mapped_bytes);
+
+        for (unsigned i = 0; i < N; i++)
+                if (cell[i])
+                        ASSERT_TRUE(verify(zsw_pool_map(pool, cell[i]), sizes[i], i));
+        for (unsigned k = 0; k < npinned; k++)
+                ASSERT_TRUE(zsw_pool_map(pool, pinned_h[k]) == pinned_p[k]);
+        for (unsigned i = 0; i < N; i++)
+                if (cell[i]) {
+                        zsw_pool_unpublish(pool, cell[i]);
+                        zsw_pool_free_bulk(pool, &cell[i], 1);
+                }
+        assert_empty(pool);
+}
+
+/* The protocol of the store, under threads: owners read payloads and
+ * handles under a read lock, withdraw an object (unpublish) under it
+ * before freeing it or reading it unlocked, and compaction runs under the
+ * write lock. Every payload must read back exactly, and an object read
+ * unlocked after being withdrawn must not change under the reader. */
+#define CSTRESS_SLOTS 512u
+#define CSTRESS_OPS 20000u
+
+struct cstress_arg {
+        struct zsw_pool *pool;
+        pthread_rwlock_t *lock;
+        uint64_t seed;
+        zsw_handle_t cell[CSTRESS_SLOTS]; /* compaction rewrites them */
+        bool live[CSTRESS_SLOTS];
+        uint32_t size[CSTRESS_SLOTS];
+        uint64_t tag[CSTRESS_SLOTS];
+};
+
+static void *cstress_thread(void *p) {
+        struct cstress_arg *a = p;
+        uint64_t rng = a->seed;
+
+        for (unsigned op = 0; op < CSTRESS_OPS; op++) {
+                unsigned s = (unsigned) (rng_next(&rng) % CSTRESS_SLOTS);
+                unsigned what = (unsigned) (rng_next(&rng) % 8);
+
+                if (!a->live[s]) {
+                        a->size[s] = 64 + (uint32_t) (rng_next(&rng) % 3000);
+                        a->tag[s] = (a->seed << 32) | op;
+                        ASSERT_OK(zsw_pool_alloc_bulk(a->pool, &a->size[s], 1, &a->cell[s]));
+                        fill(zsw_pool_map(a->pool, a->cell[s]), a->size[s], a->tag[s]);
+                        zsw_pool_publish(a->pool, &a->cell[s]);
+                        a->live[s] = true;
+                } else if (what < 3) {
+                        zsw_handle_t h;
+
+                        pthread_rwlock_rdlock(a->lock);
+                        h = a->cell[s];
+                        zsw_pool_unpublish(a->pool, h);
+                        pthread_rwlock_unlock(a->lock);
+                        zsw_pool_free_bulk(a->pool, &h, 1);
+                        a->live[s] = false;
+                } else if (what < 6) {
+                        pthread_rwlock_rdlock(a->lock);
+                        ASSERT_TRUE(verify(zsw_pool_map(a->pool, a->cell[s]), a->size[s], a->tag[s]));
+                        pthread_rwlock_unlock(a->lock);
+                } else {
+                        const void *m;
+
+                        pthread_rwlock_rdlock(a->lock);
+                        zsw_pool_unpublish(a->pool, a->cell[s]);
+                        m = zsw_pool_map(a->pool, a->cell[s]);
+                        pthread_rwlock_unlock(a->lock);
+                        /* Withdrawn: stays put while others churn. */
+                        for (unsigned k = 0; k < 4; k++) {
+                                sched_yield();
+                                ASSERT_TRUE(verify(m, a->size[s], a->tag[s]));
+                        }
+                        pthread_rwlock_rdlock(a->lock);
+                        zsw_pool_publish(a->pool, &a->cell[s]);
+                        pthread_rwlock_unlock(a->lock);
+                }
+        }
+        for (unsigned s = 0; s < CSTRESS_SLOTS; s++)
+                if (a->live[s]) {
+                        zsw_handle_t h;
+
+                        pthread_rwlock_rdlock(a->lock);
+                        h = a->cell[s];
+                        ASSERT_TRUE(verify(zsw_pool_map(a->pool, h), a->size[s], a->tag[s]));
+                        zsw_pool_unpublish(a->pool, h);
+                        pthread_rwlock_unlock(a->lock);
+                        zsw_pool_free_bulk(a->pool, &h, 1);
+                }
+        return NULL;
+}
+
+struct compactor_arg {
+        struct zsw_pool *pool;
+        pthread_rwlock_t *lock;
+        atomic_bool stop;
+};
+
+static void *compactor_thread(void *p) {
+        struct compactor_arg *c = p;
+        unsigned cursor = 0;
+
+        while (!atomic_load(&c->stop)) {
+                pthread_rwlock_wrlock(c->lock);
+                zsw_pool_compact(c->pool, 16, &cursor);
+                pthread_rwlock_unlock(c->lock);
+                if (cursor >= ZSW_POOL_NR_CLASSES) {
+                        cursor = 0;
+                        zsw_pool_shrink(c->pool);
+                }
+        }
+        return NULL;
+}
+
+TEST(threads_race_compaction) {
+        _cleanup_pool_ struct zsw_pool *pool = NULL;
+        enum { T = 3 };
+        static struct cstress_arg args[T];
+        struct compactor_arg comp = {};
+        pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;
+        pthread_t th[T], ct;
+
+        ASSERT_OK(zsw_pool_new(&pool));
+        comp.pool = pool;
+        comp.lock = &lock;
+        ASSERT_EQ(pthread_create(&ct, NULL, compactor_thread, &comp), 0);
+        for (unsigned t = 0; t < T; t++) {
+                args[t] = (struct cstress_arg) { .pool = pool, .lock = &lock, .seed = t + 1 };
+                ASSERT_EQ(pthread_create(&th[t], NULL, cstress_thread, &args[t]), 0);
+        }
+        for (unsigned t = 0; t < T; t++)
+                ASSERT_EQ(pthread_join(th[t], NULL), 0);
+        atomic_store(&comp.stop, true);
+        ASSERT_EQ(pthread_join(ct, NULL), 0);
+        assert_empty(pool);
+        pthread_rwlock_destroy(&lock);
 }

@@ -2,10 +2,11 @@
 /*
  * Several threads storing, loading, invalidating, moving and isolating on
  * the same owners at once, while another thread clones those owners and
- * reads the clones, and another reads statistics. Each worker thread has
- * its own page numbers in every owner and checks them exactly against its
- * own model; the clone reader cannot know which version of a page it sees,
- * so pages carry their page number and a checksum and it checks those.
+ * reads the clones, another reads statistics and another compacts the
+ * pool. Each worker thread has its own page numbers in every owner and
+ * checks them exactly against its own model; the clone reader cannot know
+ * which version of a page it sees, so pages carry their page number and a
+ * checksum and it checks those.
  * Run under ThreadSanitizer by CI (suite 'threads').
  */
 #include <pthread.h>
@@ -31,6 +32,15 @@ static uint64_t sum_tail(const uint8_t *page) {
                 memcpy(&w, page + i, 8);
                 h = (h ^ w) * 0x100000001b3ull;
         }
+        return h;
+}
+
+static uint64_t fnv(const void *p, size_t n) {
+        const uint8_t *b = p;
+        uint64_t h = 0xcbf29ce484222325ull;
+
+        for (size_t i = 0; i < n; i++)
+                h = (h ^ b[i]) * 0x100000001b3ull;
         return h;
 }
 
@@ -164,8 +174,22 @@ static void *worker_main(void *p) {
                 else {
                         struct zsw_entry *iso[16];
                         size_t n = zsw_store_isolate(owners[oi], iso, 16);
+                        const void *data[16];
+                        uint32_t len[16];
+                        uint64_t sum[16];
 
+                        /* As the writeback tier does: payloads read
+                         * without a lock must not move meanwhile. */
+                        for (size_t k = 0; k < n; k++) {
+                                enum zsw_compressor c;
+
+                                ASSERT_GE(zsw_store_entry_payload(store, iso[k], &data[k],
+                                                                  &len[k], &c), 0);
+                                sum[k] = fnv(data[k], len[k]);
+                        }
                         worker_load(a, w, oi, false);
+                        for (size_t k = 0; k < n; k++)
+                                ASSERT_EQ_U(fnv(data[k], len[k]), sum[k]);
                         zsw_store_putback(owners[oi], iso, n);
                 }
         }
@@ -222,6 +246,12 @@ static void *cloner_main(void *p) {
         return NULL;
 }
 
+static void *compactor_main(void *p) {
+        while (!atomic_load(&stop))
+                (void) zsw_store_compact(store, true);
+        return NULL;
+}
+
 static void *stats_main(void *p) {
         while (!atomic_load(&stop)) {
                 struct zsw_store_stats st;
@@ -237,7 +267,7 @@ static void *stats_main(void *p) {
 
 TEST(threads_on_shared_owners) {
         static struct worker_arg args[WORKERS];
-        pthread_t workers[WORKERS], cloner, reader;
+        pthread_t workers[WORKERS], cloner, reader, compactor;
         struct zsw_store_stats st;
         struct zsw_owner_config zc = { .compressor = ZSW_COMPRESSOR_ZSTD, .level = 1 };
 
@@ -252,11 +282,13 @@ TEST(threads_on_shared_owners) {
         }
         ASSERT_EQ(pthread_create(&cloner, NULL, cloner_main, NULL), 0);
         ASSERT_EQ(pthread_create(&reader, NULL, stats_main, NULL), 0);
+        ASSERT_EQ(pthread_create(&compactor, NULL, compactor_main, NULL), 0);
         for (unsigned i = 0; i < WORKERS; i++)
                 ASSERT_EQ(pthread_join(workers[i], NULL), 0);
         atomic_store(&stop, true);
         ASSERT_EQ(pthread_join(cloner, NULL), 0);
         ASSERT_EQ(pthread_join(reader, NULL), 0);
+        ASSERT_EQ(pthread_join(compactor, NULL), 0);
 
         /* The counters agree with the models once everyone has stopped. */
         for (unsigned oi = 0; oi < OWNERS; oi++) {

@@ -619,3 +619,40 @@ TEST(export_import_keeps_pages_and_sharing) {
         env_free(&e);
         env_free(&f);
 }
+
+/* Invalidating three pages in four leaves every slab a quarter full;
+ * compaction gives the sparse slabs back, down to at most one slab of
+ * free room per size class, and every page left loads back exactly. */
+TEST(compaction_after_churn) {
+        enum { N = 16384, SLAB_MAX = 16 * ZSW_PAGE_SIZE };
+        struct zsw_store_stats before, after;
+        uint64_t slack_before, slack_after;
+        struct env e;
+
+        env_new(&e, NULL);
+        for (uint64_t p = 0; p < N; p += ZSW_STORE_BATCH_MAX)
+                ASSERT_EQ(store_run(&e, e.o, p, ZSW_STORE_BATCH_MAX, PAGE_DATA), ZSW_STORE_BATCH_MAX);
+        for (uint64_t p = 0; p < N; p++)
+                if (p % 4 != 0)
+                        ASSERT_EQ(zsw_store_invalidate(e.o, p, 1), 1);
+        before = stats(&e);
+        slack_before = before.pool_bytes - before.pool_used_bytes - before.pool_cached_bytes;
+        ASSERT_GT(slack_before, (uint64_t) ZSW_POOL_NR_CLASSES * SLAB_MAX);
+
+        ASSERT_GT(zsw_store_compact(e.s, true), 0);
+        after = stats(&e);
+        ASSERT_EQ_U(after.pool_used_bytes, before.pool_used_bytes);
+        ASSERT_EQ_U(after.pool_cached_bytes, 0);
+        slack_after = after.pool_bytes - after.pool_used_bytes;
+        ASSERT_LE(slack_after, (uint64_t) ZSW_POOL_NR_CLASSES * SLAB_MAX);
+        ASSERT_LE(slack_after, slack_before / 4);
+        ASSERT_GT(after.pool_compacted_objects, 0);
+        /* What went back: the slabs compaction emptied, and the cache. */
+        ASSERT_EQ_U(after.pool_bytes,
+                    before.pool_bytes - before.pool_cached_bytes - after.pool_compacted_bytes);
+
+        for (uint64_t p = 0; p < N; p++)
+                if (p % 4 == 0)
+                        check_load(&e, e.o, p, PAGE_DATA, p % 8 ? 0 : ZSW_LOAD_EXCLUSIVE);
+        env_free(&e);
+}
