@@ -75,11 +75,9 @@ static uint64_t ask(int cmd, int reply, char c) {
 }
 
 int main(int argc, char *argv[]) {
-        static const struct option options[] = {
-                { "mib", required_argument, NULL, 'm' },
-                { "json", no_argument, NULL, 'j' },
-                {}
-        };
+        static const struct option options[] = { { "mib", required_argument, NULL, 'm' },
+                                                 { "json", no_argument, NULL, 'j' },
+                                                 {} };
         struct zsw_engine_config cfg = { .age_interval_ms = UINT32_MAX };
         struct zsw_target_stats s1, s2, s3;
         struct zsw_engine *e;
@@ -132,9 +130,9 @@ int main(int argc, char *argv[]) {
         if (json)
                 printf("{\"mib\":%zu,\"scan1_ns\":%" PRIu64 ",\"scan1_protected\":%" PRIu64
                        ",\"scan2_ns\":%" PRIu64 ",\"scan2_protected\":%" PRIu64
-                       ",\"table_bytes\":%" PRIu64 ",\"write_before_ns\":%" PRIu64 ",\"write_plain_ns\":%" PRIu64
-                       ",\"write_protected_ns\":%" PRIu64 ",\"write_hot_ns\":%" PRIu64
-                       ",\"wp_faults\":%" PRIu64 "}\n",
+                       ",\"table_bytes\":%" PRIu64 ",\"write_before_ns\":%" PRIu64
+                       ",\"write_plain_ns\":%" PRIu64 ",\"write_protected_ns\":%" PRIu64
+                       ",\"write_hot_ns\":%" PRIu64 ",\"wp_faults\":%" PRIu64 "}\n",
                        mib, s1.age_scan_ns_last, s1.age_protected_pages, s2.age_scan_ns_last,
                        s2.age_protected_pages, s2.age_table_bytes, before, plain, protected_, hot,
                        s3.wp_faults);
@@ -155,8 +153,8 @@ int main(int argc, char *argv[]) {
                        "%.2f ms protected (%.1f us per write-protect fault, %" PRIu64
                        " faults), %.2f ms hot\n",
                        before / 1e6, plain / 1e6, protected_ / 1e6,
-                       ((double) protected_ - (double) plain) / 1e3 / (double) npages,
-                       s3.wp_faults, hot / 1e6);
+                       ((double) protected_ - (double) plain) / 1e3 / (double) npages, s3.wp_faults,
+                       hot / 1e6);
         }
         close(to[1]);
         waitpid(pid, NULL, 0);

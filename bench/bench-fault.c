@@ -78,14 +78,14 @@ struct workload {
         uint8_t *buf;
         size_t npages;
         uint64_t *sums;
-        uint32_t *lat_ns;               /* per access, in access order */
-        uint32_t *order;                /* page index of each access */
+        uint32_t *lat_ns; /* per access, in access order */
+        uint32_t *order;  /* page index of each access */
 };
 
 struct pass {
         uint64_t wall_ns;
         uint64_t bad_pages;
-        uint64_t p50_ns, p99_ns;        /* of the kernel's own faults, for 'c' */
+        uint64_t p50_ns, p99_ns; /* of the kernel's own faults, for 'c' */
 };
 
 #define CALIBRATE_PAGES 4096u
@@ -123,8 +123,8 @@ static int workload_alloc(struct workload *w, size_t npages) {
 static int workload_fill(struct workload *w) {
         int r;
 
-        w->buf = mmap(NULL, w->npages * PAGE, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        w->buf = mmap(NULL, w->npages * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                      -1, 0);
         if (w->buf == MAP_FAILED)
                 return -ENOMEM;
         r = corpus_fill(w->buf, w->npages, ZERO_PERCENT, 42);
@@ -180,8 +180,8 @@ static struct pass workload_calibrate(void) {
         size_t n = 0;
         uint8_t *m;
 
-        m = mmap(NULL, CALIBRATE_PAGES * PAGE, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        m = mmap(NULL, CALIBRATE_PAGES * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                 -1, 0);
         if (m == MAP_FAILED)
                 return p;
         for (size_t k = 0; k < CALIBRATE_PAGES; k++) {
@@ -189,7 +189,7 @@ static struct pass workload_calibrate(void) {
                 uint64_t t0 = zsw_now_ns();
 
                 if (*page)
-                        continue;       /* touched already: not a first touch */
+                        continue; /* touched already: not a first touch */
                 *page = 1;
                 lat[n++] = (uint32_t) MIN(zsw_now_ns() - t0, (uint64_t) UINT32_MAX);
         }
@@ -352,10 +352,10 @@ struct result {
         const char *pattern;
         unsigned prefetch;
         double evict_mib_s;
-        double evict_cpu_mib_s;         /* per second of the reclaiming thread's CPU */
+        double evict_cpu_mib_s; /* per second of the reclaiming thread's CPU */
         struct zsw_reclaim_result rec;
         struct pass calib;
-        struct zsw_target_stats before, after;  /* engine's view around the pass */
+        struct zsw_target_stats before, after; /* engine's view around the pass */
         struct pass pass;
         struct lat_summary lat;
         uint64_t bytes;
@@ -395,10 +395,9 @@ static void print_result(const struct result *r) {
                        "\"ref_kernel_reclaim_mib_s\":%.0f,\"uffd_floor_ns_p50\":%" PRIu64
                        ",\"uffd_floor_ns_p99\":%" PRIu64 ",\"uffd_floor_same_cpu_ns_p50\":%" PRIu64
                        ",\"uffd_floor_same_cpu_ns_p99\":%" PRIu64 "}\n",
-                       r->pattern, r->prefetch, arg_mib, r->rec.evicted_pages,
-                       r->rec.aborted_pages, r->rec.refused_pages, r->evict_mib_s,
-                       r->evict_cpu_mib_s, r->calib.p50_ns, r->calib.p99_ns, r->lat.p50,
-                       r->lat.p95, r->lat.p99, r->lat.p999, r->lat.max,
+                       r->pattern, r->prefetch, arg_mib, r->rec.evicted_pages, r->rec.aborted_pages,
+                       r->rec.refused_pages, r->evict_mib_s, r->evict_cpu_mib_s, r->calib.p50_ns,
+                       r->calib.p99_ns, r->lat.p50, r->lat.p95, r->lat.p99, r->lat.p999, r->lat.max,
                        mib_s(r->bytes, r->pass.wall_ns), (size_t) (r->bytes / PAGE),
                        r->pass.bad_pages, r->before.stored_pages, r->before.same_filled_pages,
                        r->before.payload_bytes, r->before.pool_bytes, ratio, overhead, faults,
@@ -429,20 +428,21 @@ static void print_header(const struct child *ch, unsigned n_cpus) {
                "%.1f us p99 %.1f us, reclaim ~%.0f MiB/s (target 1.5x: %.0f MiB/s)\n\n",
                REF_ZSWAP_P50_NS / 1e3, REF_ZSWAP_P99_NS / 1e3, REF_ZRAM_P50_NS / 1e3,
                REF_ZRAM_P99_NS / 1e3, REF_RECLAIM_MIB_S, REF_RECLAIM_MIB_S * 1.5);
-        printf("userfaultfd round trip alone now (a handler process with a ready page): on any CPU p50 "
+        printf("userfaultfd round trip alone now (a handler process with a ready page): on any CPU "
+               "p50 "
                "%.1f us p99 %.1f us, on the workload's CPU p50 %.1f us p99 %.1f us\n\n",
                floor_any.p50_ns / 1e3, floor_any.p99_ns / 1e3, floor_same.p50_ns / 1e3,
                floor_same.p99_ns / 1e3);
         printf("%-10s %2s %6s %6s  %6s %6s %6s %7s %7s  %6s  %5s %5s  %5s %5s %5s %7s %7s %3s\n",
-               "", "", "evict", "MiB/s", "fault", "in", "(us)", "", "", "engine", "anon",
-               "(us)", "reread", "", "pool", "engine", "pf", "");
+               "", "", "evict", "MiB/s", "fault", "in", "(us)", "", "", "engine", "anon", "(us)",
+               "reread", "", "pool", "engine", "pf", "");
         printf("%-10s %2s %6s %6s  %6s %6s %6s %7s %7s  %6s  %5s %5s  %5s %5s %5s %7s %7s %3s\n",
-               "pattern", "pf", "wall", "cpu", "p50", "p95", "p99", "p99.9", "max", "p50",
-               "p50", "p99", "MiB/s", "ratio", "ovhd", "faults", "hits", "bad");
+               "pattern", "pf", "wall", "cpu", "p50", "p95", "p99", "p99.9", "max", "p50", "p50",
+               "p99", "MiB/s", "ratio", "ovhd", "faults", "hits", "bad");
 }
 
-static void log_stderr(void *userdata, int priority, const char *file, int line,
-                       const char *func, const char *format, va_list ap) {
+static void log_stderr(void *userdata, int priority, const char *file, int line, const char *func,
+                       const char *format, va_list ap) {
         fprintf(stderr, "<%d> ", priority);
         vfprintf(stderr, format, ap);
         fputc('\n', stderr);
@@ -453,7 +453,8 @@ static struct zsw_log bench_log = { .fn = log_stderr, .max_priority = LOG_WARNIN
 static int measure(struct zsw_engine *e, struct child *ch, struct workload *w, char pattern,
                    unsigned prefetch, struct result *ret) {
         struct result res = { .pattern = pattern == 'r' ? "random" : "sequential",
-                              .prefetch = prefetch, .bytes = (uint64_t) w->npages * PAGE };
+                              .prefetch = prefetch,
+                              .bytes = (uint64_t) w->npages * PAGE };
         struct zsw_engine_error err = {};
         uint64_t cpu0;
         int r;
@@ -612,12 +613,15 @@ static int run_evict_only(struct child *ch, const cpu_set_t *all_cpus, uint64_t 
                         if (arg_json)
                                 printf("{\"evict_only\":%u,\"mib\":%u,\"evicted_pages\":%" PRIu64
                                        ",\"evict_aborted\":%" PRIu64 ",\"evict_mib_s\":%.1f,"
-                                       "\"evict_cpu_mib_s\":%.1f,\"evict_process_cpu_mib_s\":%.1f}\n",
+                                       "\"evict_cpu_mib_s\":%.1f,\"evict_process_cpu_mib_s\":%.1f}"
+                                       "\n",
                                        i, arg_mib, rec.evicted_pages, rec.aborted_pages, wall, cpu,
                                        proc);
                         else
-                                printf("evict %2u: %7" PRIu64 " pages, MiB/s: %6.0f wall, %6.0f per "
-                                       "CPU-second of the reclaiming thread, %6.0f of all threads\n",
+                                printf("evict %2u: %7" PRIu64
+                                       " pages, MiB/s: %6.0f wall, %6.0f per "
+                                       "CPU-second of the reclaiming thread, %6.0f of all "
+                                       "threads\n",
                                        i, rec.evicted_pages, wall, cpu, proc);
                         fflush(stdout);
                         r = zsw_engine_detach(e, ch->pid, &err);
@@ -693,7 +697,16 @@ static void help(void) {
 }
 
 static int parse_argv(int argc, char **argv) {
-        enum { ARG_JSON = 0x100, ARG_MIB, ARG_PREFETCH, ARG_WORKLOAD, ARG_LOCAL, ARG_FIFO, ARG_DEBUG, ARG_EVICT_ONLY };
+        enum {
+                ARG_JSON = 0x100,
+                ARG_MIB,
+                ARG_PREFETCH,
+                ARG_WORKLOAD,
+                ARG_LOCAL,
+                ARG_FIFO,
+                ARG_DEBUG,
+                ARG_EVICT_ONLY
+        };
         static const struct option options[] = {
                 { "help", no_argument, NULL, 'h' },
                 { "json", no_argument, NULL, ARG_JSON },
@@ -785,7 +798,8 @@ static int run(int argc, char **argv) {
         if (!arg_evict_only && workload_cpu() >= 0) {
                 r = measure_floor(workload_cpu());
                 if (r < 0) {
-                        fprintf(stderr, "Cannot time the userfaultfd round trip: %s\n", strerror(-r));
+                        fprintf(stderr, "Cannot time the userfaultfd round trip: %s\n",
+                                strerror(-r));
                         return r;
                 }
         }

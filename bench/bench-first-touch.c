@@ -36,7 +36,7 @@
 #define PAGE ZSW_PAGE_SIZE
 #define MAX_WINDOWS 8
 #define MAX_REPS 15
-#define KERNEL (-1)     /* "window" of the run without the engine */
+#define KERNEL (-1) /* "window" of the run without the engine */
 
 static unsigned arg_mib = 256;
 static unsigned arg_reps = 3;
@@ -60,8 +60,8 @@ static uint64_t now_ns(void) {
 /* The child: only system calls after the fork (the parent runs the
  * engine's threads). The access order was made before the fork. */
 static _Noreturn void child_main(const uint32_t *order, size_t npages, int cmd, int reply) {
-        uint8_t *m = mmap(NULL, npages * PAGE, PROT_READ | PROT_WRITE,
-                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        uint8_t *m = mmap(NULL, npages * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                          -1, 0);
         uint64_t out[2] = { 0, 0 };
         char c;
 
@@ -89,7 +89,8 @@ static _Noreturn void child_main(const uint32_t *order, size_t npages, int cmd, 
 
 static int one_run(struct zsw_engine *e, int window, const uint32_t *order, size_t npages,
                    struct run *ret) {
-        struct zsw_target_config tc = { .prefetch_window = 8, .zero_window = (unsigned) MAX(window, 0) };
+        struct zsw_target_config tc = { .prefetch_window = 8,
+                                        .zero_window = (unsigned) MAX(window, 0) };
         struct zsw_engine_error err = {};
         struct zsw_target_stats s = {};
         int to[2], from[2], status, r = 0;
@@ -160,14 +161,12 @@ static int parse_windows(const char *s) {
 }
 
 static int parse_argv(int argc, char **argv) {
-        static const struct option options[] = {
-                { "help", no_argument, NULL, 'h' },
-                { "json", no_argument, NULL, 'j' },
-                { "mib", required_argument, NULL, 'm' },
-                { "reps", required_argument, NULL, 'r' },
-                { "windows", required_argument, NULL, 'w' },
-                {}
-        };
+        static const struct option options[] = { { "help", no_argument, NULL, 'h' },
+                                                 { "json", no_argument, NULL, 'j' },
+                                                 { "mib", required_argument, NULL, 'm' },
+                                                 { "reps", required_argument, NULL, 'r' },
+                                                 { "windows", required_argument, NULL, 'w' },
+                                                 {} };
         int c;
 
         while ((c = getopt_long(argc, argv, "h", options, NULL)) >= 0)
@@ -178,7 +177,8 @@ static int parse_argv(int argc, char **argv) {
                                "  --json          One JSON object per pattern and window per line\n"
                                "  --mib N         Fresh memory the child writes (default 256)\n"
                                "  --reps R        Repetitions, interleaved (default 3)\n"
-                               "  --windows LIST  Comma-separated windows, 0..%u (default 0,16,64,511);\n"
+                               "  --windows LIST  Comma-separated windows, 0..%u (default "
+                               "0,16,64,511);\n"
                                "                  the kernel alone is always measured too\n",
                                program_invocation_short_name, ZSW_ZERO_WINDOW_MAX);
                         return 0;
@@ -295,12 +295,15 @@ static int run(int argc, char **argv) {
                                 snprintf(name, sizeof(name), "%d", arg_windows[w]);
                         if (arg_json)
                                 printf("{\"order\":\"%s\",\"window\":\"%s\",\"mib\":%u,\"reps\":%u,"
-                                       "\"mib_s\":%.1f,\"faults\":%" PRIu64 ",\"zero_ahead_pages\":%" PRIu64
-                                       ",\"ratio_to_window_0\":%.3f,\"ratio_to_kernel\":%.3f,\"bad_pages\":%" PRIu64 "}\n",
-                                       patterns[p], name, arg_mib, arg_reps, v, x->faults, x->zero_ahead,
-                                       w0 ? v / w0 : 0, kern ? v / kern : 0, bad);
+                                       "\"mib_s\":%.1f,\"faults\":%" PRIu64
+                                       ",\"zero_ahead_pages\":%" PRIu64
+                                       ",\"ratio_to_window_0\":%.3f,\"ratio_to_kernel\":%.3f,\"bad_"
+                                       "pages\":%" PRIu64 "}\n",
+                                       patterns[p], name, arg_mib, arg_reps, v, x->faults,
+                                       x->zero_ahead, w0 ? v / w0 : 0, kern ? v / kern : 0, bad);
                         else
-                                printf("%-5s %-7s %10.1f %10" PRIu64 " %12" PRIu64 " %8.2f %8.2f %6" PRIu64 "\n",
+                                printf("%-5s %-7s %10.1f %10" PRIu64 " %12" PRIu64
+                                       " %8.2f %8.2f %6" PRIu64 "\n",
                                        patterns[p], name, v, x->faults, x->zero_ahead,
                                        w0 ? v / w0 : 0, kern ? v / kern : 0, bad);
                 }

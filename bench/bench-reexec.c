@@ -40,7 +40,7 @@
 
 /* Shared between the bench and its target (MAP_SHARED, made before fork). */
 struct shared {
-        _Atomic int phase;              /* 0 fill, 1 filled, 2 touch, 3 stop, 4 verified */
+        _Atomic int phase; /* 0 fill, 1 filled, 2 touch, 3 stop, 4 verified */
         _Atomic uint64_t n_touches;
         uint64_t bad_pages;
         struct touch {
@@ -133,8 +133,8 @@ static void report(const char *what, uint64_t *v, size_t n) {
                 return;
         }
         qsort(v, n, sizeof(*v), cmp_u64);
-        printf("%-34s n=%-7zu p50 %8.2f ms  p99 %8.2f ms  max %8.2f ms\n", what, n,
-               v[n / 2] / 1e6, v[(n * 99) / 100] / 1e6, v[n - 1] / 1e6);
+        printf("%-34s n=%-7zu p50 %8.2f ms  p99 %8.2f ms  max %8.2f ms\n", what, n, v[n / 2] / 1e6,
+               v[(n * 99) / 100] / 1e6, v[n - 1] / 1e6);
 }
 
 int main(int argc, char **argv) {
@@ -149,7 +149,8 @@ int main(int argc, char **argv) {
         FILE *f;
 
         if (argc < 3 || threads == 0 || threads > 64 || rounds == 0 || rounds > MAX_ROUNDS) {
-                fprintf(stderr, "usage: %s ZSWAPD ZSWAPCTL [MIB [THREADS(1-64) [ROUNDS [PAUSE_US]]]]\n",
+                fprintf(stderr,
+                        "usage: %s ZSWAPD ZSWAPCTL [MIB [THREADS(1-64) [ROUNDS [PAUSE_US]]]]\n",
                         argv[0]);
                 return 2;
         }

@@ -172,15 +172,13 @@ static int run(void) {
 }
 
 static int parse_argv(int argc, char **argv) {
-        static const struct option options[] = {
-                { "mib", required_argument, NULL, 'm' },
-                { "faults", required_argument, NULL, 'f' },
-                { "dir", required_argument, NULL, 'd' },
-                { "no-merge", no_argument, NULL, 'n' },
-                { "json", no_argument, NULL, 'j' },
-                { "help", no_argument, NULL, 'h' },
-                {}
-        };
+        static const struct option options[] = { { "mib", required_argument, NULL, 'm' },
+                                                 { "faults", required_argument, NULL, 'f' },
+                                                 { "dir", required_argument, NULL, 'd' },
+                                                 { "no-merge", no_argument, NULL, 'n' },
+                                                 { "json", no_argument, NULL, 'j' },
+                                                 { "help", no_argument, NULL, 'h' },
+                                                 {} };
         int c;
 
         while ((c = getopt_long(argc, argv, "m:f:d:njh", options, NULL)) >= 0)
@@ -202,8 +200,10 @@ static int parse_argv(int argc, char **argv) {
                         break;
                 case 'h':
                         printf("%s [--mib=N] [--faults=N] [--dir=DIR] [--no-merge] [--json]\n\n"
-                               "Shrinker-level writeback of N MiB (default 128) of corpus pages to\n"
-                               "a swapfile in DIR (default /var/tmp), then random faults from disk.\n",
+                               "Shrinker-level writeback of N MiB (default 128) of corpus pages "
+                               "to\n"
+                               "a swapfile in DIR (default /var/tmp), then random faults from "
+                               "disk.\n",
                                program_invocation_short_name);
                         return 0;
                 default:

@@ -71,8 +71,9 @@ static uint64_t raw_compress(struct raw *raw, size_t first, size_t n) {
 
                 if (raw->c == ZSW_COMPRESSOR_LZ4) {
                         LZ4_resetStream_fast(&raw->lz4);
-                        sink += (uint64_t) LZ4_compress_fast_continue(&raw->lz4, src, (char *) scratch,
-                                                                      ZSW_PAGE_SIZE, ZSW_PAGE_SIZE * 7 / 8, 1);
+                        sink += (uint64_t) LZ4_compress_fast_continue(
+                                &raw->lz4, src, (char *) scratch, ZSW_PAGE_SIZE,
+                                ZSW_PAGE_SIZE * 7 / 8, 1);
                 } else
                         sink += ZSTD_compressCCtx(raw->zstd, scratch, ZSW_PAGE_SIZE * 7 / 8, src,
                                                   ZSW_PAGE_SIZE, arg_level);
@@ -261,7 +262,8 @@ static void print_json(const struct result *r) {
                ",\"incompressible_pages\":%" PRIu64 "}\n",
                r->compressor, r->level, r->batch, arg_pages, mb_s(r->store_s), r->store_lat.p50,
                r->store_lat.p95, r->store_lat.p99, mb_s(r->load_s), r->load_lat.p50,
-               r->load_lat.p99, ratio((double) arg_pages * ZSW_PAGE_SIZE, (double) st->payload_bytes),
+               r->load_lat.p99,
+               ratio((double) arg_pages * ZSW_PAGE_SIZE, (double) st->payload_bytes),
                ratio((double) st->pool_bytes, (double) st->payload_bytes),
                ratio((double) st->meta_bytes, (double) st->stored_pages), mb_s(r->raw_s),
                r->raw_s / r->store_s, extra_ns(r), r->compress_lat.p50, mb_s(r->cold_s),
@@ -273,8 +275,8 @@ static void print_table(const struct result *res, size_t n) {
         printf("%-7s %5s %9s %9s %8s %8s %8s %9s %8s %8s %6s %8s %6s %9s\n", "comp", "batch",
                "store", "raw", "st/raw", "extra", "st p50", "st p99", "load", "ld p50", "ld p99",
                "ratio", "pool", "meta/pg");
-        printf("%-7s %5s %9s %9s %8s %8s %8s %9s %8s %8s %6s %8s %6s %9s\n", "", "", "MB/s",
-               "MB/s", "", "ns/pg", "ns", "ns", "MB/s", "ns", "ns", "", "ovh", "bytes");
+        printf("%-7s %5s %9s %9s %8s %8s %8s %9s %8s %8s %6s %8s %6s %9s\n", "", "", "MB/s", "MB/s",
+               "", "ns/pg", "ns", "ns", "MB/s", "ns", "ns", "", "ovh", "bytes");
         for (size_t i = 0; i < n; i++) {
                 const struct result *r = &res[i];
                 char name[16];
@@ -305,7 +307,15 @@ static void help(void) {
 }
 
 static int parse_argv(int argc, char **argv) {
-        enum { ARG_JSON = 0x100, ARG_PAGES, ARG_ZERO, ARG_REPS, ARG_LEVEL, ARG_COMPRESSOR, ARG_BATCH };
+        enum {
+                ARG_JSON = 0x100,
+                ARG_PAGES,
+                ARG_ZERO,
+                ARG_REPS,
+                ARG_LEVEL,
+                ARG_COMPRESSOR,
+                ARG_BATCH
+        };
         static const struct option options[] = {
                 { "help", no_argument, NULL, 'h' },
                 { "json", no_argument, NULL, ARG_JSON },
@@ -330,7 +340,8 @@ static int parse_argv(int argc, char **argv) {
                 case ARG_PAGES:
                         arg_pages = strtoull(optarg, NULL, 0);
                         if (arg_pages < ZSW_STORE_BATCH_MAX) {
-                                fprintf(stderr, "--pages must be at least %u\n", ZSW_STORE_BATCH_MAX);
+                                fprintf(stderr, "--pages must be at least %u\n",
+                                        ZSW_STORE_BATCH_MAX);
                                 return -EINVAL;
                         }
                         break;

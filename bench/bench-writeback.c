@@ -42,7 +42,7 @@ struct result {
         struct zsw_swapfile_stats st;
         double pread_p50_us, pread_p99_us;
         double uring_p50_us, uring_p99_us;
-        double batch_p50_us, batch_p99_us;     /* read_batch of a whole write batch */
+        double batch_p50_us, batch_p99_us; /* read_batch of a whole write batch */
 };
 
 static int corpus_make(struct corpus *c, size_t n) {
@@ -57,7 +57,8 @@ static int corpus_make(struct corpus *c, size_t n) {
                 return -ENOENT;
         for (size_t i = 0; i < n; i++) {
                 char tmp[LZ4_COMPRESSBOUND(PAGE)];
-                int len = LZ4_compress_default((char *) c->pages + i * PAGE, tmp, PAGE, sizeof(tmp));
+                int len =
+                        LZ4_compress_default((char *) c->pages + i * PAGE, tmp, PAGE, sizeof(tmp));
 
                 if (len <= 0 || (unsigned) len >= PAGE) {
                         len = PAGE;
@@ -210,16 +211,16 @@ static void print_result(const struct result *r) {
                        "\"read_p50_us\":%.1f,\"read_p99_us\":%.1f,"
                        "\"read_uring_p50_us\":%.1f,\"read_uring_p99_us\":%.1f,"
                        "\"read_batch32_p50_us\":%.1f,\"read_batch32_p99_us\":%.1f}\n",
-                       r->mode, arg_mib, r->writeback_mb_s,
-                       ppw, disk, payload, r->pread_p50_us, r->pread_p99_us, r->uring_p50_us,
-                       r->uring_p99_us, r->batch_p50_us, r->batch_p99_us);
+                       r->mode, arg_mib, r->writeback_mb_s, ppw, disk, payload, r->pread_p50_us,
+                       r->pread_p99_us, r->uring_p50_us, r->uring_p99_us, r->batch_p50_us,
+                       r->batch_p99_us);
                 return;
         }
         printf("%-14s writeback %7.1f MB/s  %5.2f pages/write  disk %6.1f B/page (payload %6.1f)\n"
                "%-14s read one: pread p50 %6.1f p99 %7.1f us, io_uring p50 %6.1f p99 %7.1f us;"
                " 32 neighbours p50 %6.1f p99 %7.1f us\n",
-               r->mode, r->writeback_mb_s, ppw, disk, payload, "", r->pread_p50_us,
-               r->pread_p99_us, r->uring_p50_us, r->uring_p99_us, r->batch_p50_us, r->batch_p99_us);
+               r->mode, r->writeback_mb_s, ppw, disk, payload, "", r->pread_p50_us, r->pread_p99_us,
+               r->uring_p50_us, r->uring_p99_us, r->batch_p50_us, r->batch_p99_us);
 }
 
 static void help(void) {
@@ -235,14 +236,12 @@ static void help(void) {
 
 static int parse_argv(int argc, char **argv) {
         enum { ARG_MIB = 0x100, ARG_READS, ARG_DIR, ARG_JSON };
-        static const struct option options[] = {
-                { "help", no_argument, NULL, 'h' },
-                { "mib", required_argument, NULL, ARG_MIB },
-                { "reads", required_argument, NULL, ARG_READS },
-                { "dir", required_argument, NULL, ARG_DIR },
-                { "json", no_argument, NULL, ARG_JSON },
-                {}
-        };
+        static const struct option options[] = { { "help", no_argument, NULL, 'h' },
+                                                 { "mib", required_argument, NULL, ARG_MIB },
+                                                 { "reads", required_argument, NULL, ARG_READS },
+                                                 { "dir", required_argument, NULL, ARG_DIR },
+                                                 { "json", no_argument, NULL, ARG_JSON },
+                                                 {} };
         int c;
 
         while ((c = getopt_long(argc, argv, "h", options, NULL)) >= 0)
@@ -275,9 +274,9 @@ static int parse_argv(int argc, char **argv) {
 static int run(int argc, char **argv) {
         _cleanup_(corpus_done) struct corpus c = {};
         struct result res[] = {
-                { .mode = "merged-32" },        /* zswapd: a batch of 32, one request per run */
-                { .mode = "unmerged-32" },      /* 32 requests in flight, one per page */
-                { .mode = "one-per-page" },     /* one page, one request, wait, next */
+                { .mode = "merged-32" },    /* zswapd: a batch of 32, one request per run */
+                { .mode = "unmerged-32" },  /* 32 requests in flight, one per page */
+                { .mode = "one-per-page" }, /* one page, one request, wait, next */
         };
         int r;
 

@@ -96,7 +96,7 @@ static void collect(const char *dir, struct page_source *src, unsigned depth) {
 /* Reads the next whole page of the source's files, moving on to the next
  * file at the end of one. Returns false when nothing is readable. */
 static bool next_page(struct page_source *src, void *page) {
-        for (size_t tries = 0; tries < src->n + 1; ) {
+        for (size_t tries = 0; tries < src->n + 1;) {
                 if (src->fd < 0) {
                         if (src->n == 0)
                                 return false;

@@ -96,8 +96,8 @@ int uffd_floor_measure(size_t pages, int handler_cpu, struct uffd_floor *ret) {
         r = fcntl(uffd, F_SETFL, 0) < 0 ? -errno : zsw_uffd_api(uffd, 0, NULL);
         if (r >= 0) {
                 area = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-                r = area == MAP_FAILED ? -errno :
-                                         zsw_uffd_register(uffd, (uint64_t) (uintptr_t) area, len,
+                r = area == MAP_FAILED ? -errno
+                                       : zsw_uffd_register(uffd, (uint64_t) (uintptr_t) area, len,
                                                            UFFDIO_REGISTER_MODE_MISSING, NULL);
         }
         if (r >= 0) {

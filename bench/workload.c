@@ -170,7 +170,8 @@ static int count_corrupted_bytes(const struct region *r, const uint8_t *bad, siz
                 return k;
         for (size_t p = 0; p < npages; p++)
                 if (bad[p])
-                        n += count_diff((uint8_t *) r->mem + p * PAGE, (uint8_t *) ref.mem + p * PAGE);
+                        n += count_diff((uint8_t *) r->mem + p * PAGE,
+                                        (uint8_t *) ref.mem + p * PAGE);
         *ret = n;
         return 0;
 }
@@ -268,7 +269,8 @@ static int run_reread(void) {
 static int run_usemem(void) {
         _cleanup_(region_unmap) struct region tmpl = {}, tsums = {}, data = {}, absent = {};
         size_t npages = arg_size_mib * 1024 * 1024 / PAGE, n_absent, n_swapped;
-        size_t ntmpl = MIN(TEMPLATE_PAGES_MAX, MAX(npages / TEMPLATE_SHARE, (size_t) 1)), corrupted = 0, bad_pages = 0;
+        size_t ntmpl = MIN(TEMPLATE_PAGES_MAX, MAX(npages / TEMPLATE_SHARE, (size_t) 1)),
+               corrupted = 0, bad_pages = 0;
         uint64_t *tsum, t0, t_write, t_verify, t_free;
         struct rusage ru;
         int r;
@@ -334,9 +336,9 @@ static int run_usemem(void) {
 
         if (getrusage(RUSAGE_SELF, &ru) < 0)
                 return -errno;
-        printf("pages=%zu\nwrite_s=%.3f\nwrite_mibs=%.1f\nverify_s=%.3f\nfree_s=%.4f\n",
-               npages, t_write / 1e9, (double) arg_size_mib / ((double) t_write / 1e9),
-               t_verify / 1e9, t_free / 1e9);
+        printf("pages=%zu\nwrite_s=%.3f\nwrite_mibs=%.1f\nverify_s=%.3f\nfree_s=%.4f\n", npages,
+               t_write / 1e9, (double) arg_size_mib / ((double) t_write / 1e9), t_verify / 1e9,
+               t_free / 1e9);
         printf("major_faults=%ld\nminor_faults=%ld\n", ru.ru_majflt, ru.ru_minflt);
         printf("absent_pages=%zu\nswapped_pages=%zu\n", n_absent, n_swapped);
         printf("corrupted_pages=%zu\ncorrupted_bytes=%zu\n", bad_pages, corrupted);
@@ -398,14 +400,13 @@ static int parse_ulong(const char *s, unsigned long max, unsigned long *ret) {
 
 /* Returns <0 on error, 0 to exit successfully, >0 to run. */
 static int parse_argv(int argc, char *argv[]) {
-        static const struct option options[] = {
-                { "help", no_argument, NULL, 'h' },
-                { "size", required_argument, NULL, 's' },
-                { "zero-percent", required_argument, NULL, 'z' },
-                { "seed", required_argument, NULL, 'S' },
-                { "inject-corruption", required_argument, NULL, 'C' },
-                {}
-        };
+        static const struct option options[] = { { "help", no_argument, NULL, 'h' },
+                                                 { "size", required_argument, NULL, 's' },
+                                                 { "zero-percent", required_argument, NULL, 'z' },
+                                                 { "seed", required_argument, NULL, 'S' },
+                                                 { "inject-corruption", required_argument, NULL,
+                                                   'C' },
+                                                 {} };
         unsigned long v;
         int c;
 
@@ -421,7 +422,8 @@ static int parse_argv(int argc, char *argv[]) {
                         break;
                 case 'z':
                         if (parse_ulong(optarg, 100, &v) < 0)
-                                return fprintf(stderr, "Invalid --zero-percent: %s\n", optarg), -EINVAL;
+                                return fprintf(stderr, "Invalid --zero-percent: %s\n", optarg),
+                                       -EINVAL;
                         arg_zero_percent = (unsigned) v;
                         break;
                 case 'S':
@@ -431,14 +433,16 @@ static int parse_argv(int argc, char *argv[]) {
                         break;
                 case 'C':
                         if (parse_ulong(optarg, ULONG_MAX, &v) < 0)
-                                return fprintf(stderr, "Invalid --inject-corruption: %s\n", optarg), -EINVAL;
+                                return fprintf(stderr, "Invalid --inject-corruption: %s\n", optarg),
+                                       -EINVAL;
                         arg_inject_corruption = v;
                         break;
                 default:
                         return -EINVAL;
                 }
         if (optind != argc - 1)
-                return fprintf(stderr, "Expected one mode: reread, usemem, fill or uffd-floor\n"), -EINVAL;
+                return fprintf(stderr, "Expected one mode: reread, usemem, fill or uffd-floor\n"),
+                       -EINVAL;
         if (strcmp(argv[optind], "reread") == 0)
                 arg_mode = MODE_REREAD;
         else if (strcmp(argv[optind], "usemem") == 0)

@@ -99,18 +99,17 @@ static int parse_size(const char *s, uint64_t *ret) {
 
 static int parse_argv(int argc, char *argv[]) {
         enum { ARG_VERSION = 0x100, ARG_JSON, ARG_ALL, ARG_BYTES, ARG_MIN_AGE };
-        static const struct option options[] = {
-                { "socket", required_argument, NULL, 's' },
-                { "json", no_argument, NULL, ARG_JSON },
-                { "all", no_argument, NULL, ARG_ALL },
-                { "bytes", required_argument, NULL, ARG_BYTES },
-                { "min-age", required_argument, NULL, ARG_MIN_AGE },
-                { "iterations", required_argument, NULL, 'n' },
-                { "delay", required_argument, NULL, 'd' },
-                { "help", no_argument, NULL, 'h' },
-                { "version", no_argument, NULL, ARG_VERSION },
-                {}
-        };
+        static const struct option options[] = { { "socket", required_argument, NULL, 's' },
+                                                 { "json", no_argument, NULL, ARG_JSON },
+                                                 { "all", no_argument, NULL, ARG_ALL },
+                                                 { "bytes", required_argument, NULL, ARG_BYTES },
+                                                 { "min-age", required_argument, NULL,
+                                                   ARG_MIN_AGE },
+                                                 { "iterations", required_argument, NULL, 'n' },
+                                                 { "delay", required_argument, NULL, 'd' },
+                                                 { "help", no_argument, NULL, 'h' },
+                                                 { "version", no_argument, NULL, ARG_VERSION },
+                                                 {} };
         int c, r;
         char *end;
         double d;
@@ -133,8 +132,10 @@ static int parse_argv(int argc, char *argv[]) {
                 case ARG_BYTES:
                         r = parse_size(optarg, &arg_bytes);
                         if (r < 0)
-                                return fail(r, "invalid size '%s': give a number of bytes > 0, "
-                                               "optionally with K, M or G (e.g. 64M)", optarg);
+                                return fail(r,
+                                            "invalid size '%s': give a number of bytes > 0, "
+                                            "optionally with K, M or G (e.g. 64M)",
+                                            optarg);
                         break;
                 case ARG_MIN_AGE: {
                         /* The config's time spans: "30s", "2min", "1h 30min". */
@@ -143,8 +144,10 @@ static int parse_argv(int argc, char *argv[]) {
                         if (timespan_parse(optarg, &arg_min_age_usec, why) < 0)
                                 return fail(EINVAL, "invalid age '%s': %s", optarg, why);
                         if (arg_min_age_usec == 0)
-                                return fail(EINVAL, "invalid age '%s': give a time span > 0, "
-                                                    "e.g. 30s, 2min, 500ms", optarg);
+                                return fail(EINVAL,
+                                            "invalid age '%s': give a time span > 0, "
+                                            "e.g. 30s, 2min, 500ms",
+                                            optarg);
                         break;
                 }
                 case 'n':
@@ -158,8 +161,10 @@ static int parse_argv(int argc, char *argv[]) {
                         errno = 0;
                         d = strtod(optarg, &end);
                         if (errno || *end || !(d >= 0.1 && d <= 3600))
-                                return fail(EINVAL, "invalid delay '%s': give seconds, 0.1 to "
-                                                    "3600", optarg);
+                                return fail(EINVAL,
+                                            "invalid delay '%s': give seconds, 0.1 to "
+                                            "3600",
+                                            optarg);
                         arg_interval_ms = (unsigned) (d * 1000);
                         break;
                 case 'h':
@@ -214,7 +219,8 @@ static int build_request(char *buf, size_t size) {
                 if (arg_n_words != 1)
                         return fail(EINVAL, "usage: zswapctl %s", verb);
                 if (arg_all || arg_bytes || arg_min_age_usec)
-                        return fail(EINVAL, "--all, --bytes and --min-age are options of 'reclaim'");
+                        return fail(EINVAL,
+                                    "--all, --bytes and --min-age are options of 'reclaim'");
                 if (arg_iterations && strcmp(verb, "top"))
                         return fail(EINVAL, "--iterations is an option of 'top'");
                 /* top shows what status says, again and again. */
@@ -267,12 +273,14 @@ static int connect_daemon(int *ret_fd) {
                 return fail(errno, "cannot create a socket: %m");
         if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0) {
                 if (errno == ENOENT || errno == ECONNREFUSED)
-                        return fail(errno, "cannot connect to %s: %m (is zswapd running? start it "
-                                           "with 'systemctl start zswapd' or run 'zswapd')",
+                        return fail(errno,
+                                    "cannot connect to %s: %m (is zswapd running? start it "
+                                    "with 'systemctl start zswapd' or run 'zswapd')",
                                     arg_socket);
                 if (errno == EACCES || errno == EPERM)
-                        return fail(errno, "cannot connect to %s: %m (zswapd takes requests from "
-                                           "root only: run zswapctl as root)",
+                        return fail(errno,
+                                    "cannot connect to %s: %m (zswapd takes requests from "
+                                    "root only: run zswapctl as root)",
                                     arg_socket);
                 return fail(errno, "cannot connect to %s: %m", arg_socket);
         }

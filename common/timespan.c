@@ -113,7 +113,7 @@ static int scan_component(const char **p, uint64_t *ret, char *why) {
                                 factor = time_units[i].usec;
                 if (factor == 0)
                         return fail(why, "unknown time unit '%.*s' (use us, ms, s, min, h or d)",
-                                          (int) len, s);
+                                    (int) len, s);
         }
         s = *p;
         r = decimal_scan(&s, factor, &n, &frac);

@@ -228,7 +228,8 @@ int conf_parse_pressure(struct conf_ctx *c, const char *v, struct zsw_pressure *
         }
         p += strspn(p, " \t");
         if (!is_digit(*p) && *p != '-')
-                return conf_error(c, "not a pressure threshold (e.g. 10%%, 150ms/1s or full 5%%/2s)");
+                return conf_error(c,
+                                  "not a pressure threshold (e.g. 10%%, 150ms/1s or full 5%%/2s)");
         slash = strchr(p, '/');
         if (slash) {
                 const char *w = slash + 1;
@@ -239,7 +240,8 @@ int conf_parse_pressure(struct conf_ctx *c, const char *v, struct zsw_pressure *
                 if (*w)
                         return conf_error(c, "trailing garbage '%s' after the window", w);
                 if (pr.window_usec < PSI_WINDOW_MIN_USEC || pr.window_usec > PSI_WINDOW_MAX_USEC)
-                        return conf_error(c, "window must be between 500ms and 10s (the kernel's bounds)");
+                        return conf_error(
+                                c, "window must be between 500ms and 10s (the kernel's bounds)");
         }
         head_len = slash ? (size_t) (slash - p) : strlen(p);
         if (head_len > 0 && p[head_len - 1] == '%') {
@@ -316,7 +318,8 @@ char *conf_format_permyriad(char buf[static CONF_FORMAT_MAX], uint64_t permyriad
         return buf;
 }
 
-char *conf_format_limit(char buf[static CONF_FORMAT_MAX], const struct zsw_limit *l, unsigned flags) {
+char *conf_format_limit(char buf[static CONF_FORMAT_MAX], const struct zsw_limit *l,
+                        unsigned flags) {
         switch (l->kind) {
         case ZSW_LIMIT_NONE:
                 snprintf(buf, CONF_FORMAT_MAX, "infinity");

@@ -50,7 +50,8 @@ int conf_parse_pressure(struct conf_ctx *c, const char *v, struct zsw_pressure *
 char *conf_format_size(char buf[static CONF_FORMAT_MAX], uint64_t bytes);
 char *conf_format_timespan(char buf[static CONF_FORMAT_MAX], uint64_t usec);
 char *conf_format_permyriad(char buf[static CONF_FORMAT_MAX], uint64_t permyriad);
-char *conf_format_limit(char buf[static CONF_FORMAT_MAX], const struct zsw_limit *l, unsigned flags);
+char *conf_format_limit(char buf[static CONF_FORMAT_MAX], const struct zsw_limit *l,
+                        unsigned flags);
 char *conf_format_pressure(char buf[static CONF_FORMAT_MAX], const struct zsw_pressure *p);
 
 /* The longest path accepted in a config; PATH_MAX. */

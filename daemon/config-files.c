@@ -27,8 +27,9 @@ static int read_file_at(int dir_fd, const char *name, const char *display,
         /* O_NONBLOCK: a FIFO named like a config must not hang the daemon. */
         fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
         if (fd < 0)
-                return errno == ENOENT ? -ENOENT
-                                       : zsw_log_errno(log, LOG_ERR, errno, "%s: cannot open: %m", display);
+                return errno == ENOENT
+                               ? -ENOENT
+                               : zsw_log_errno(log, LOG_ERR, errno, "%s: cannot open: %m", display);
         if (fstat(fd, &st) < 0)
                 return zsw_log_errno(log, LOG_ERR, errno, "%s: cannot stat: %m", display);
         if (!S_ISREG(st.st_mode))
@@ -72,8 +73,9 @@ static int list_policy_files(int dir_fd, const char *display, const struct zsw_l
 
         fd = openat(dir_fd, ZSW_POLICY_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0)
-                return errno == ENOENT ? 0
-                                       : zsw_log_errno(log, LOG_ERR, errno, "%s: cannot open: %m", display);
+                return errno == ENOENT
+                               ? 0
+                               : zsw_log_errno(log, LOG_ERR, errno, "%s: cannot open: %m", display);
         d = fdopendir(fd);
         if (!d) {
                 safe_close(fd);
@@ -123,8 +125,7 @@ static void loaded_files_free(struct loaded_file *f, size_t n) {
  * the listing is just gone. Returns <0 if one could not be read, after
  * reading all others so that every problem shows. */
 static int read_policy_files(int dir_fd, const char *policy_dir, char **names, size_t n,
-                             const struct zsw_log *log, struct loaded_file *files,
-                             size_t *ret_n) {
+                             const struct zsw_log *log, struct loaded_file *files, size_t *ret_n) {
         _cleanup_close_ int fd = -EBADF;
         size_t k = 0;
         int ret = 0;
@@ -159,9 +160,8 @@ static int read_policy_files(int dir_fd, const char *policy_dir, char **names, s
 
 /* Loads GLOBAL_NAME (a missing one means defaults unless MUST_EXIST) and
  * policy.d/ under DIR_FD. */
-static int load_at(int dir_fd, const char *dir_path, const char *global_name,
-                          bool must_exist, const struct zsw_log *log,
-                          struct zsw_config **ret_config) {
+static int load_at(int dir_fd, const char *dir_path, const char *global_name, bool must_exist,
+                   const struct zsw_log *log, struct zsw_config **ret_config) {
         struct loaded_file global = {}, *files = NULL;
         struct zsw_config_source gsrc, *srcs = NULL;
         _cleanup_free_ char *policy_dir = NULL;
@@ -177,8 +177,7 @@ static int load_at(int dir_fd, const char *dir_path, const char *global_name,
                 free(global.path);
                 return -ENOMEM;
         }
-        r_read = read_file_at(dir_fd, global_name, global.path, log, &global.text,
-                              &global.size);
+        r_read = read_file_at(dir_fd, global_name, global.path, log, &global.text, &global.size);
         if (r_read == -ENOENT && must_exist)
                 r_read = zsw_log_errno(log, LOG_ERR, ENOENT, "%s: cannot open: %m", global.path);
         else if (r_read == -ENOENT)
@@ -200,7 +199,8 @@ static int load_at(int dir_fd, const char *dir_path, const char *global_name,
         if (r < 0 && r_read >= 0)
                 r_read = r;
         for (size_t i = 0; i < n_read; i++)
-                srcs[i] = (struct zsw_config_source) { files[i].path, files[i].text, files[i].size };
+                srcs[i] =
+                        (struct zsw_config_source) { files[i].path, files[i].text, files[i].size };
 
         /* Even with an unreadable file, parse the rest to report its errors. */
         r = config_load_sources(global.text ? &gsrc : NULL, srcs, n_read, log, &c);
@@ -224,8 +224,7 @@ int config_load_at(int dir_fd, const char *dir_path, const struct zsw_log *log,
         return load_at(dir_fd, dir_path, ZSW_CONFIG_FILE, false, log, ret_config);
 }
 
-int config_load_path(const char *path, const struct zsw_log *log,
-                     struct zsw_config **ret_config) {
+int config_load_path(const char *path, const struct zsw_log *log, struct zsw_config **ret_config) {
         _cleanup_free_ char *dir = NULL;
         _cleanup_close_ int fd = -EBADF;
         const char *slash, *name;

@@ -60,10 +60,8 @@ static const char *file_name(const char *path) {
 
 const char *exe_form_to_string(enum zsw_exe_form f) {
         static const char *const names[_ZSW_EXE_FORM_MAX] = {
-                [ZSW_EXE_PATH] = "exe",
-                [ZSW_EXE_PATH_NAME] = "exe-name",
-                [ZSW_EXE_ARGV0] = "argv0",
-                [ZSW_EXE_ARGV0_NAME] = "argv0-name",
+                [ZSW_EXE_PATH] = "exe",    [ZSW_EXE_PATH_NAME] = "exe-name",
+                [ZSW_EXE_ARGV0] = "argv0", [ZSW_EXE_ARGV0_NAME] = "argv0-name",
                 [ZSW_EXE_COMM] = "comm",
         };
 
@@ -139,7 +137,7 @@ static const char *match_any(char *const *patterns, const char *s,
 }
 
 bool policy_matches(const struct zsw_policy *p, const char *cgroup_path,
-                        const struct zsw_proc_exe *exe, struct zsw_match *ret_match) {
+                    const struct zsw_proc_exe *exe, struct zsw_match *ret_match) {
         struct zsw_match m = {};
 
         if (!p->units && !p->cgroup_paths && !p->executables)
@@ -162,8 +160,7 @@ bool policy_matches(const struct zsw_policy *p, const char *cgroup_path,
 }
 
 const struct zsw_policy *config_match(const struct zsw_config *c, const char *cgroup_path,
-                                          const struct zsw_proc_exe *exe,
-                                          struct zsw_match *ret_match) {
+                                      const struct zsw_proc_exe *exe, struct zsw_match *ret_match) {
         for (size_t i = 0; i < c->n_policies; i++)
                 if (policy_matches(&c->policies[i], cgroup_path, exe, ret_match))
                         return &c->policies[i];
@@ -247,8 +244,8 @@ static void path_simplify(char *p) {
  * daemon's root: the file found is compared with the executable anyway). */
 static int open_as_process(int pid_dir_fd, const char *path) {
         bool abs = path[0] == '/';
-        _cleanup_close_ int dir_fd = openat(pid_dir_fd, abs ? "root" : "cwd",
-                                            O_PATH | O_DIRECTORY | O_CLOEXEC);
+        _cleanup_close_ int dir_fd =
+                openat(pid_dir_fd, abs ? "root" : "cwd", O_PATH | O_DIRECTORY | O_CLOEXEC);
         struct open_how how = {
                 .flags = O_PATH | O_CLOEXEC,
                 .resolve = RESOLVE_NO_MAGICLINKS | (abs ? RESOLVE_IN_ROOT : 0),
@@ -378,16 +375,15 @@ static char *argv0_path(int pid_dir_fd, const struct exe_id *id) {
         end = cmdline + strlen(cmdline);
         for (unsigned tries = 0; !s && tries < ARGV0_TRIES && end > cmdline; tries++) {
                 *end = '\0';
-                s = strchr(cmdline, '/') ? started_as(pid_dir_fd, cmdline, id) :
-                                           path_search(pid_dir_fd, cmdline, id);
+                s = strchr(cmdline, '/') ? started_as(pid_dir_fd, cmdline, id)
+                                         : path_search(pid_dir_fd, cmdline, id);
                 while (--end > cmdline && *end != ' ')
                         ;
         }
         return s;
 }
 
-int proc_exe_read(int pid_dir_fd, const struct zsw_config *config,
-                  struct zsw_proc_exe *ret) {
+int proc_exe_read(int pid_dir_fd, const struct zsw_config *config, struct zsw_proc_exe *ret) {
         static const char deleted_suffix[] = " (deleted)";
         _cleanup_free_ char *path = NULL, *comm = NULL;
         char buf[CONF_PATH_MAX], *argv0 = NULL;

@@ -68,7 +68,7 @@ static const char *const incompressible_names[_ZSW_INCOMPRESSIBLE_MAX] = {
 };
 
 static const char *const log_level_names[] = {
-        [LOG_ERR] = "err", [LOG_WARNING] = "warning", [LOG_NOTICE] = "notice",
+        [LOG_ERR] = "err",   [LOG_WARNING] = "warning", [LOG_NOTICE] = "notice",
         [LOG_INFO] = "info", [LOG_DEBUG] = "debug",
 };
 
@@ -116,8 +116,7 @@ static int assign_compressor(struct conf_ctx *c, const char *v, void *field, uns
 }
 
 static int assign_incompressible(struct conf_ctx *c, const char *v, void *field, unsigned arg) {
-        int r = lookup_name(c, v, incompressible_names, ARRAY_SIZE(incompressible_names),
-                            "value");
+        int r = lookup_name(c, v, incompressible_names, ARRAY_SIZE(incompressible_names), "value");
 
         if (r >= 0)
                 *(enum zsw_incompressible *) field = r;
@@ -210,8 +209,7 @@ static int check_path(struct conf_ctx *c, const char *v, const char *what) {
         if (strlen(v) >= CONF_PATH_MAX)
                 return conf_error(c, "%s too long", what);
         if (has_bad_chars(v))
-                return conf_error(c, "%s contains control characters, quotes or backslashes",
-                                  what);
+                return conf_error(c, "%s contains control characters, quotes or backslashes", what);
         return 0;
 }
 
@@ -260,8 +258,9 @@ static int check_cgroup_path(struct conf_ctx *c, const char *w) {
                 return 0;
         if (strstr(w, "//") || has_suffix(w, "/") || strstr(w, "/./") || strstr(w, "/../") ||
             has_suffix(w, "/.") || has_suffix(w, "/.."))
-                return conf_error(c, "cgroup path '%s' is not normalized (no //, /./, /../ or trailing /)",
-                                  w);
+                return conf_error(
+                        c, "cgroup path '%s' is not normalized (no //, /./, /../ or trailing /)",
+                        w);
         return 0;
 }
 
@@ -336,7 +335,7 @@ static int assign_list(struct conf_ctx *c, const char *v, void *field, unsigned 
         return r < 0 ? r : ret;
 }
 
-#define KEY(sec, key, fn, type, member, kind, arg)                                      \
+#define KEY(sec, key, fn, type, member, kind, arg) \
         { sec, key, fn, offsetof(type, member), sizeof(((type *) 0)->member), kind, arg }
 #define G(sec, key, fn, member, kind, arg) KEY(sec, key, fn, struct zsw_config, member, kind, arg)
 #define P(sec, key, fn, member, kind, arg) KEY(sec, key, fn, struct zsw_policy, member, kind, arg)
@@ -384,7 +383,7 @@ struct parser {
         size_t n_keys;
         void *target;
         const void *defaults;
-        const char *section;   /* NULL before the first header */
+        const char *section; /* NULL before the first header */
         bool in_unknown_section;
         unsigned key_lines[16]; /* where each key was last set, 0 if never */
 };
@@ -429,7 +428,8 @@ static int unknown_key(struct parser *p, const char *key) {
                 return conf_error(&p->ctx, "key %s= belongs in section [%s], not [%s]", key,
                                   best->section, p->section);
         if (best && strcmp(best->section, p->section) != 0)
-                return conf_error(&p->ctx, "unknown key '%s' in section [%s] (did you mean %s= in [%s]?)",
+                return conf_error(&p->ctx,
+                                  "unknown key '%s' in section [%s] (did you mean %s= in [%s]?)",
                                   key, p->section, best->name, best->section);
         if (best)
                 return conf_error(&p->ctx, "unknown key '%s' in section [%s] (did you mean %s=?)",
@@ -456,7 +456,8 @@ static int parse_section_header(struct parser *p, char *s) {
         if (!end)
                 return conf_error(&p->ctx, "missing ']' in section header");
         if (*skip_space(end + 1))
-                return conf_error(&p->ctx, "garbage after section header: '%s'", skip_space(end + 1));
+                return conf_error(&p->ctx, "garbage after section header: '%s'",
+                                  skip_space(end + 1));
         *end = '\0';
         for (size_t i = 0; i < p->n_keys; i++)
                 if (strcmp(p->keys[i].section, s + 1) == 0) {
@@ -523,7 +524,8 @@ static int parse_assignment(struct parser *p, char *s) {
         if (!p->section)
                 return conf_error(&p->ctx, "assignment %s= outside of any section", key);
         for (size_t i = 0; i < p->n_keys; i++)
-                if (strcmp(p->keys[i].section, p->section) == 0 && strcmp(p->keys[i].name, key) == 0)
+                if (strcmp(p->keys[i].section, p->section) == 0 &&
+                    strcmp(p->keys[i].name, key) == 0)
                         k = &p->keys[i];
         if (!k)
                 return unknown_key(p, key);
@@ -724,7 +726,9 @@ static int policy_name(struct conf_ctx *ctx, const char *path, char **ret) {
                 return conf_error(ctx, "not a valid policy file name");
         for (size_t i = 0; i < n; i++)
                 if (!unit_char_ok(base[i]) || strchr("*?[]!", base[i]))
-                        return conf_error(ctx, "policy file names may only hold letters, digits and \":-_.@\"");
+                        return conf_error(
+                                ctx,
+                                "policy file names may only hold letters, digits and \":-_.@\"");
         name = strndup(base, n);
         if (!name)
                 return -ENOMEM;
@@ -756,7 +760,9 @@ static int parse_policy(struct zsw_config *c, struct zsw_policy *pol,
                 return r;
         p.ctx.line = 0;
         if (!pol->units && !pol->cgroup_paths && !pol->executables)
-                conf_error(&p.ctx, "policy has no [Match] condition (set Unit=, CgroupPath= or Executable=)");
+                conf_error(
+                        &p.ctx,
+                        "policy has no [Match] condition (set Unit=, CgroupPath= or Executable=)");
         /* The global level carries over as long as the compressor does. */
         if (pol->compressor == ZSW_COMPRESSOR_INHERIT)
                 pol->compressor = c->compressor;

@@ -68,8 +68,8 @@ struct zsw_limit {
  * window_usec. "10%" in a config is 100ms per 1s window.
  */
 struct zsw_pressure {
-        bool full;           /* the "full" line instead of "some" */
-        uint64_t stall_usec; /* > 0, <= window_usec */
+        bool full;            /* the "full" line instead of "some" */
+        uint64_t stall_usec;  /* > 0, <= window_usec */
         uint64_t window_usec; /* 500ms ... 10s, the kernel's bounds */
 };
 
@@ -87,15 +87,15 @@ struct zsw_policy {
         /* [Policy] */
         bool enabled;
         enum zsw_compressor compressor;
-        int compression_level;        /* zstd 1..19; 0 with lz4 */
+        int compression_level;          /* zstd 1..19; 0 with lz4 */
         struct zsw_limit memory_budget; /* bytes or of the group's use */
         struct zsw_pressure pressure;
         uint64_t min_cold_age_usec;
-        uint64_t max_reclaim_rate;    /* bytes per second, UINT64_MAX: no cap */
-        bool writeback;               /* allowed, if [Writeback] Enabled= too */
-        struct zsw_limit pool_limit;  /* bytes or of the global pool limit */
-        unsigned prefetch_window;     /* pages, 0 ... ZSW_PREFETCH_MAX */
-        unsigned zero_window;         /* pages, 0 ... ZSW_ZERO_WINDOW_MAX */
+        uint64_t max_reclaim_rate;      /* bytes per second, UINT64_MAX: no cap */
+        bool writeback;                 /* allowed, if [Writeback] Enabled= too */
+        struct zsw_limit pool_limit;    /* bytes or of the global pool limit */
+        unsigned prefetch_window;       /* pages, 0 ... ZSW_PREFETCH_MAX */
+        unsigned zero_window;           /* pages, 0 ... ZSW_ZERO_WINDOW_MAX */
         struct zsw_limit refault_limit; /* refaults/s or of pages reclaimed */
 };
 
@@ -103,7 +103,7 @@ struct zsw_policy {
 #define ZSW_ZSTD_LEVEL_MIN 1
 #define ZSW_ZSTD_LEVEL_MAX 19
 /* A policy that names no compressor inherits the global one. */
-#define ZSW_COMPRESSOR_INHERIT ((enum zsw_compressor) -1)
+#define ZSW_COMPRESSOR_INHERIT ((enum zsw_compressor) - 1)
 
 struct zsw_config {
         /* [Daemon] */
@@ -116,8 +116,8 @@ struct zsw_config {
         enum zsw_incompressible incompressible;
 
         /* [Pool] */
-        struct zsw_limit pool_limit;   /* bytes or of RAM; never NONE */
-        unsigned accept_threshold;     /* percent of the limit, 1..100 */
+        struct zsw_limit pool_limit; /* bytes or of RAM; never NONE */
+        unsigned accept_threshold;   /* percent of the limit, 1..100 */
 
         /* [Writeback] */
         bool writeback;
@@ -157,8 +157,7 @@ int config_load(const char *dir, const struct zsw_log *log, struct zsw_config **
  * file as the global settings (it must exist) with the policy.d/ directory
  * next to it.
  */
-int config_load_path(const char *path, const struct zsw_log *log,
-                     struct zsw_config **ret_config);
+int config_load_path(const char *path, const struct zsw_log *log, struct zsw_config **ret_config);
 
 /* The same, with the configuration directory given as an open fd; DIR_PATH
  * (may be NULL) is how messages name it. */
@@ -244,13 +243,12 @@ void policy_match_format(char *buf, size_t size, const char *unit, const char *c
  * match, *RET_MATCH (may be NULL) says why.
  */
 const struct zsw_policy *config_match(const struct zsw_config *c, const char *cgroup_path,
-                                          const struct zsw_proc_exe *exe,
-                                          struct zsw_match *ret_match);
+                                      const struct zsw_proc_exe *exe, struct zsw_match *ret_match);
 
 /* Whether policy P matches, by the rules of config_match(); *ret_match
  * (may be NULL) is set only when it does. */
 bool policy_matches(const struct zsw_policy *p, const char *cgroup_path,
-                        const struct zsw_proc_exe *exe, struct zsw_match *ret_match);
+                    const struct zsw_proc_exe *exe, struct zsw_match *ret_match);
 
 /*
  * Reads the names of the executable of the process whose /proc/PID is open
@@ -270,8 +268,7 @@ bool policy_matches(const struct zsw_policy *p, const char *cgroup_path,
  * neither "exe" nor "comm" can be read (-ENOENT, -ESRCH: the process is
  * gone); *ret is then untouched.
  */
-int proc_exe_read(int pid_dir_fd, const struct zsw_config *config,
-                  struct zsw_proc_exe *ret);
+int proc_exe_read(int pid_dir_fd, const struct zsw_config *config, struct zsw_proc_exe *ret);
 
 /* Frees the names; the struct may be reused. */
 void proc_exe_done(struct zsw_proc_exe *e);
@@ -290,4 +287,3 @@ int proc_cgroup_read(int pid_dir_fd, char **ret_path);
 
 /* Resolves a limit against its reference; NONE gives UINT64_MAX. */
 uint64_t limit_resolve(const struct zsw_limit *l, uint64_t reference);
-

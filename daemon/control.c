@@ -76,7 +76,7 @@ struct client {
         struct control *control;
         int fd;
         struct ucred cred;
-        uint64_t active_usec;   /* connected, or last request or reply */
+        uint64_t active_usec; /* connected, or last request or reply */
         /* A reclaim running for it on the reclaim worker: its next
          * request is read once this one is answered, so replies come in
          * the order of the requests. */
@@ -93,11 +93,11 @@ struct control {
         ino_t sock_ino;
         int listen_fd;
         int epoll_fd;
-        int timer_fd;           /* sweeps idle connections */
+        int timer_fd; /* sweeps idle connections */
         uint64_t idle_timeout_usec;
-        bool stopping;          /* only stats, listings and detach are served */
+        bool stopping; /* only stats, listings and detach are served */
         unsigned n_clients;
-        unsigned n_pending;     /* clients waiting for a reclaim */
+        unsigned n_pending; /* clients waiting for a reclaim */
         struct client *clients[CLIENTS_MAX];
 };
 
@@ -200,9 +200,10 @@ int control_parse_request(const char *text, size_t len, struct control_request *
                         return -EINVAL;
         } else if (strcmp(words[0], "reload") == 0 || strcmp(words[0], "policies") == 0 ||
                    strcmp(words[0], "targets") == 0 || strcmp(words[0], "status") == 0) {
-                req.verb = words[0][0] == 'r' ? CONTROL_RELOAD :
-                           words[0][0] == 'p' ? CONTROL_POLICIES :
-                           words[0][1] == 'a' ? CONTROL_TARGETS : CONTROL_STATUS;
+                req.verb = words[0][0] == 'r'   ? CONTROL_RELOAD
+                           : words[0][0] == 'p' ? CONTROL_POLICIES
+                           : words[0][1] == 'a' ? CONTROL_TARGETS
+                                                : CONTROL_STATUS;
                 *reason = "expected no argument";
                 if (n != 1)
                         return -EINVAL;
@@ -396,22 +397,26 @@ static void stats_text(FILE *f, const struct zsw_engine_stats *g, const struct z
                        size_t n, bool detail) {
         double page = ZSW_PAGE_SIZE;
 
-        fprintf(f, "targets: %u   stored: %.1f MiB (%" PRIu64 " pages) in a %.1f MiB pool, "
-                   "ratio %.2f\n",
+        fprintf(f,
+                "targets: %u   stored: %.1f MiB (%" PRIu64 " pages) in a %.1f MiB pool, "
+                "ratio %.2f\n",
                 g->targets, g->stored_pages * page / MIB, g->stored_pages, g->pool_bytes / MIB,
                 ratio(g->stored_pages, g->pool_bytes));
-        fprintf(f, "evicted: %" PRIu64 " pages (%" PRIu64 " cancelled by writes)   faults: %" PRIu64
-                   " (p50 %.1f us, p95 %.1f us, p99 %.1f us), %" PRIu64 " refaults\n",
+        fprintf(f,
+                "evicted: %" PRIu64 " pages (%" PRIu64 " cancelled by writes)   faults: %" PRIu64
+                " (p50 %.1f us, p95 %.1f us, p99 %.1f us), %" PRIu64 " refaults\n",
                 g->evicted_pages, g->evict_aborted, g->faults, g->fault_ns_p50 / 1e3,
                 g->fault_ns_p95 / 1e3, g->fault_ns_p99 / 1e3, g->refaults);
-        fprintf(f, "age scans: %.1f ms in all, %" PRIu64 " write-protect faults   "
-                   "targets stopped: %" PRIu64 " times, %.1f ms in all\n",
+        fprintf(f,
+                "age scans: %.1f ms in all, %" PRIu64 " write-protect faults   "
+                "targets stopped: %" PRIu64 " times, %.1f ms in all\n",
                 g->age_scan_ns_total / 1e6, g->wp_faults, g->stops, g->stopped_ns / 1e6);
         fprintf(f, "same-filled: %" PRIu64 " pages   incompressible: %" PRIu64 " pages\n",
                 g->same_filled_pages, g->incompressible_pages);
-        fprintf(f, "writeback: %" PRIu64 " pages on disk (%.1f MiB), %" PRIu64 " written in %" PRIu64
-                   " requests, %" PRIu64 " failed, %" PRIu64 " read back   pool limit hit %" PRIu64
-                   " times\n",
+        fprintf(f,
+                "writeback: %" PRIu64 " pages on disk (%.1f MiB), %" PRIu64 " written in %" PRIu64
+                " requests, %" PRIu64 " failed, %" PRIu64 " read back   pool limit hit %" PRIu64
+                " times\n",
                 g->disk_pages, g->disk_bytes_in_use / MIB, g->written_back_pages, g->write_requests,
                 g->write_failures, g->disk_reads, g->pool_limit_hit);
         if (n == 0)
@@ -420,35 +425,41 @@ static void stats_text(FILE *f, const struct zsw_engine_stats *g, const struct z
         fprintf(f, "\n%8s %12s %12s %12s %6s %10s %9s %9s %8s\n", "PID", "RESIDENT", "STORED",
                 "POOL", "RATIO", "FAULTS", "P50(us)", "P99(us)", "ABORTED");
         for (size_t i = 0; i < n; i++)
-                fprintf(f, "%8d %8.1f MiB %8.1f MiB %8.1f MiB %6.2f %10" PRIu64
-                           " %9.1f %9.1f %8" PRIu64 "\n",
+                fprintf(f,
+                        "%8d %8.1f MiB %8.1f MiB %8.1f MiB %6.2f %10" PRIu64
+                        " %9.1f %9.1f %8" PRIu64 "\n",
                         t[i].pid, t[i].resident_bytes / MIB, t[i].stored_pages * page / MIB,
                         t[i].pool_bytes / MIB, ratio(t[i].stored_pages, t[i].pool_bytes),
                         t[i].faults, t[i].fault_ns_p50 / 1e3, t[i].fault_ns_p99 / 1e3,
                         t[i].evict_aborted);
         if (detail) {
-                fprintf(f, "\npid %d: payload %.1f MiB, %" PRIu64 " same-filled pages, %" PRIu64
-                           " evicted in all, %" PRIu64 " refaults, %" PRIu64 " zero-fill faults (%" PRIu64
-                           " pages filled ahead, %" PRIu64 " throttled over budget%s), %" PRIu64
-                           " prefetched (%" PRIu64 " used), fault p95 %.1f us\n",
+                fprintf(f,
+                        "\npid %d: payload %.1f MiB, %" PRIu64 " same-filled pages, %" PRIu64
+                        " evicted in all, %" PRIu64 " refaults, %" PRIu64
+                        " zero-fill faults (%" PRIu64 " pages filled ahead, %" PRIu64
+                        " throttled over budget%s), %" PRIu64 " prefetched (%" PRIu64
+                        " used), fault p95 %.1f us\n",
                         t->pid, t->payload_bytes / MIB, t->same_filled_pages, t->evicted_pages,
                         t->refaults, t->zero_faults, t->zero_ahead_pages, t->throttled_faults,
-                        t->throttled ? ", throttled now" : "", t->prefetched_pages, t->prefetch_hits,
-                        t->fault_ns_p95 / 1e3);
-                fprintf(f, "ages: %" PRIu64 " scans; at the last, %" PRIu64 " pages present, %" PRIu64
-                           " idle since the scan before, %" PRIu64 " protected again, %" PRIu64
-                           " written left unprotected, %.2f ms; table %.1f KiB; %" PRIu64
-                           " write-protect faults\n",
+                        t->throttled ? ", throttled now" : "", t->prefetched_pages,
+                        t->prefetch_hits, t->fault_ns_p95 / 1e3);
+                fprintf(f,
+                        "ages: %" PRIu64 " scans; at the last, %" PRIu64 " pages present, %" PRIu64
+                        " idle since the scan before, %" PRIu64 " protected again, %" PRIu64
+                        " written left unprotected, %.2f ms; table %.1f KiB; %" PRIu64
+                        " write-protect faults\n",
                         t->age_scans, t->age_present_pages, t->age_idle_pages,
                         t->age_protected_pages, t->age_unprotected_pages, t->age_scan_ns_last / 1e6,
                         t->age_table_bytes / 1024.0, t->wp_faults);
-                fprintf(f, "age scans' cost to the process: %" PRIu64 " write-protect faults on pages "
-                           "they protected, served in %.1f ms, about %.1f ms with the round trips "
-                           "(%.3f%% of the time attached); no stops\n",
+                fprintf(f,
+                        "age scans' cost to the process: %" PRIu64 " write-protect faults on pages "
+                        "they protected, served in %.1f ms, about %.1f ms with the round trips "
+                        "(%.3f%% of the time attached); no stops\n",
                         t->age_wp_faults, t->age_wp_fault_ns / 1e6, t->age_cost_ns / 1e6,
                         age_cost_percent(t));
-                fprintf(f, "stops: %" PRIu64 ", %.1f ms in all (%.2f%% of the %.0f s attached), "
-                           "longest %.2f ms; uses seen %" PRIu64 ", heat table %.1f KiB\n",
+                fprintf(f,
+                        "stops: %" PRIu64 ", %.1f ms in all (%.2f%% of the %.0f s attached), "
+                        "longest %.2f ms; uses seen %" PRIu64 ", heat table %.1f KiB\n",
                         t->stops, t->stopped_ns / 1e6, stopped_percent(t), t->attached_ns / 1e9,
                         t->stop_ns_max / 1e6, t->heat_uses, t->heat_table_bytes / 1024.0);
         }
@@ -559,9 +570,10 @@ static void reclaim_body(struct zsw_engine *engine, const struct control_request
                 json_object_close(&j);
                 fputc('\n', body);
         } else
-                fprintf(body, "pid %d: evicted %" PRIu64 " of %" PRIu64
-                              " present pages (%.1f MiB) in %.1f ms; %" PRIu64
-                              " cancelled by writes, %" PRIu64 " refused by the store\n",
+                fprintf(body,
+                        "pid %d: evicted %" PRIu64 " of %" PRIu64
+                        " present pages (%.1f MiB) in %.1f ms; %" PRIu64
+                        " cancelled by writes, %" PRIu64 " refused by the store\n",
                         req->pid, res.evicted_pages, res.scanned_pages,
                         res.evicted_pages * (double) ZSW_PAGE_SIZE / MIB, res.duration_ns / 1e6,
                         res.aborted_pages, res.refused_pages);
@@ -569,12 +581,15 @@ static void reclaim_body(struct zsw_engine *engine, const struct control_request
                 struct zsw_target_stats ts;
 
                 if (zsw_engine_get_target_stats(engine, req->pid, &ts) >= 0 && ts.age_scans < 2)
-                        fprintf(body, "ages of pid %d are being measured from now on: pages "
-                                      "unused for %" PRIu64 " ms can be taken in about that "
-                                      "time\n", req->pid, req->min_age_ms);
+                        fprintf(body,
+                                "ages of pid %d are being measured from now on: pages "
+                                "unused for %" PRIu64 " ms can be taken in about that "
+                                "time\n",
+                                req->pid, req->min_age_ms);
                 else
-                        fprintf(body, "%" PRIu64 " pages had gone unused for %" PRIu64
-                                      " ms or more at the last age scan\n",
+                        fprintf(body,
+                                "%" PRIu64 " pages had gone unused for %" PRIu64
+                                " ms or more at the last age scan\n",
                                 res.cold_pages, req->min_age_ms);
         }
 }
@@ -588,7 +603,8 @@ static int execute(struct control *c, const struct control_request *req, FILE *b
 
         if (c->stopping && (req->verb == CONTROL_ATTACH || req->verb == CONTROL_RECLAIM ||
                             req->verb == CONTROL_RELOAD || req->verb == CONTROL_REEXEC)) {
-                snprintf(err->message, sizeof(err->message), "zswapd is stopping: it only gives "
+                snprintf(err->message, sizeof(err->message),
+                         "zswapd is stopping: it only gives "
                          "pages back now (stats, targets and detach are still served)");
                 return -ESHUTDOWN;
         }
@@ -608,8 +624,8 @@ static int execute(struct control *c, const struct control_request *req, FILE *b
                 if (req->json)
                         fprintf(body, "{\"pid\":%d}\n", req->pid);
                 else
-                        fprintf(body, "%s %d\n", req->verb == CONTROL_ATTACH ? "attached to" :
-                                                                               "detached from",
+                        fprintf(body, "%s %d\n",
+                                req->verb == CONTROL_ATTACH ? "attached to" : "detached from",
                                 req->pid);
                 return 0;
         case CONTROL_RECLAIM:
@@ -726,8 +742,10 @@ static int defer_reclaim(struct control *c, struct client *cl, const struct cont
         if (!c->reclaimer || req->verb != CONTROL_RECLAIM || c->stopping)
                 return 0;
         if (c->n_pending >= CLIENTS_MAX - CLIENTS_RESERVED) {
-                reply_error(cl->fd, EBUSY, "cannot reclaim from %d: %u reclaims are queued "
-                            "already; try again once they are done", req->pid, c->n_pending);
+                reply_error(cl->fd, EBUSY,
+                            "cannot reclaim from %d: %u reclaims are queued "
+                            "already; try again once they are done",
+                            req->pid, c->n_pending);
                 return 1;
         }
         cl->pending_req = *req;
@@ -763,8 +781,9 @@ static void handle_request(struct control *c, struct client *cl, const char *msg
         if (defer_reclaim(c, cl, &req) > 0)
                 return;
         if (req.verb == CONTROL_REEXEC && !c->stopping) {
-                r = c->hooks && c->hooks->reexec ? c->hooks->reexec(c->hooks->userdata, cl->fd, &err)
-                                                 : -EOPNOTSUPP;
+                r = c->hooks && c->hooks->reexec
+                            ? c->hooks->reexec(c->hooks->userdata, cl->fd, &err)
+                            : -EOPNOTSUPP;
                 /* Back here only when it failed: zswapd runs on as it was. */
                 reply_result(cl->fd, &req, r, &err, NULL, 0);
                 return;
@@ -833,8 +852,8 @@ static void close_idle(struct control *c) {
                         i++;
                         continue;
                 }
-                log_debug("Closing the connection of pid %d: idle for %" PRIu64 " s.",
-                          cl->cred.pid, (now - cl->active_usec) / 1000000);
+                log_debug("Closing the connection of pid %d: idle for %" PRIu64 " s.", cl->cred.pid,
+                          (now - cl->active_usec) / 1000000);
                 client_close(c, cl); /* moves the last one to i */
         }
 }
@@ -863,8 +882,9 @@ static void client_process(struct control *c, struct client *cl, uint32_t events
         if (cl->cred.uid != 0) {
                 log_notice("Refused a request from uid %u (pid %d): only root may control zswapd.",
                            cl->cred.uid, cl->cred.pid);
-                reply_error(cl->fd, EPERM, "permission denied: only root may control zswapd "
-                                           "(run zswapctl as root)");
+                reply_error(cl->fd, EPERM,
+                            "permission denied: only root may control zswapd "
+                            "(run zswapctl as root)");
                 client_close(c, cl);
                 return;
         }
@@ -892,14 +912,17 @@ static void accept_one(struct control *c, int fd) {
 
                 if (!old) {
                         log_warning("Refused a connection from pid %d: %d clients connected "
-                                    "already, each waiting for a reply.", cred.pid, CLIENTS_MAX);
-                        refuse(fd, EBUSY, "too many clients connected, each waiting for a reply; "
-                                          "try again");
+                                    "already, each waiting for a reply.",
+                                    cred.pid, CLIENTS_MAX);
+                        refuse(fd, EBUSY,
+                               "too many clients connected, each waiting for a reply; "
+                               "try again");
                         return;
                 }
                 log_notice("Closing the connection of pid %d, idle for %" PRIu64 " ms, to make "
-                           "room for pid %d: %d clients connected.", old->cred.pid,
-                           (now_usec() - old->active_usec) / 1000, cred.pid, CLIENTS_MAX);
+                           "room for pid %d: %d clients connected.",
+                           old->cred.pid, (now_usec() - old->active_usec) / 1000, cred.pid,
+                           CLIENTS_MAX);
                 client_close(c, old);
         }
         /* A reply is one message, and a message must fit in the send buffer. */
@@ -1044,8 +1067,9 @@ static int listen_socket(const char *path, int *ret_fd, struct stat *ret_st) {
                 return log_error_errno(r, "Failed to create the directory of %s: %m", path);
         r = remove_stale(path, &sa, salen);
         if (r == -EADDRINUSE)
-                return log_error_errno(r, "Another zswapd is listening on %s already; stop it "
-                                          "first or choose another socket with --socket.",
+                return log_error_errno(r,
+                                       "Another zswapd is listening on %s already; stop it "
+                                       "first or choose another socket with --socket.",
                                        path);
         if (r == -EEXIST)
                 return log_error_errno(r, "%s exists and is not a socket; refusing to replace it.",
@@ -1087,8 +1111,8 @@ static int control_make(const char *path, int inherited_fd, struct zsw_engine *e
         if (inherited_fd >= 0) {
                 c->listen_fd = inherited_fd;
                 if (fcntl(inherited_fd, F_SETFD, FD_CLOEXEC) < 0 || stat(path, &st) < 0)
-                        return log_error_errno(errno, "Failed to take over the control socket %s: %m",
-                                               path);
+                        return log_error_errno(
+                                errno, "Failed to take over the control socket %s: %m", path);
         } else {
                 r = listen_socket(path, &c->listen_fd, &st);
                 if (r < 0)

@@ -32,9 +32,9 @@ enum control_verb {
 
 struct control_request {
         enum control_verb verb;
-        pid_t pid;              /* 0 for "stats" of everything */
-        uint64_t max_bytes;     /* reclaim: UINT64_MAX means all */
-        uint64_t min_age_ms;    /* reclaim: only pages unused this long, 0 any */
+        pid_t pid;           /* 0 for "stats" of everything */
+        uint64_t max_bytes;  /* reclaim: UINT64_MAX means all */
+        uint64_t min_age_ms; /* reclaim: only pages unused this long, 0 any */
         bool json;
 };
 

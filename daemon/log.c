@@ -11,7 +11,7 @@
 #include "log.h"
 
 static bool journal;
-static int journal_fd = -EBADF;  /* datagram socket for the native protocol */
+static int journal_fd = -EBADF; /* datagram socket for the native protocol */
 static atomic_uint dropped;
 static _Thread_local struct log_fields fields;
 
@@ -186,8 +186,8 @@ static void log_journal(int priority, const char *file, int line, const char *fu
         errno = saved;
 }
 
-static void log_dispatch(void *userdata, int priority, const char *file, int line,
-                         const char *func, const char *format, va_list ap) {
+static void log_dispatch(void *userdata, int priority, const char *file, int line, const char *func,
+                         const char *format, va_list ap) {
         if (journal && journal_fd >= 0)
                 log_journal(priority, file, line, func, format, ap);
         else
@@ -218,8 +218,8 @@ bool log_fd_is_journal_stream(const char *journal_stream, int fd) {
         /* systemd sets "DEVICE:INODE" of the stream it connected; the fd is
          * the journal only if it is still that very file (a shell
          * redirection in ExecStart= or a child's own stderr is not). */
-        if (!journal_stream ||
-            sscanf(journal_stream, "%llu:%llu%n", &dev, &ino, &n) != 2 || journal_stream[n])
+        if (!journal_stream || sscanf(journal_stream, "%llu:%llu%n", &dev, &ino, &n) != 2 ||
+            journal_stream[n])
                 return false;
         if (fstat(fd, &st) < 0)
                 return false;

@@ -43,15 +43,15 @@ bool log_fd_is_journal_stream(const char *journal_stream, int fd);
 struct log_fields {
         pid_t target_pid;
         const char *policy;
-        const char *cgroup;     /* ZSWAPD_UNIT is its last component, if a unit */
+        const char *cgroup; /* ZSWAPD_UNIT is its last component, if a unit */
 };
 
 struct log_fields log_fields_push(const struct log_fields *f);
 void log_fields_pop(struct log_fields *saved);
 
 /* Sets the calling thread's fields until the end of the scope. */
-#define LOG_FIELDS(...)                                                                 \
-        _cleanup_(log_fields_pop) _unused_ struct log_fields _log_fields_saved_ =       \
+#define LOG_FIELDS(...)                                                           \
+        _cleanup_(log_fields_pop) _unused_ struct log_fields _log_fields_saved_ = \
                 log_fields_push(&(struct log_fields) { __VA_ARGS__ })
 
 /* The logger, for the daemon's own messages and for the engine. */

@@ -67,13 +67,11 @@ static void help(void) {
 
 static int parse_argv(int argc, char *argv[]) {
         enum { ARG_VERSION = 0x100 };
-        static const struct option options[] = {
-                { "socket", required_argument, NULL, 's' },
-                { "config", required_argument, NULL, 'c' },
-                { "help", no_argument, NULL, 'h' },
-                { "version", no_argument, NULL, ARG_VERSION },
-                {}
-        };
+        static const struct option options[] = { { "socket", required_argument, NULL, 's' },
+                                                 { "config", required_argument, NULL, 'c' },
+                                                 { "help", no_argument, NULL, 'h' },
+                                                 { "version", no_argument, NULL, ARG_VERSION },
+                                                 {} };
         int c;
 
         /* The config's Socket= comes after -s and $ZSWAPD_SOCKET. */
@@ -83,8 +81,10 @@ static int parse_argv(int argc, char *argv[]) {
                 switch (c) {
                 case 's':
                         if (optarg[0] != '/')
-                                return log_error_errno(EINVAL, "--socket needs an absolute path, "
-                                                               "got '%s'.", optarg);
+                                return log_error_errno(EINVAL,
+                                                       "--socket needs an absolute path, "
+                                                       "got '%s'.",
+                                                       optarg);
                         arg_socket = optarg;
                         break;
                 case 'c':
@@ -114,8 +114,9 @@ static void notify_status(struct zsw_engine *engine, struct policy_manager *poli
 
         if (zsw_engine_get_stats(engine, &s) < 0)
                 return;
-        sd_notifyf(false, "STATUS=Serving %u targets: %.1f MiB stored in %.1f MiB (ratio %.2f), "
-                          "%zu policies",
+        sd_notifyf(false,
+                   "STATUS=Serving %u targets: %.1f MiB stored in %.1f MiB (ratio %.2f), "
+                   "%zu policies",
                    s.targets, s.stored_pages * (double) ZSW_PAGE_SIZE / (1024.0 * 1024.0),
                    s.pool_bytes / (1024.0 * 1024.0),
                    s.pool_bytes ? s.stored_pages * (double) ZSW_PAGE_SIZE / s.pool_bytes : 0.0,
@@ -167,8 +168,8 @@ static int reload(void *userdata, struct zsw_engine_error *err) {
                 log_error_errno(r, "Keeping the running configuration: the new one has errors.");
                 if (err)
                         snprintf(err->message, sizeof(err->message),
-                                 "%s; kept the running configuration", fe.message[0] ? fe.message :
-                                 "the configuration has errors");
+                                 "%s; kept the running configuration",
+                                 fe.message[0] ? fe.message : "the configuration has errors");
         } else {
                 log_info("Configuration reloaded: %zu policies.", config->n_policies);
                 policy_manager_set_config(policies, config);
@@ -262,9 +263,8 @@ static int process_control(struct control *control, struct zsw_engine *engine,
 }
 
 /* Runs until a stop signal (returns 0) or a failure of the loop itself. */
-static int loop(struct zsw_engine *engine, struct policy_manager *policies,
-                struct control *control, struct reclaimer *reclaimer, int sfd, int tfd,
-                bool watchdog) {
+static int loop(struct zsw_engine *engine, struct policy_manager *policies, struct control *control,
+                struct reclaimer *reclaimer, int sfd, int tfd, bool watchdog) {
         _cleanup_close_ int epfd = -EBADF;
         int r, pfd = policy_manager_get_fd(policies), rfd = reclaimer_get_fd(reclaimer);
 
@@ -298,8 +298,7 @@ static int loop(struct zsw_engine *engine, struct policy_manager *policies,
                                 reclaimer_process(reclaimer);
                                 notify_status(engine, policies);
                                 r = 1;
-                        }
-                        else if (ev[i].data.fd == pfd) {
+                        } else if (ev[i].data.fd == pfd) {
                                 r = policy_manager_process(policies);
                                 if (r < 0)
                                         return log_error_errno(r, "Failed to run the policies: %m");
@@ -366,15 +365,16 @@ static unsigned give_back(struct zsw_engine *engine, int priority, uint64_t *ret
                 (void) zsw_engine_get_target_stats(engine, pids[i], &ts);
                 *ret_pages += ts.stored_pages;
                 cg = target_cgroup(pids[i]);
-                log_full(priority, "Cannot give process %d (cgroup %s) its %" PRIu64 " pages "
+                log_full(priority,
+                         "Cannot give process %d (cgroup %s) its %" PRIu64 " pages "
                          "(%.1f MiB) back, zswapd holds their only copy: %s. %s; zswapd keeps "
                          "them, serves the process, and tries again every %llu s.",
                          pids[i], cg ?: "unknown", ts.stored_pages,
                          ts.stored_pages * (double) ZSW_PAGE_SIZE / (1024.0 * 1024.0),
                          err.message[0] ? err.message : strerror(-r),
                          r == -ENOMEM ? "Raise that cgroup's memory limit (memory.limit_in_bytes, "
-                                        "memory.max) or kill the process" :
-                                        "Kill the process to let zswapd go",
+                                        "memory.max) or kill the process"
+                                      : "Kill the process to let zswapd go",
                          GIVE_BACK_RETRY_USEC / 1000000ull);
         }
         return held;
@@ -392,19 +392,21 @@ static int stop(struct zsw_engine *engine, struct control *control, int sfd, boo
 
         for (;;) {
                 uint64_t pages;
-                unsigned held = give_back(engine, tries % GIVE_BACK_LOG_EVERY == 0 ? LOG_ERR :
-                                                  LOG_DEBUG, &pages);
+                unsigned held = give_back(
+                        engine, tries % GIVE_BACK_LOG_EVERY == 0 ? LOG_ERR : LOG_DEBUG, &pages);
                 struct epoll_event ev;
 
                 if (held == 0)
                         return 0;
-                sd_notifyf(false, "STATUS=Stopping: %u processes cannot take %" PRIu64 " pages back "
-                                  "yet; see the log\nEXTEND_TIMEOUT_USEC=%llu", held, pages,
-                           3 * GIVE_BACK_RETRY_USEC);
+                sd_notifyf(false,
+                           "STATUS=Stopping: %u processes cannot take %" PRIu64 " pages back "
+                           "yet; see the log\nEXTEND_TIMEOUT_USEC=%llu",
+                           held, pages, 3 * GIVE_BACK_RETRY_USEC);
                 if (epfd < 0) {
                         epfd = epoll_create1(EPOLL_CLOEXEC);
                         if (epfd < 0)
-                                return log_error_errno(errno, "Failed to create an epoll instance: %m");
+                                return log_error_errno(errno,
+                                                       "Failed to create an epoll instance: %m");
                         /* Each second: the watchdog, and the retry's count. */
                         r = setup_timer(1000000ull, &tfd);
                         if (r < 0 || (r = watch(epfd, tfd)) < 0 || (r = watch(epfd, sfd)) < 0 ||
@@ -488,7 +490,8 @@ static int exec_with_state(struct reexec_ctx *x, int state_fd, int client_fd) {
 
         if ((r = keep_fd(state_fd, true)) < 0 || (r = keep_fd(listen_fd, true)) < 0 ||
             (r = keep_fd(client_fd, true)) < 0 || (r = set_env_fd(ENV_STATE, state_fd)) < 0 ||
-            (r = set_env_fd(ENV_LISTEN, listen_fd)) < 0 || (r = set_env_fd(ENV_CLIENT, client_fd)) < 0)
+            (r = set_env_fd(ENV_LISTEN, listen_fd)) < 0 ||
+            (r = set_env_fd(ENV_CLIENT, client_fd)) < 0)
                 goto fail;
         if (lseek(state_fd, 0, SEEK_SET) < 0) {
                 r = -errno;
@@ -521,9 +524,10 @@ static int check_config(struct zsw_engine_error *err) {
         r = load_config(&fe.log, &config);
         if (r < 0) {
                 /* fe.message is at most 199 bytes: the reason first. */
-                snprintf(err->message, sizeof(err->message), "fix the configuration first, the "
-                         "new process would refuse it: %.160s", fe.message[0] ? fe.message :
-                         "see the log");
+                snprintf(err->message, sizeof(err->message),
+                         "fix the configuration first, the "
+                         "new process would refuse it: %.160s",
+                         fe.message[0] ? fe.message : "see the log");
                 return r;
         }
         config_free(config);
@@ -537,7 +541,8 @@ static int reexec(void *userdata, int client_fd, struct zsw_engine_error *err) {
         int r;
 
         if (!exe_path) {
-                snprintf(err->message, sizeof(err->message), "the path of the running binary is "
+                snprintf(err->message, sizeof(err->message),
+                         "the path of the running binary is "
                          "unknown (see the log at start-up); restart zswapd instead");
                 return -ENOENT;
         }
@@ -573,8 +578,10 @@ static int reexec(void *userdata, int client_fd, struct zsw_engine_error *err) {
                 r = log_error_errno(errno, "Failed to trim the state: %m");
         if (r >= 0) {
                 r = exec_with_state(x, fd, client_fd);
-                snprintf(err->message, sizeof(err->message), "cannot execute %s: %s; zswapd runs on "
-                         "as it was", exe_path, strerror(-r));
+                snprintf(err->message, sizeof(err->message),
+                         "cannot execute %s: %s; zswapd runs on "
+                         "as it was",
+                         exe_path, strerror(-r));
         }
         zsw_engine_thaw(x->engine);
         return r;
@@ -602,7 +609,7 @@ struct adopted_list {
 static void note_adopted(void *userdata, pid_t pid, const char *label) {
         struct adopted_list *l = userdata;
         pid_t *p = realloc(l->pids, (l->n + 1) * sizeof(*p));
-        char (*v)[64];
+        char(*v)[64];
 
         if (p)
                 l->pids = p;
@@ -623,10 +630,13 @@ static void reply_client(int fd, int r, const struct zsw_engine_error *err) {
         if (fd < 0)
                 return;
         if (r >= 0)
-                n = snprintf(buf, sizeof(buf), "ok\nre-executed %s (pid %d): %d targets taken "
-                             "over\n", exe_path, getpid(), r);
+                n = snprintf(buf, sizeof(buf),
+                             "ok\nre-executed %s (pid %d): %d targets taken "
+                             "over\n",
+                             exe_path, getpid(), r);
         else
-                n = snprintf(buf, sizeof(buf), "error %s\ncannot re-execute zswapd: the new binary "
+                n = snprintf(buf, sizeof(buf),
+                             "error %s\ncannot re-execute zswapd: the new binary "
                              "cannot load the state: %s; every page stays held, the targets wait; "
                              "install a zswapd that reads it and run 'zswapctl reexec' again\n",
                              strerrorname_np(-r) ?: "EIO", err->message);
@@ -681,8 +691,9 @@ static int run(int argc, char *argv[]) {
         _cleanup_(reclaimer_freep) struct reclaimer *reclaimer = NULL;
         _cleanup_close_ int sfd = -EBADF, tfd = -EBADF;
         uint64_t watchdog_usec = 0, interval = STATUS_INTERVAL_USEC;
-        struct control_hooks hooks = { .reload = reload, .dump = dump, .detached = detached,
-                                       .reexec = reexec };
+        struct control_hooks hooks = {
+                .reload = reload, .dump = dump, .detached = detached, .reexec = reexec
+        };
         struct reexec_ctx rx = { .pending_state_fd = -EBADF };
         struct adopted_list adopted = {};
         struct zsw_engine_error load_err = {};
@@ -701,7 +712,7 @@ static int run(int argc, char *argv[]) {
         exe_argv = argv;
         if (!exe_path)
                 log_warning_errno(errno, "Failed to resolve /proc/self/exe, 'zswapctl reexec' will "
-                                  "be refused: %m");
+                                         "be refused: %m");
 
         if (geteuid() != 0)
                 return log_error_errno(EPERM, "zswapd must run as root: it ptraces the processes "
@@ -744,10 +755,11 @@ static int run(int argc, char *argv[]) {
         if (state_fd >= 0) {
                 loaded = zsw_engine_load(engine, state_fd, note_adopted, &adopted, &load_err);
                 if (loaded < 0) {
-                        log_error("Cannot load the state the previous zswapd left: %s. Its targets' "
-                                  "pages stay held in it and those processes wait on their faults; "
-                                  "install a zswapd that reads this state and run 'zswapctl reexec'.",
-                                  load_err.message);
+                        log_error(
+                                "Cannot load the state the previous zswapd left: %s. Its targets' "
+                                "pages stay held in it and those processes wait on their faults; "
+                                "install a zswapd that reads this state and run 'zswapctl reexec'.",
+                                load_err.message);
                         rx.pending_state_fd = state_fd;
                         state_fd = -EBADF;
                 } else

@@ -45,8 +45,8 @@ static void group_json(struct json *j, const struct policy_group *g) {
         json_u64(j, "step_max_bytes", policy_step_max(&l, g->usage_bytes));
         json_u64(j, "pause_periods", g->step.pause_periods);
         json_u64(j, "refaults_last", g->refaults_last);
-        json_u64(j, "refault_limit_last", g->refault_limit_last == UINT64_MAX ? 0 :
-                                                                                  g->refault_limit_last);
+        json_u64(j, "refault_limit_last",
+                 g->refault_limit_last == UINT64_MAX ? 0 : g->refault_limit_last);
         json_u64(j, "reclaimed_last_bytes", g->reclaimed_last);
         json_u64(j, "rate_cap_last_bytes", g->rate_cap_last == UINT64_MAX ? 0 : g->rate_cap_last);
         json_u64(j, "reclaimed_bytes", g->reclaimed_total);
@@ -104,8 +104,9 @@ static void policies_text(struct policy_manager *m, FILE *f) {
                         any = true;
                         if (p->memory_budget.kind != ZSW_LIMIT_NONE)
                                 snprintf(budget, sizeof(budget), "%.1fM", g->budget_bytes / MIB);
-                        fprintf(f, "%-16s %-28s %4zu %-18s %7.2f %7.2f %8.1fM %9s %8.1fM %8" PRIu64
-                                   " %7" PRIu64 "\n",
+                        fprintf(f,
+                                "%-16s %-28s %4zu %-18s %7.2f %7.2f %8.1fM %9s %8.1fM %8" PRIu64
+                                " %7" PRIu64 "\n",
                                 p->name, g->cgroup, g->n_pids, g->decision, pct(g->pressure_pm),
                                 pct(threshold_pm(&p->pressure)), g->usage_bytes / MIB, budget,
                                 g->reclaimed_total / MIB, g->refaults_last, g->backoffs);
@@ -205,8 +206,8 @@ int policy_manager_dump_targets(struct policy_manager *m, FILE *f, bool json) {
                 json_object_open(&j, NULL);
                 json_array_open(&j, "targets");
         } else
-                fprintf(f, "%8s %-16s %-28s %10s %10s %10s %9s %9s %s\n", "PID", "POLICY",
-                        "CGROUP", "RESIDENT", "STORED", "EVICTED", "FAULTS", "P99(us)", "MATCH");
+                fprintf(f, "%8s %-16s %-28s %10s %10s %10s %9s %9s %s\n", "PID", "POLICY", "CGROUP",
+                        "RESIDENT", "STORED", "EVICTED", "FAULTS", "P99(us)", "MATCH");
         for (size_t i = 0; i < n; i++) {
                 const struct policy_group *g = NULL;
                 const struct policy_target *t = find_target(m, pids[i], &g);
@@ -281,14 +282,16 @@ int policy_manager_dump_status(struct policy_manager *m, FILE *f, bool json) {
         }
         fprintf(f, "zswapd: %u targets, %zu policies, %zu groups under control\n", s.targets,
                 m->config->n_policies, m->n_groups);
-        fprintf(f, "store:  %.1f MiB in %.1f MiB of pool (ratio %.2f), %" PRIu64
-                   " pages evicted, %" PRIu64 " faults (p50 %.1f us, p99 %.1f us), %" PRIu64
-                   " refaults\n",
+        fprintf(f,
+                "store:  %.1f MiB in %.1f MiB of pool (ratio %.2f), %" PRIu64
+                " pages evicted, %" PRIu64 " faults (p50 %.1f us, p99 %.1f us), %" PRIu64
+                " refaults\n",
                 s.stored_pages * page / MIB, s.pool_bytes / MIB,
                 s.pool_bytes ? s.stored_pages * page / s.pool_bytes : 0.0, s.evicted_pages,
                 s.faults, s.fault_ns_p50 / 1e3, s.fault_ns_p99 / 1e3, s.refaults);
-        fprintf(f, "system: memory pressure some %.2f%% full %.2f%% (avg10), %" PRIu64
-                   " trigger events\n\n",
+        fprintf(f,
+                "system: memory pressure some %.2f%% full %.2f%% (avg10), %" PRIu64
+                " trigger events\n\n",
                 pct(psi.some.avg10), pct(psi.full.avg10), m->global_events);
         policies_text(m, f);
         fputc('\n', f);

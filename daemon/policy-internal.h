@@ -30,13 +30,13 @@ struct policy_group {
         struct policy_manager *manager;
         const struct zsw_policy *policy; /* into the manager's config */
         char *policy_name;
-        char *cgroup;           /* as policies match it: v2, or name=systemd */
+        char *cgroup; /* as policies match it: v2, or name=systemd */
 
-        int psi_dir_fd;         /* the v2 group, or /proc/pressure */
-        const char *psi_name;   /* "memory.pressure" or "memory" */
-        char *psi_path;         /* for messages */
+        int psi_dir_fd;       /* the v2 group, or /proc/pressure */
+        const char *psi_name; /* "memory.pressure" or "memory" */
+        char *psi_path;       /* for messages */
         int trigger_fd;
-        int memory_fd;          /* where memory use is read, or -EBADF */
+        int memory_fd; /* where memory use is read, or -EBADF */
 
         struct policy_target *pids;
         size_t n_pids;
@@ -49,28 +49,28 @@ struct policy_group {
 
         /* What the last period saw and did, for the listings. */
         const char *decision;
-        unsigned pressure_pm;    /* stall over the last period, 1/10000 */
-        unsigned avg10;          /* 1/10000 */
+        unsigned pressure_pm; /* stall over the last period, 1/10000 */
+        unsigned avg10;       /* 1/10000 */
         uint64_t usage_bytes, budget_bytes;
         uint64_t refaults_last, refault_limit_last;
         uint64_t reclaimed_last, reclaimed_total; /* bytes */
-        uint64_t rate_cap_last;  /* the credit when the last reclaim started */
-        uint64_t reclaim_want;   /* what the last reclaim asked for */
-        struct reclaim_request *reclaiming; /* on the reclaim worker, or NULL */
+        uint64_t rate_cap_last;                   /* the credit when the last reclaim started */
+        uint64_t reclaim_want;                    /* what the last reclaim asked for */
+        struct reclaim_request *reclaiming;       /* on the reclaim worker, or NULL */
         uint64_t periods, backoffs, trigger_events, budget_base;
 
         /* The budget checks between periods (policy.c). */
-        size_t reclaim_next;      /* the target group_reclaim() starts with */
-        bool throttled;           /* over budget: first touches throttled (zsw_engine_set_throttle()) */
-        uint64_t throttle_checks; /* budget checks that found it over and throttled it */
-        bool holding;             /* first touches held at the budget (zsw_engine_set_hold()) */
-        bool reclaim_stalled;     /* the last reclaim took nothing */
+        size_t reclaim_next; /* the target group_reclaim() starts with */
+        bool throttled;      /* over budget: first touches throttled (zsw_engine_set_throttle()) */
+        uint64_t throttle_checks;  /* budget checks that found it over and throttled it */
+        bool holding;              /* first touches held at the budget (zsw_engine_set_hold()) */
+        bool reclaim_stalled;      /* the last reclaim took nothing */
         uint64_t registered_usage; /* usage when the targets' mappings were last registered */
 };
 
 struct policy_manager {
         struct zsw_engine *engine;
-        struct reclaimer *reclaimer;    /* NULL: reclaims run on the caller */
+        struct reclaimer *reclaimer; /* NULL: reclaims run on the caller */
         struct zsw_config *config;
         struct zsw_cgroup_layout layout;
 
@@ -85,10 +85,10 @@ struct policy_manager {
         struct policy_adopted {
                 pid_t pid;
                 char *policy;
-        } *adopted;
+        } * adopted;
         size_t n_adopted;
 
-        int epoll_fd;   /* the timer and every PSI trigger */
+        int epoll_fd; /* the timer and every PSI trigger */
         int timer_fd;
         int global_trigger_fd;
         int budget_timer_fd; /* armed while a group has a MemoryBudget */

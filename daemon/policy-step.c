@@ -28,8 +28,8 @@ uint64_t policy_step_max(const struct policy_step_limits *l, uint64_t usage) {
 }
 
 void policy_step_backoff(struct policy_step *s, const struct policy_step_limits *l) {
-        uint64_t floor = MIN((uint64_t) POLICY_STEP_MIN_BYTES,
-                             MAX(rate_per_period(l), l->page_size));
+        uint64_t floor =
+                MIN((uint64_t) POLICY_STEP_MIN_BYTES, MAX(rate_per_period(l), l->page_size));
 
         s->step_bytes = MAX(s->step_bytes / 2, floor);
         s->grow = false;
@@ -50,8 +50,8 @@ uint64_t policy_step_credit(struct policy_step *s, const struct policy_step_limi
         return s->rate_credit;
 }
 
-void policy_step_reclaimed(struct policy_step *s, const struct policy_step_limits *l,
-                           uint64_t want, uint64_t got) {
+void policy_step_reclaimed(struct policy_step *s, const struct policy_step_limits *l, uint64_t want,
+                           uint64_t got) {
         s->rate_credit -= MIN(got, s->rate_credit);
         /* Whole pages are taken: less than a page short is all of it. */
         s->grow = got > 0 && got + l->page_size > want;

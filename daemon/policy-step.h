@@ -37,7 +37,7 @@ struct policy_step_limits {
         uint64_t max_reclaim_rate; /* bytes per second; UINT64_MAX: no cap */
         uint64_t period_usec;      /* of the control loop */
         uint64_t page_size;
-        bool budget;               /* MemoryBudget= set: reclaim toward it */
+        bool budget; /* MemoryBudget= set: reclaim toward it */
 };
 
 /* What one period measured. */
@@ -68,8 +68,8 @@ uint64_t policy_step_credit(struct policy_step *s, const struct policy_step_limi
 
 /* A reclaim of the group asked for WANT bytes and took GOT: the credit
  * pays for it, and taking all it asked for lets the next step grow. */
-void policy_step_reclaimed(struct policy_step *s, const struct policy_step_limits *l,
-                           uint64_t want, uint64_t got);
+void policy_step_reclaimed(struct policy_step *s, const struct policy_step_limits *l, uint64_t want,
+                           uint64_t got);
 
 /*
  * One period of a group that has processes: backs off if P says so, else

@@ -89,8 +89,9 @@ static void group_arm_trigger(struct policy_manager *m, struct policy_group *g) 
         r = zsw_psi_trigger_open_widen_at(g->psi_dir_fd, g->psi_name, pr->full, pr->stall_usec,
                                           pr->window_usec, &g->trigger_fd, &stall, &window);
         if (r < 0) {
-                log_warning_errno(r, "Policy %s, group %s: cannot register a PSI trigger on "
-                                     "%s/%s, backing off from averages only: %m",
+                log_warning_errno(r,
+                                  "Policy %s, group %s: cannot register a PSI trigger on "
+                                  "%s/%s, backing off from averages only: %m",
                                   g->policy_name, g->cgroup, g->psi_path, g->psi_name);
                 return;
         }
@@ -102,8 +103,8 @@ static void group_arm_trigger(struct policy_manager *m, struct policy_group *g) 
         }
         log_full(r > 0 ? LOG_INFO : LOG_DEBUG,
                  "Policy %s, group %s: PSI trigger \"%s %" PRIu64 " %" PRIu64 "\" on %s/%s%s.",
-                 g->policy_name, g->cgroup, pr->full ? "full" : "some", stall, window,
-                 g->psi_path, g->psi_name,
+                 g->policy_name, g->cgroup, pr->full ? "full" : "some", stall, window, g->psi_path,
+                 g->psi_name,
                  r > 0 ? " (window widened: no CAP_SYS_RESOURCE for shorter ones)" : "");
 }
 
@@ -122,7 +123,8 @@ static void group_open_files(struct policy_manager *m, struct policy_group *g,
                              const struct zsw_proc_cgroups *cg) {
         if (cg->v2 && strcmp(cg->v2, "/") != 0) {
                 g->psi_dir_fd = open_dir(m->layout.v2_root, cg->v2);
-                if (g->psi_dir_fd >= 0 && faccessat(g->psi_dir_fd, "memory.pressure", R_OK, 0) == 0) {
+                if (g->psi_dir_fd >= 0 &&
+                    faccessat(g->psi_dir_fd, "memory.pressure", R_OK, 0) == 0) {
                         g->psi_name = "memory.pressure";
                         g->psi_path = strjoin2(m->layout.v2_root, cg->v2);
                 } else
@@ -237,8 +239,8 @@ static void group_detach_all(struct policy_manager *m, struct policy_group *g, c
                         log_warning_errno(r, "Cannot detach from %d: %s", g->pids[i].pid,
                                           err.message[0] ? err.message : "%m");
                 else if (r >= 0)
-                        log_info("Detached from %d: policy %s %s.", g->pids[i].pid,
-                                 g->policy_name, why);
+                        log_info("Detached from %d: policy %s %s.", g->pids[i].pid, g->policy_name,
+                                 why);
         }
         while (g->n_pids > 0)
                 group_drop_target(g, 0);
@@ -335,8 +337,9 @@ static void policy_target_config(struct policy_manager *m, const struct zsw_poli
         uint64_t limit;
 
         (void) zsw_engine_get_limits(m->engine, &el);
-        limit = p->pool_limit.kind == ZSW_LIMIT_RELATIVE && el.pool_limit_bytes == 0 ?
-                        UINT64_MAX : limit_resolve(&p->pool_limit, el.pool_limit_bytes);
+        limit = p->pool_limit.kind == ZSW_LIMIT_RELATIVE && el.pool_limit_bytes == 0
+                        ? UINT64_MAX
+                        : limit_resolve(&p->pool_limit, el.pool_limit_bytes);
         *ret = (struct zsw_target_config) {
                 .compressor = zsw_compressor_to_string(p->compressor),
                 .compression_level = p->compression_level,
@@ -410,8 +413,8 @@ static int scan_attach(struct policy_manager *m, const struct zsw_policy *p, pid
                 ignore_pid(m, pid);
                 return 0;
         }
-        policy_match_format(why, sizeof(why), match->unit, match->cgroup_path,
-                            match->executable, match->executable_form);
+        policy_match_format(why, sizeof(why), match->unit, match->cgroup_path, match->executable,
+                            match->executable_form);
         started = exe->argv0 && (!exe->path || strcmp(exe->argv0, exe->path) != 0);
         log_info("Attached to %d (%s%s%s; cgroup %s): policy %s, by %s.", pid, name,
                  started ? ", started as " : "", started ? exe->argv0 : "", cgroup, p->name, why);
@@ -561,9 +564,9 @@ static void group_backed_off(struct policy_group *g, const char *why) {
         g->decision = why;
         log_debug("Policy %s, group %s: backing off (%s): step %" PRIu64 " KiB, pausing %u "
                   "periods; stall %u.%02u%%, refaults %" PRIu64 " (limit %" PRIu64 ").",
-                  g->policy_name, g->cgroup, why, g->step.step_bytes / 1024,
-                  g->step.pause_periods, g->pressure_pm / 100, g->pressure_pm % 100,
-                  g->refaults_last, g->refault_limit_last);
+                  g->policy_name, g->cgroup, why, g->step.step_bytes / 1024, g->step.pause_periods,
+                  g->pressure_pm / 100, g->pressure_pm % 100, g->refaults_last,
+                  g->refault_limit_last);
 }
 
 static void group_backoff(struct policy_group *g, const char *why) {
@@ -604,8 +607,8 @@ static void group_reclaimed(struct policy_group *g, uint64_t got) {
         g->reclaimed_last = got;
         g->reclaimed_total += got;
         g->decision = got > 0 ? "reclaimed" : "nothing to reclaim";
-        log_debug("Policy %s, group %s: reclaimed %" PRIu64 " of %" PRIu64 " KiB.",
-                  g->policy_name, g->cgroup, got / 1024, g->reclaim_want / 1024);
+        log_debug("Policy %s, group %s: reclaimed %" PRIu64 " of %" PRIu64 " KiB.", g->policy_name,
+                  g->cgroup, got / 1024, g->reclaim_want / 1024);
 }
 
 /* A group with a MemoryBudget is also checked every BUDGET_CHECK_USEC
@@ -701,9 +704,8 @@ static void group_reclaim(struct policy_manager *m, struct policy_group *g, uint
                 what.max_bytes = want - got;
                 r = zsw_engine_reclaim_cold(m->engine, pids[i], &what, &res, &err);
                 if (r < 0) {
-                        log_debug_errno(r, "Policy %s: cannot reclaim from %d: %s",
-                                        g->policy_name, pids[i],
-                                        err.message[0] ? err.message : "%m");
+                        log_debug_errno(r, "Policy %s: cannot reclaim from %d: %s", g->policy_name,
+                                        pids[i], err.message[0] ? err.message : "%m");
                         continue;
                 }
                 got += res.evicted_pages * page;
@@ -719,10 +721,10 @@ static void group_read_pressure(struct policy_group *g, uint64_t elapsed) {
                 return;
         g->pressure_pm = zsw_psi_stall_permyriad(g->psi_total_prev, psi.some.total_usec, elapsed);
         if (g->policy->pressure.full && psi.has_full)
-                g->pressure_pm = zsw_psi_stall_permyriad(g->psi_total_prev, psi.full.total_usec,
-                                                         elapsed);
-        g->psi_total_prev = g->policy->pressure.full && psi.has_full ? psi.full.total_usec :
-                                                                       psi.some.total_usec;
+                g->pressure_pm =
+                        zsw_psi_stall_permyriad(g->psi_total_prev, psi.full.total_usec, elapsed);
+        g->psi_total_prev = g->policy->pressure.full && psi.has_full ? psi.full.total_usec
+                                                                     : psi.some.total_usec;
         g->avg10 = g->policy->pressure.full && psi.has_full ? psi.full.avg10 : psi.some.avg10;
 }
 
@@ -751,8 +753,9 @@ static void group_throttle(struct policy_manager *m, struct policy_group *g, uin
                                             hold ? budget : 0);
 
                 if (r < 0 && r != -ENOENT && hold != g->holding)
-                        log_warning_errno(r, "Policy %s, group %s: cannot hold the first touches "
-                                             "of %d at the budget, throttling them only: %m",
+                        log_warning_errno(r,
+                                          "Policy %s, group %s: cannot hold the first touches "
+                                          "of %d at the budget, throttling them only: %m",
                                           g->policy_name, g->cgroup, g->pids[i].pid);
                 (void) zsw_engine_set_throttle(m->engine, g->pids[i].pid, on);
         }
@@ -761,7 +764,8 @@ static void group_throttle(struct policy_manager *m, struct policy_group *g, uin
                           on ? "throttled (over budget)" : "no longer throttled");
         if (hold != g->holding && budgeted)
                 log_debug("Policy %s, group %s: first touches %s.", g->policy_name, g->cgroup,
-                          hold ? "held at the budget" : "no longer held (reclaim cannot make room now)");
+                          hold ? "held at the budget"
+                               : "no longer held (reclaim cannot make room now)");
         g->throttled = on;
         g->holding = hold;
         if (on)
@@ -805,9 +809,10 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
                 .now_usec = now,
                 .usage_bytes = g->usage_bytes,
                 .budget_bytes = g->budget_bytes,
-                .backoff = global_fired ? "system pressure" :
-                           g->pressure_pm >= threshold ? "pressure" :
-                           refaults > g->refault_limit_last ? "refaults" : NULL,
+                .backoff = global_fired                       ? "system pressure"
+                           : g->pressure_pm >= threshold      ? "pressure"
+                           : refaults > g->refault_limit_last ? "refaults"
+                                                              : NULL,
                 .reclaiming = g->reclaiming != NULL,
         };
         want = policy_step_period(&g->step, &l, &period, &g->decision);
@@ -817,14 +822,15 @@ static void group_tick(struct policy_manager *m, struct policy_group *g, bool gl
         }
         if (want == 0) {
                 log_debug("Policy %s, group %s: %s (%u periods of pause left, usage %" PRIu64
-                          " KiB, budget %" PRIu64 " KiB).", g->policy_name, g->cgroup,
-                          g->decision, g->step.pause_periods, g->usage_bytes / 1024,
-                          group_has_budget(g) ? g->budget_bytes / 1024 : 0);
+                          " KiB, budget %" PRIu64 " KiB).",
+                          g->policy_name, g->cgroup, g->decision, g->step.pause_periods,
+                          g->usage_bytes / 1024, group_has_budget(g) ? g->budget_bytes / 1024 : 0);
                 return;
         }
         g->rate_cap_last = p->max_reclaim_rate == UINT64_MAX ? UINT64_MAX : g->step.rate_credit;
-        log_debug("Policy %s, group %s: stall %u.%02u%% < %u.%02u%%, refaults %" PRIu64 " <= %" PRIu64
-                  ", usage %" PRIu64 " KiB: reclaiming %" PRIu64 " KiB (step %" PRIu64 " KiB, "
+        log_debug("Policy %s, group %s: stall %u.%02u%% < %u.%02u%%, refaults %" PRIu64
+                  " <= %" PRIu64 ", usage %" PRIu64 " KiB: reclaiming %" PRIu64
+                  " KiB (step %" PRIu64 " KiB, "
                   "rate cap %" PRIu64 " KiB).",
                   g->policy_name, g->cgroup, g->pressure_pm / 100, g->pressure_pm % 100,
                   (unsigned) threshold / 100, (unsigned) threshold % 100, refaults,
@@ -859,8 +865,8 @@ static void group_check_budget(struct policy_manager *m, struct policy_group *g)
          * moment, fewer and larger ones cost them less than one per check. */
         want = policy_budget_want(usage, budget);
         log_debug("Policy %s, group %s: near or over budget (%" PRIu64 " KiB of %" PRIu64 " KiB): "
-                  "reclaiming %" PRIu64 " KiB.", g->policy_name, g->cgroup,
-                  usage / 1024, budget / 1024, MIN(want, cap) / 1024);
+                  "reclaiming %" PRIu64 " KiB.",
+                  g->policy_name, g->cgroup, usage / 1024, budget / 1024, MIN(want, cap) / 1024);
         /* It registers the targets' new mappings too. */
         g->registered_usage = usage;
         group_reclaim(m, g, MIN(want, cap));
@@ -878,7 +884,8 @@ static void manager_arm_budget_checks(struct policy_manager *m) {
         if (want == m->budget_armed || m->budget_timer_fd < 0)
                 return;
         if (want)
-                its.it_value = its.it_interval = (struct timespec) { .tv_nsec = BUDGET_CHECK_USEC * 1000 };
+                its.it_value = its.it_interval =
+                        (struct timespec) { .tv_nsec = BUDGET_CHECK_USEC * 1000 };
         if (timerfd_settime(m->budget_timer_fd, 0, &its, NULL) < 0) {
                 log_warning_errno(errno, "Cannot set the budget check timer, ignoring: %m");
                 return;
@@ -1005,7 +1012,8 @@ int policy_manager_new(struct zsw_engine *engine, struct zsw_config *config,
         if (m->budget_timer_fd < 0)
                 return log_error_errno(errno, "Failed to create the budget check timer: %m");
         if (epoll_ctl(m->epoll_fd, EPOLL_CTL_ADD, m->budget_timer_fd,
-                      &(struct epoll_event) { .events = EPOLLIN, .data.ptr = &m->budget_timer_fd }) < 0)
+                      &(struct epoll_event) { .events = EPOLLIN,
+                                              .data.ptr = &m->budget_timer_fd }) < 0)
                 return log_error_errno(errno, "Failed to watch the budget check timer: %m");
         arm_global_trigger(m);
 

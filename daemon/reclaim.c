@@ -179,9 +179,8 @@ struct reclaimer *reclaimer_free(struct reclaimer *rc) {
 }
 
 struct reclaim_request *reclaimer_submit(struct reclaimer *rc, const pid_t *pids, size_t n_pids,
-                                         const struct zsw_reclaim_request *what,
-                                         bool register_all, reclaim_done_fn done,
-                                         void *userdata) {
+                                         const struct zsw_reclaim_request *what, bool register_all,
+                                         reclaim_done_fn done, void *userdata) {
         struct reclaim_request *req = calloc(1, sizeof(*req));
 
         if (!req)

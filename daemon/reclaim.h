@@ -67,9 +67,8 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct reclaimer *, reclaimer_free);
  * request (owned by the reclaimer; valid until its callback returned) or
  * NULL when out of memory. */
 struct reclaim_request *reclaimer_submit(struct reclaimer *rc, const pid_t *pids, size_t n_pids,
-                                         const struct zsw_reclaim_request *what,
-                                         bool register_all, reclaim_done_fn done,
-                                         void *userdata);
+                                         const struct zsw_reclaim_request *what, bool register_all,
+                                         reclaim_done_fn done, void *userdata);
 
 /* The requester is gone: the callback will not run. Main loop only. */
 void reclaim_request_orphan(struct reclaim_request *req);

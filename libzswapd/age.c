@@ -88,14 +88,14 @@
 _Static_assert(ZSW_AGE_MAX == AGE_MASK, "an age must fit in its bits");
 
 struct chunk {
-        uint64_t base;                  /* first page number, a multiple of CHUNK_PAGES */
+        uint64_t base; /* first page number, a multiple of CHUNK_PAGES */
         uint8_t age[CHUNK_PAGES];
 };
 
 struct zsw_age {
-        struct chunk **chunks;          /* sorted by base */
+        struct chunk **chunks; /* sorted by base */
         size_t n_chunks;
-        uint64_t scans;                 /* scans done; scan S ended at times[S % ...] */
+        uint64_t scans; /* scans done; scan S ended at times[S % ...] */
         uint64_t times[ZSW_AGE_MAX + 1];
         uint64_t hist[ZSW_AGE_MAX + 1]; /* present, still protected pages by effective age */
         unsigned floor;                 /* the least level of hot pages now */
@@ -127,11 +127,11 @@ struct zsw_age *zsw_age_free(struct zsw_age *a) {
 struct scan {
         struct zsw_age *a;
         int uffd;
-        size_t old_next;                /* next chunk of the old table to merge */
-        struct chunk **chunks;          /* the new table */
+        size_t old_next;       /* next chunk of the old table to merge */
+        struct chunk **chunks; /* the new table */
         size_t n, cap;
         struct chunk *cur;
-        uint8_t prev[CHUNK_PAGES];      /* cur's ages before this scan */
+        uint8_t prev[CHUNK_PAGES]; /* cur's ages before this scan */
         uint64_t hist[ZSW_AGE_MAX + 1];
         uint64_t protect_start, protect_end;
         /* Written pages this scan may still protect again (the budget). */
@@ -147,7 +147,8 @@ static void protect_flush(struct scan *s) {
          * yet; they will in a moment. A range that went away, or stays
          * busy, stays unprotected: its pages read as written, young,
          * which is the safe side. */
-        for (unsigned tries = 0; s->protect_end > s->protect_start && tries < PROTECT_TRIES; tries++) {
+        for (unsigned tries = 0; s->protect_end > s->protect_start && tries < PROTECT_TRIES;
+             tries++) {
                 r = zsw_uffd_writeprotect(s->uffd, s->protect_start,
                                           s->protect_end - s->protect_start, true, false);
                 if (r != -EAGAIN)
@@ -268,8 +269,9 @@ static void scan_page(struct scan *s, uint64_t addr, bool written) {
         /* Untouched since it was protected (a hot page starts from 0);
          * at the first scan we do not know since when, so it starts at
          * 0. */
-        age = s->a->scans == 1 ? 0 :
-              (uint8_t) MIN((old & AGE_HOT ? 0u : old & AGE_MASK) + 1u, ZSW_AGE_MAX);
+        age = s->a->scans == 1
+                      ? 0
+                      : (uint8_t) MIN((old & AGE_HOT ? 0u : old & AGE_MASK) + 1u, ZSW_AGE_MAX);
         s->cur->age[i] = age | (old & AGE_REFAULTED);
         s->hist[effective_age(s->cur->age[i])]++;
         if (age > 0)
@@ -395,8 +397,8 @@ int zsw_age_scan(struct zsw_age *a, int pagemap_fd, int uffd, const struct zsw_r
         /* The scan ends once every protection is in place: a page found
          * untouched later has gone unused since this moment. */
         a->times[a->scans % (ZSW_AGE_MAX + 1)] = zsw_now_ns();
-        s->st.table_bytes = sizeof(*a) + s->cap * sizeof(struct chunk *) +
-                            s->n * sizeof(struct chunk);
+        s->st.table_bytes =
+                sizeof(*a) + s->cap * sizeof(struct chunk *) + s->n * sizeof(struct chunk);
         s->st.duration_ns = zsw_now_ns() - start;
         if (ret)
                 *ret = s->st;
@@ -479,9 +481,8 @@ void zsw_age_note_refaults(struct zsw_age *a, const uint64_t *pgnos, size_t n) {
         }
 }
 
-int zsw_age_next_round(const struct zsw_age *a, int pagemap_fd, uint32_t min_age,
-                       uint64_t *cursor, uint64_t end, uint64_t max,
-                       struct zsw_page_run *runs, size_t n_max) {
+int zsw_age_next_round(const struct zsw_age *a, int pagemap_fd, uint32_t min_age, uint64_t *cursor,
+                       uint64_t end, uint64_t max, struct zsw_page_run *runs, size_t n_max) {
         struct zsw_page_run found[64];
         uint64_t pages = 0, stop;
         size_t n = 0, hint = 0;

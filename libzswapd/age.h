@@ -47,14 +47,14 @@ struct zsw_age_cost {
 };
 
 struct zsw_age_scan_stats {
-        uint64_t present_pages;         /* resident pages seen (the zero page left out) */
-        uint64_t idle_pages;            /* of those, untouched since the scan before */
-        uint64_t protected_pages;       /* write-protected again by this scan */
-        uint64_t unprotected_pages;     /* found written and left unprotected: the
+        uint64_t present_pages;     /* resident pages seen (the zero page left out) */
+        uint64_t idle_pages;        /* of those, untouched since the scan before */
+        uint64_t protected_pages;   /* write-protected again by this scan */
+        uint64_t unprotected_pages; /* found written and left unprotected: the
                                          * backoff of hot pages or the budget */
-        uint64_t rearm_floor;           /* the least backoff level of hot pages */
-        uint64_t protect_failures;      /* runs left unprotected (they stay young) */
-        uint64_t table_bytes;           /* memory of the age table after it */
+        uint64_t rearm_floor;       /* the least backoff level of hot pages */
+        uint64_t protect_failures;  /* runs left unprotected (they stay young) */
+        uint64_t table_bytes;       /* memory of the age table after it */
         uint64_t duration_ns;
 };
 
@@ -99,6 +99,5 @@ uint32_t zsw_age_coldest(const struct zsw_age *a, uint32_t min_age, uint64_t wan
  * scans old, at most max pages in at most n_max runs (the zero page left
  * out), and advances *cursor past what it looked at. Returns the number
  * of runs, possibly 0 before end is reached, or a negative errno. */
-int zsw_age_next_round(const struct zsw_age *a, int pagemap_fd, uint32_t min_age,
-                       uint64_t *cursor, uint64_t end, uint64_t max,
-                       struct zsw_page_run *runs, size_t n_max);
+int zsw_age_next_round(const struct zsw_age *a, int pagemap_fd, uint32_t min_age, uint64_t *cursor,
+                       uint64_t end, uint64_t max, struct zsw_page_run *runs, size_t n_max);

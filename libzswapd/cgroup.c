@@ -82,8 +82,8 @@ static bool has_option(const char *opts, size_t n, const char *opt) {
 
 /* The mount point and, after " - ", the type and super options of one
  * mountinfo line. */
-static bool split_mountinfo(const char *line, size_t n, char mnt[static 256], char fstype[static 32],
-                            const char **opts, size_t *opts_len) {
+static bool split_mountinfo(const char *line, size_t n, char mnt[static 256],
+                            char fstype[static 32], const char **opts, size_t *opts_len) {
         const char *p = line, *end = line + n, *sep;
         int field = 0;
 

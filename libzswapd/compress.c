@@ -73,8 +73,8 @@ static int lz4_compress_batch(void *state, int level, const void *const *src, vo
                  * a sizeable share of compressing 4 KiB. Without a
                  * dictionary the output is plain LZ4 block data. */
                 LZ4_resetStream_fast(state);
-                r = LZ4_compress_fast_continue(state, src[i], dst[i], ZSW_PAGE_SIZE,
-                                               (int) max_len, 1);
+                r = LZ4_compress_fast_continue(state, src[i], dst[i], ZSW_PAGE_SIZE, (int) max_len,
+                                               1);
                 ret_lens[i] = r > 0 ? (uint32_t) r : 0;
                 done += r > 0;
         }
@@ -233,8 +233,7 @@ int zsw_compress_batch(struct zsw_compress_ctx *ctx, const void *const *src, voi
                        size_t n, uint32_t max_len, uint32_t *ret_lens) {
         if (max_len < 1 || max_len > ZSW_PAGE_SIZE)
                 return -EINVAL;
-        return ctx->backend->compress_batch(ctx->state, ctx->level, src, dst, n, max_len,
-                                            ret_lens);
+        return ctx->backend->compress_batch(ctx->state, ctx->level, src, dst, n, max_len, ret_lens);
 }
 
 int zsw_decompress_ctx_new(struct zsw_decompress_ctx **ret) {

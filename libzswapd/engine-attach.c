@@ -52,7 +52,8 @@ static int check_attachable(struct zsw_engine *e, pid_t pid, struct zsw_engine_e
             sscanf(p + 1, " %c %*d %*d %*d %*d %*d %llu", &state, &flags) != 2)
                 return engine_fail(err, -ESRCH, "cannot read the state of process %d", pid);
         if (flags & PF_KTHREAD)
-                return engine_fail(err, -EPERM, "process %d is a kernel thread: it has no user memory", pid);
+                return engine_fail(err, -EPERM,
+                                   "process %d is a kernel thread: it has no user memory", pid);
         if (state == 'Z' || state == 'X')
                 return engine_fail(err, -EINVAL, "process %d is a zombie: it has exited", pid);
 
@@ -65,9 +66,10 @@ static int check_attachable(struct zsw_engine *e, pid_t pid, struct zsw_engine_e
 
                 if (sscanf(buf, "TracerPid: %d", &tracer) == 1 && tracer != 0) {
                         fclose(f);
-                        return engine_fail(err, -EBUSY,
-                                    "process %d is traced by process %d (a debugger?); detach it first",
-                                    pid, tracer);
+                        return engine_fail(
+                                err, -EBUSY,
+                                "process %d is traced by process %d (a debugger?); detach it first",
+                                pid, tracer);
                 }
         }
         fclose(f);
@@ -112,14 +114,17 @@ int zsw_engine_attach_with(struct zsw_engine *e, pid_t pid, const struct zsw_tar
                 r = -ENOMEM;
                 goto out;
         }
-        r = target_configure(t, &(struct target_defaults) {
+        r = target_configure(t,
+                             &(struct target_defaults) {
                                      .compressor = e->compressor,
                                      .compression_level = e->config.compression_level,
                                      .prefetch_window = e->config.prefetch_window,
                                      .zero_window = e->config.zero_window,
-                             }, tc);
+                             },
+                             tc);
         if (r < 0) {
-                r = engine_fail(err, r, "unknown compressor '%s'", tc && tc->compressor ? tc->compressor : "");
+                r = engine_fail(err, r, "unknown compressor '%s'",
+                                tc && tc->compressor ? tc->compressor : "");
                 goto out;
         }
         t->pidfd = (int) syscall(SYS_pidfd_open, pid, 0);
@@ -137,29 +142,31 @@ int zsw_engine_attach_with(struct zsw_engine *e, pid_t pid, const struct zsw_tar
                 }
                 if (r < 0) {
                         r = engine_fail(err, r, "cannot ptrace process %d: %s%s", pid, strerror(-r),
-                                 r == -EPERM ? " (is zswapd missing CAP_SYS_PTRACE?)" : "");
+                                        r == -EPERM ? " (is zswapd missing CAP_SYS_PTRACE?)" : "");
                         goto out;
                 }
                 r = zsw_remote_map_scratch(remote, SCRATCH_SIZE, &t->scratch);
                 if (r >= 0) {
                         t->scratch_size = SCRATCH_SIZE;
-                        r = zsw_remote_open_uffd(remote, O_CLOEXEC | O_NONBLOCK, &t->target_uffd, &t->uffd);
+                        r = zsw_remote_open_uffd(remote, O_CLOEXEC | O_NONBLOCK, &t->target_uffd,
+                                                 &t->uffd);
                 }
                 if (r < 0) {
-                        r = engine_fail(err, r, "cannot create a userfaultfd inside process %d: %s", pid,
-                                 strerror(-r));
+                        r = engine_fail(err, r, "cannot create a userfaultfd inside process %d: %s",
+                                        pid, strerror(-r));
                         goto out_remote;
                 }
         }
         r = zsw_uffd_api(t->uffd, uffd_features, NULL);
         if (r < 0) {
-                r = engine_fail(err, r, "userfaultfd handshake failed: %s (kernel too old?)", strerror(-r));
+                r = engine_fail(err, r, "userfaultfd handshake failed: %s (kernel too old?)",
+                                strerror(-r));
                 goto out_remote;
         }
         r = zsw_store_owner_new(e->store, &t->owner_config, &t->owner);
         if (r < 0) {
                 r = engine_fail(err, r, "cannot set up its store: %s%s", strerror(-r),
-                         r == -EINVAL ? " (bad compression level?)" : "");
+                                r == -EINVAL ? " (bad compression level?)" : "");
                 goto out_remote;
         }
         r = engine_publish(e, t);
@@ -186,7 +193,7 @@ out:
 /* Puts every stored page back, in chunks under serve_lock so that the
  * target's events are ordered with our copies (see engine-internal.h). */
 static int copy_back(struct zsw_engine *e, struct zsw_target *t) {
-        _Alignas(64) uint8_t page[ZSW_PAGE_SIZE];      /* on the stack: the library keeps no globals */
+        _Alignas(64) uint8_t page[ZSW_PAGE_SIZE]; /* on the stack: the library keeps no globals */
         uint64_t pgno = 0;
         bool more = true;
         int r = 0;
@@ -206,7 +213,8 @@ static int copy_back(struct zsw_engine *e, struct zsw_target *t) {
                         r = zsw_store_load(e->worker, t->owner, pgno, page, 0);
                         if (r < 0)
                                 break;
-                        copied = zsw_uffd_copy(t->uffd, pgno * ZSW_PAGE_SIZE, page, ZSW_PAGE_SIZE, 0);
+                        copied = zsw_uffd_copy(t->uffd, pgno * ZSW_PAGE_SIZE, page, ZSW_PAGE_SIZE,
+                                               0);
                         if (copied == -EAGAIN)
                                 /* An event is pending: let the fault threads
                                  * read it first, then try this page again. */
@@ -256,8 +264,7 @@ static void wait_events_in_flight(struct zsw_target *t) {
         }
 }
 
-int engine_detach_locked(struct zsw_engine *e, struct zsw_target *t,
-                         struct zsw_engine_error *err) {
+int engine_detach_locked(struct zsw_engine *e, struct zsw_target *t, struct zsw_engine_error *err) {
         int r;
 
         /* Held first touches go first: they wait on us. */
@@ -268,8 +275,9 @@ int engine_detach_locked(struct zsw_engine *e, struct zsw_target *t,
         zsw_mutex_unlock(&e->worker_lock);
         if (r < 0 && r != -ESRCH) {
                 zsw_mutex_unlock(&t->evict_lock);
-                return engine_fail(err, r, "cannot put the pages of process %d back: %s; it stays attached",
-                            t->pid, strerror(-r));
+                return engine_fail(err, r,
+                                   "cannot put the pages of process %d back: %s; it stays attached",
+                                   t->pid, strerror(-r));
         }
         /* Nothing is stored any more: unregistering cannot turn a page we
          * hold into zeros. */
@@ -280,10 +288,12 @@ int engine_detach_locked(struct zsw_engine *e, struct zsw_target *t,
         wait_events_in_flight(t);
         r = target_cleanup_remote(e, t);
         if (r < 0 && r != -ESRCH)
-                zsw_log(e->log, LOG_WARNING, "Process %d has every page back, but its userfaultfd "
-                        "reference (fd %d, no range registered) and a %zu-byte scratch mapping stay "
-                        "in it until it exits or execs: %s", t->pid, t->target_uffd,
-                        t->scratch_size, strerror(-r));
+                zsw_log(e->log, LOG_WARNING,
+                        "Process %d has every page back, but its userfaultfd "
+                        "reference (fd %d, no range registered) and a %zu-byte scratch mapping "
+                        "stay "
+                        "in it until it exits or execs: %s",
+                        t->pid, t->target_uffd, t->scratch_size, strerror(-r));
         zsw_mutex_unlock(&t->evict_lock);
         engine_unpublish(e, t);
         zsw_log(e->log, LOG_INFO, "Detached from process %d", t->pid);

@@ -61,8 +61,10 @@ static pid_t find_new_child(struct zsw_engine *e, pid_t parent) {
                         p = fgets(sbuf, sizeof(sbuf), sf);
                         fclose(sf);
                         if (p && (p = strrchr(sbuf, ')')) &&
-                            sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d "
-                                          "%*d %*d %*d %*d %*d %llu", &st) == 1 &&
+                            sscanf(p + 1,
+                                   " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d "
+                                   "%*d %*d %*d %*d %*d %llu",
+                                   &st) == 1 &&
                             st >= best_start) {
                                 best_start = st;
                                 best = c;
@@ -122,8 +124,10 @@ static void give_child_its_uffd(struct zsw_engine *e, struct zsw_target *t) {
                 r = zsw_remote_install_fd(remote, t->uffd, &tfd);
         if (r < 0) {
                 zsw_log(e->log, LOG_WARNING,
-                        "Cannot give fork child %d a reference to its userfaultfd: %s; it depends on "
-                        "zswapd staying up", t->pid, strerror(-r));
+                        "Cannot give fork child %d a reference to its userfaultfd: %s; it depends "
+                        "on "
+                        "zswapd staying up",
+                        t->pid, strerror(-r));
                 return;
         }
         t->target_uffd = tfd;
@@ -146,7 +150,7 @@ void engine_name_children(struct zsw_engine *e) {
                         return;
                 pid = find_new_child(e, t->parent_pid);
                 zsw_mutex_lock(&e->table_lock, ZSW_LOCK_TABLE);
-                t->parent_pid = 0;      /* one try: a child gone already stays unnamed */
+                t->parent_pid = 0; /* one try: a child gone already stays unnamed */
                 if (pid > 0) {
                         t->pid = pid;
                         t->pidfd = (int) syscall(SYS_pidfd_open, pid, 0);

@@ -70,7 +70,7 @@ struct zsw_engine {
         enum zsw_compressor compressor; /* config.compressor's */
         const struct zsw_log *log;
         struct zsw_store *store;
-        struct zsw_swapfile *swapfile;  /* NULL without writeback */
+        struct zsw_swapfile *swapfile; /* NULL without writeback */
         struct zsw_writeback *writeback;
 
         pthread_mutex_t control_lock;
@@ -115,8 +115,7 @@ int engine_writeback_start(struct zsw_engine *e);
 
 /* engine-attach.c: puts every page of t back, removes what attach left
  * in it and frees it; under control_lock. On failure t stays attached. */
-int engine_detach_locked(struct zsw_engine *e, struct zsw_target *t,
-                         struct zsw_engine_error *err);
+int engine_detach_locked(struct zsw_engine *e, struct zsw_target *t, struct zsw_engine_error *err);
 
 /* engine-fork.c: a fork of parent (struct fault_events): the child is
  * served from now on; the reaper names it (engine_name_children()). */

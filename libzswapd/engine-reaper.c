@@ -30,7 +30,8 @@ static void age_due_targets(struct zsw_engine *e) {
 
                 zsw_mutex_lock(&e->table_lock, ZSW_LOCK_TABLE);
                 for (t = e->targets; t; t = t->next)
-                        if (t->aging && t->pid > 0 && !atomic_load(&t->dead) && t->next_age_ns <= now)
+                        if (t->aging && t->pid > 0 && !atomic_load(&t->dead) &&
+                            t->next_age_ns <= now)
                                 break;
                 zsw_mutex_unlock(&e->table_lock);
                 if (!t)
@@ -83,9 +84,11 @@ static void reap(struct zsw_engine *e) {
                 if (!t)
                         return;
                 if (t->pid > 0)
-                        zsw_log(e->log, LOG_INFO, "Process %d exited or exec'ed; forgetting it", t->pid);
+                        zsw_log(e->log, LOG_INFO, "Process %d exited or exec'ed; forgetting it",
+                                t->pid);
                 else
-                        zsw_log(e->log, LOG_INFO, "A fork child that exited before we could name it is "
+                        zsw_log(e->log, LOG_INFO,
+                                "A fork child that exited before we could name it is "
                                 "forgotten");
                 atomic_store(&t->dead, true);
                 /* A reclaim of it may still run (zsw_engine_reclaim drops

@@ -52,8 +52,10 @@ static int proc_start_time(pid_t pid, uint64_t *ret) {
         p = fgets(buf, sizeof(buf), f);
         fclose(f);
         if (!p || !(p = strrchr(buf, ')')) ||
-            sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
-                          "%*d %*d %llu", &st) != 1)
+            sscanf(p + 1,
+                   " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
+                   "%*d %*d %llu",
+                   &st) != 1)
                 return -EIO;
         *ret = st;
         return 0;
@@ -98,7 +100,8 @@ int zsw_engine_freeze(struct zsw_engine *e, struct zsw_engine_error *err) {
                 if (t->pid == 0 && target_live(t)) {
                         zsw_mutex_unlock(&e->control_lock);
                         (void) engine_reaper_start(e);
-                        return engine_fail(err, -EBUSY, "a fork child of a target is not named yet; "
+                        return engine_fail(err, -EBUSY,
+                                           "a fork child of a target is not named yet; "
                                            "try again in a moment");
                 }
         /* A reclaim or age scan in flight holds its target's evict_lock
@@ -122,7 +125,8 @@ int zsw_engine_freeze(struct zsw_engine *e, struct zsw_engine_error *err) {
         for (t = e->targets; t; t = t->next)
                 if (t->pid == 0 && target_live(t)) {
                         zsw_engine_thaw(e);
-                        return engine_fail(err, -EBUSY, "a target forked during the freeze and "
+                        return engine_fail(err, -EBUSY,
+                                           "a target forked during the freeze and "
                                            "its child is not named yet; try again in a moment");
                 }
         zsw_log(e->log, LOG_INFO, "Engine frozen in %" PRIu64 " ms: %u targets, faults held",
@@ -135,8 +139,10 @@ void zsw_engine_thaw(struct zsw_engine *e) {
                 int r = fault_threads_add(e->faults, t);
 
                 if (r < 0)
-                        zsw_log_errno(e->log, LOG_ERR, r, "Cannot serve process %d again: %m; its "
-                                      "faults wait", t->pid);
+                        zsw_log_errno(e->log, LOG_ERR, r,
+                                      "Cannot serve process %d again: %m; its "
+                                      "faults wait",
+                                      t->pid);
                 (void) fd_set_cloexec(t->uffd, true);
         }
         if (engine_writeback_start(e) < 0)
@@ -214,7 +220,8 @@ static int writer_entry_id(struct writer *w, const void *entry, uint64_t *ret_id
                 }
                 for (size_t k = 0; k < w->cap; k++)
                         if (w->keys[k]) {
-                                for (i = hash_ptr(w->keys[k], cap); keys[i]; i = (i + 1) & (cap - 1))
+                                for (i = hash_ptr(w->keys[k], cap); keys[i];
+                                     i = (i + 1) & (cap - 1))
                                         ;
                                 keys[i] = w->keys[k];
                                 ids[i] = w->ids[k];
@@ -249,8 +256,10 @@ static int save_page(void *userdata, const struct zsw_store_page *p) {
                 return r;
         writer_put(w, &sp, sizeof(sp));
         if (is_new) {
-                struct state_entry se = { .state = p->state, .compressor = p->compressor,
-                                          .length = p->length, .value = p->value };
+                struct state_entry se = { .state = p->state,
+                                          .compressor = p->compressor,
+                                          .length = p->length,
+                                          .value = p->value };
 
                 static const uint8_t pad[8];
 
@@ -317,8 +326,10 @@ int zsw_engine_save(struct zsw_engine *e, int fd, const char *(*label)(void *use
         _cleanup_free_ struct zsw_target **v = NULL;
         _cleanup_free_ uint32_t *family = NULL;
         struct writer w = { .fd = fd };
-        struct state_header h = { .magic = ZSW_STATE_MAGIC, .version = ZSW_STATE_VERSION,
-                                  .page_size = ZSW_PAGE_SIZE, .header_size = sizeof(h),
+        struct state_header h = { .magic = ZSW_STATE_MAGIC,
+                                  .version = ZSW_STATE_VERSION,
+                                  .page_size = ZSW_PAGE_SIZE,
+                                  .header_size = sizeof(h),
                                   .target_size = sizeof(struct state_target) };
         struct state_trailer tr = { .magic = ZSW_STATE_END };
         uint64_t start = zsw_now_ns();
@@ -355,12 +366,15 @@ int zsw_engine_save(struct zsw_engine *e, int fd, const char *(*label)(void *use
         if (r < 0) {
                 for (size_t i = 0; i < n; i++)
                         (void) fd_set_cloexec(v[i]->uffd, true);
-                return err && err->message[0] ? r :
-                       engine_fail(err, r, "cannot keep a userfaultfd across exec: %s", strerror(-r));
+                return err && err->message[0]
+                               ? r
+                               : engine_fail(err, r, "cannot keep a userfaultfd across exec: %s",
+                                             strerror(-r));
         }
-        zsw_log(e->log, LOG_INFO, "State saved in %" PRIu64 " ms: %zu targets, %" PRIu64 " entries, "
-                "%" PRIu64 " bytes", (zsw_now_ns() - start) / 1000000, n, tr.n_entries,
-                tr.total_bytes);
+        zsw_log(e->log, LOG_INFO,
+                "State saved in %" PRIu64 " ms: %zu targets, %" PRIu64 " entries, "
+                "%" PRIu64 " bytes",
+                (zsw_now_ns() - start) / 1000000, n, tr.n_entries, tr.total_bytes);
         return (int) n;
 }
 
@@ -375,8 +389,8 @@ int zsw_engine_save(struct zsw_engine *e, int fd, const char *(*label)(void *use
 struct reader {
         int fd;
         uint8_t *buf;
-        size_t len, pos;        /* bytes in buf, and the next to take */
-        uint64_t left;          /* bytes of the state not read yet, trailer excluded */
+        size_t len, pos; /* bytes in buf, and the next to take */
+        uint64_t left;   /* bytes of the state not read yet, trailer excluded */
         uint64_t taken;
         /* Entries made so far, by id. */
         struct zsw_entry **entries;
@@ -531,8 +545,10 @@ static int load_target(struct zsw_engine *e, struct reader *rd, struct zsw_targe
                 return -ENOMEM;
         made[i] = t;
         t->owner_config = (struct zsw_owner_config) {
-                .compressor = st->compressor, .level = st->level,
-                .max_pages = st->max_pages, .no_writeback = st->no_writeback,
+                .compressor = st->compressor,
+                .level = st->level,
+                .max_pages = st->max_pages,
+                .no_writeback = st->no_writeback,
         };
         t->prefetch_window = MIN(st->prefetch_window, FAULT_PREFETCH_MAX);
         t->prefetch_now = t->prefetch_window;
@@ -557,9 +573,10 @@ static int load_check_header(const struct state_header *h, const struct state_tr
                 return engine_fail(err, -EPROTO, "not a zswapd state (bad magic)");
         if (h->version != ZSW_STATE_VERSION || h->header_size != sizeof(*h) ||
             h->target_size != sizeof(struct state_target))
-                return engine_fail(err, -EPROTO, "state version %u (layout %u/%u) is not the one "
-                                   "this zswapd reads (%u)", h->version, h->header_size,
-                                   h->target_size, ZSW_STATE_VERSION);
+                return engine_fail(err, -EPROTO,
+                                   "state version %u (layout %u/%u) is not the one "
+                                   "this zswapd reads (%u)",
+                                   h->version, h->header_size, h->target_size, ZSW_STATE_VERSION);
         if (h->page_size != ZSW_PAGE_SIZE)
                 return engine_fail(err, -EPROTO, "state of %u-byte pages", h->page_size);
         if (memcmp(tr->magic, ZSW_STATE_END, sizeof(tr->magic)) != 0 || tr->total_bytes != size)
@@ -604,8 +621,8 @@ static int load_all(struct zsw_engine *e, struct reader *rd, const struct state_
 /* Serves each target that is still its process and wakes its waiters;
  * frees the others. */
 static int load_publish(struct zsw_engine *e, struct zsw_target **made,
-                        const struct state_target *recs, size_t n,
-                        zsw_engine_adopted_fn adopted, void *userdata) {
+                        const struct state_target *recs, size_t n, zsw_engine_adopted_fn adopted,
+                        void *userdata) {
         int adopted_n = 0;
 
         for (size_t i = 0; i < n; i++) {
@@ -617,15 +634,19 @@ static int load_publish(struct zsw_engine *e, struct zsw_target **made,
                 made[i] = NULL;
                 (void) fd_set_cloexec(t->uffd, true);
                 if (!load_same_process(&recs[i], &t->pidfd)) {
-                        zsw_log(e->log, LOG_INFO, "Process %d exited during the re-exec; its pages "
-                                "are freed", t->pid);
+                        zsw_log(e->log, LOG_INFO,
+                                "Process %d exited during the re-exec; its pages "
+                                "are freed",
+                                t->pid);
                         target_free(t);
                         continue;
                 }
                 r = engine_publish(e, t);
                 if (r < 0) {
-                        zsw_log_errno(e->log, LOG_ERR, r, "Cannot serve process %d after re-exec: %m; "
-                                      "its faults wait for the next zswapd", t->pid);
+                        zsw_log_errno(e->log, LOG_ERR, r,
+                                      "Cannot serve process %d after re-exec: %m; "
+                                      "its faults wait for the next zswapd",
+                                      t->pid);
                         t->uffd = -EBADF; /* never closed: its pages would read as zeros */
                         target_free(t);
                         continue;
@@ -683,7 +704,9 @@ int zsw_engine_load(struct zsw_engine *e, int fd, zsw_engine_adopted_fn adopted,
         free(rd.entries);
         free(rd.buf);
         if (r >= 0)
-                zsw_log(e->log, LOG_INFO, "State loaded in %" PRIu64 " ms: %d targets adopted, %zu "
-                        "entries", (zsw_now_ns() - start) / 1000000, r, rd.n_entries);
+                zsw_log(e->log, LOG_INFO,
+                        "State loaded in %" PRIu64 " ms: %d targets adopted, %zu "
+                        "entries",
+                        (zsw_now_ns() - start) / 1000000, r, rd.n_entries);
         return r;
 }

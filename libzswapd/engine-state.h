@@ -31,12 +31,12 @@
 #define ZSW_STATE_LABEL_MAX 64u
 
 struct state_header {
-        char magic[8];                  /* ZSW_STATE_MAGIC */
-        uint32_t version;               /* ZSW_STATE_VERSION */
-        uint32_t page_size;             /* ZSW_PAGE_SIZE of the writer */
+        char magic[8];      /* ZSW_STATE_MAGIC */
+        uint32_t version;   /* ZSW_STATE_VERSION */
+        uint32_t page_size; /* ZSW_PAGE_SIZE of the writer */
         uint32_t n_targets;
-        uint32_t header_size;           /* sizeof(struct state_header) */
-        uint32_t target_size;           /* sizeof(struct state_target) */
+        uint32_t header_size; /* sizeof(struct state_header) */
+        uint32_t target_size; /* sizeof(struct state_target) */
         uint32_t reserved;
 };
 
@@ -58,19 +58,19 @@ struct state_target {
 
 struct state_page {
         uint64_t pgno;
-        uint64_t id;                    /* the entry's number, in the order first given */
+        uint64_t id; /* the entry's number, in the order first given */
 };
 
 struct state_entry {
-        uint8_t state;                  /* enum zsw_entry_state: SAME, COMPRESSED or RAW */
+        uint8_t state; /* enum zsw_entry_state: SAME, COMPRESSED or RAW */
         uint8_t compressor;
-        uint16_t length;                /* payload bytes that follow; 0 for SAME */
+        uint16_t length; /* payload bytes that follow; 0 for SAME */
         uint32_t reserved;
-        uint64_t value;                 /* SAME: the repeated word */
+        uint64_t value; /* SAME: the repeated word */
 };
 
 struct state_trailer {
-        char magic[8];                  /* ZSW_STATE_END */
+        char magic[8]; /* ZSW_STATE_END */
         uint64_t n_entries;
-        uint64_t total_bytes;           /* the whole state, trailer included */
+        uint64_t total_bytes; /* the whole state, trailer included */
 };

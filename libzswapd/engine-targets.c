@@ -30,8 +30,9 @@ int engine_fail_stuck(struct zsw_engine_error *err, pid_t pid, const char *advic
 
         if (zsw_remote_describe_stuck(pid, why, sizeof(why)) < 0)
                 snprintf(why, sizeof(why), "no thread of it looks stuck now");
-        return engine_fail(err, -ETIMEDOUT, "process %d did not stop for ptrace within %u ms: %s; %s", pid,
-                    ZSW_REMOTE_STOP_TIMEOUT_MS, why, advice);
+        return engine_fail(err, -ETIMEDOUT,
+                           "process %d did not stop for ptrace within %u ms: %s; %s", pid,
+                           ZSW_REMOTE_STOP_TIMEOUT_MS, why, advice);
 }
 
 struct zsw_target *engine_find_target(struct zsw_engine *e, pid_t pid) {

@@ -22,8 +22,8 @@
 
 int zsw_engine_reclaim(struct zsw_engine *e, pid_t pid, uint64_t max_bytes,
                        struct zsw_reclaim_result *ret, struct zsw_engine_error *err) {
-        return zsw_engine_reclaim_cold(e, pid, &(struct zsw_reclaim_request) { .max_bytes = max_bytes },
-                                       ret, err);
+        return zsw_engine_reclaim_cold(
+                e, pid, &(struct zsw_reclaim_request) { .max_bytes = max_bytes }, ret, err);
 }
 
 /* A round that could not stop the target was given up and rolled back
@@ -34,8 +34,10 @@ static void reclaim_note_stuck(struct zsw_target *t, int r, struct zsw_engine_er
         target_note_reclaim(t, r);
         if (r != -ETIMEDOUT)
                 return;
-        snprintf(e2.message, sizeof(e2.message), "the round in progress was undone; next try in "
-                 "%u s", t->stuck_backoff_s);
+        snprintf(e2.message, sizeof(e2.message),
+                 "the round in progress was undone; next try in "
+                 "%u s",
+                 t->stuck_backoff_s);
         (void) engine_fail_stuck(err, t->pid, e2.message);
 }
 
@@ -51,7 +53,8 @@ int zsw_engine_reclaim_cold(struct zsw_engine *e, pid_t pid, const struct zsw_re
         t = engine_find_target(e, pid);
         if (!t) {
                 zsw_mutex_unlock(&e->control_lock);
-                return engine_fail(err, -ENOENT, "process %d is not attached; attach it first", pid);
+                return engine_fail(err, -ENOENT, "process %d is not attached; attach it first",
+                                   pid);
         }
         /* Nobody pays for age scans before somebody asks for ages. */
         t->aging = t->aging || req->min_cold_age_ms > 0;
@@ -67,9 +70,11 @@ int zsw_engine_reclaim_cold(struct zsw_engine *e, pid_t pid, const struct zsw_re
                 t->next_age_ns = start + e->age_interval_ns;
         zsw_mutex_unlock(&e->control_lock);
         if (start < t->stuck_retry_ns) {
-                r = engine_fail(err, -ETIMEDOUT, "process %d could not be stopped at the last try (%s); "
-                         "next try in %" PRIu64 " s", pid, t->stuck_why,
-                         (uint64_t) DIV_ROUND_UP(t->stuck_retry_ns - start, 1000000000ull));
+                r = engine_fail(err, -ETIMEDOUT,
+                                "process %d could not be stopped at the last try (%s); "
+                                "next try in %" PRIu64 " s",
+                                pid, t->stuck_why,
+                                (uint64_t) DIV_ROUND_UP(t->stuck_retry_ns - start, 1000000000ull));
                 zsw_mutex_unlock(&t->evict_lock);
                 return r;
         }
@@ -95,13 +100,15 @@ int zsw_engine_age_scan(struct zsw_engine *e, pid_t pid, struct zsw_engine_error
         t = engine_find_target(e, pid);
         if (!t) {
                 zsw_mutex_unlock(&e->control_lock);
-                return engine_fail(err, -ENOENT, "process %d is not attached; attach it first", pid);
+                return engine_fail(err, -ENOENT, "process %d is not attached; attach it first",
+                                   pid);
         }
         zsw_mutex_lock(&t->evict_lock, ZSW_LOCK_EVICT);
         zsw_mutex_unlock(&e->control_lock);
         r = evict_age_scan(&e->evict, t);
         zsw_mutex_unlock(&t->evict_lock);
-        return r < 0 ? engine_fail(err, r, "age scan of process %d failed: %s", pid, strerror(-r)) : 0;
+        return r < 0 ? engine_fail(err, r, "age scan of process %d failed: %s", pid, strerror(-r))
+                     : 0;
 }
 
 int zsw_engine_register(struct zsw_engine *e, pid_t pid) {
@@ -171,7 +178,8 @@ static int writeback_open(struct zsw_engine *e, struct zsw_store_config *sc) {
         r = zsw_swapfile_open(path, c->swapfile_max_bytes ?: ZSW_ENGINE_SWAPFILE_DEFAULT, e->log,
                               &e->swapfile);
         if (r < 0)
-                return zsw_log_errno(e->log, LOG_ERR, r, "Failed to open the swapfile %s: %m", path);
+                return zsw_log_errno(e->log, LOG_ERR, r, "Failed to open the swapfile %s: %m",
+                                     path);
         sc->read_disk = zsw_writeback_read_disk;
         sc->read_disk_batch = zsw_writeback_read_disk_batch;
         sc->free_disk = zsw_writeback_free_disk;
@@ -183,10 +191,11 @@ int engine_writeback_start(struct zsw_engine *e) {
         const struct zsw_engine_config *c = &e->config;
 
         if (!e->swapfile)
-                return zsw_store_set_limits(e->store, &(struct zsw_store_limits) {
-                                                              .pool_bytes = c->pool_limit_bytes,
-                                                              .accept_percent = c->accept_threshold_percent,
-                                                      });
+                return zsw_store_set_limits(e->store,
+                                            &(struct zsw_store_limits) {
+                                                    .pool_bytes = c->pool_limit_bytes,
+                                                    .accept_percent = c->accept_threshold_percent,
+                                            });
         return zsw_writeback_new(e->store, e->swapfile,
                                  &(struct zsw_writeback_config) {
                                          .pool_limit_bytes = c->pool_limit_bytes,
@@ -204,7 +213,8 @@ int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **r
         /* Pages are ZSW_PAGE_SIZE bytes in every part of the engine, its
          * buffers and uffd copies, and for the daemon. */
         if (sysconf(_SC_PAGESIZE) != ZSW_PAGE_SIZE)
-                return zsw_log_errno(config->log, LOG_ERR, -EOPNOTSUPP, "This machine's pages are "
+                return zsw_log_errno(config->log, LOG_ERR, -EOPNOTSUPP,
+                                     "This machine's pages are "
                                      "%ld bytes; zswapd runs only where they are %u bytes",
                                      sysconf(_SC_PAGESIZE), ZSW_PAGE_SIZE);
         e = calloc(1, sizeof(*e));
@@ -213,8 +223,9 @@ int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **r
         e->config = *config;
         e->log = e->evict.log = config->log;
         if (config->age_interval_ms != UINT32_MAX)
-                e->age_interval_ns = (uint64_t) (config->age_interval_ms ?:
-                                                 ZSW_ENGINE_AGE_INTERVAL_DEFAULT_MS) * 1000000;
+                e->age_interval_ns =
+                        (uint64_t) (config->age_interval_ms ?: ZSW_ENGINE_AGE_INTERVAL_DEFAULT_MS) *
+                        1000000;
         e->reaper_epfd = e->reaper_stop_fd = -EBADF;
         pthread_mutex_init(&e->control_lock, NULL);
         pthread_mutex_init(&e->table_lock, NULL);
@@ -283,9 +294,11 @@ struct zsw_engine *zsw_engine_free(struct zsw_engine *e) {
                         target_free(t);
                 } else if (engine_detach_locked(e, t, &err) < 0) {
                         zsw_store_owner_get_stats(t->owner, &os);
-                        zsw_log(e->log, LOG_ERR, "Not freeing the engine: %s (%" PRIu64 " pages "
+                        zsw_log(e->log, LOG_ERR,
+                                "Not freeing the engine: %s (%" PRIu64 " pages "
                                 "have no other copy); its fault threads go on serving it until "
-                                "this process exits", err.message, os.stored_pages);
+                                "this process exits",
+                                err.message, os.stored_pages);
                         held++;
                 }
         }

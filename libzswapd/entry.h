@@ -44,8 +44,8 @@ struct zsw_entry {
          * read the pool copy. */
         uint64_t disk_sector;
         _Atomic uint32_t refs;
-        uint16_t length;         /* payload bytes; 0 for same-filled */
-        uint8_t state : 4;       /* enum zsw_entry_state; changed under the owner lock */
+        uint16_t length;   /* payload bytes; 0 for same-filled */
+        uint8_t state : 4; /* enum zsw_entry_state; changed under the owner lock */
         /* enum zsw_compressor of a compressed payload; on disk,
          * ZSW_ENTRY_DISK_RAW for a page written as it was. */
         uint8_t compressor : 4;

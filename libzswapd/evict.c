@@ -161,7 +161,7 @@ bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr, bool *ret_round) {
  * it must. Outside a committed round every removal is the target's. */
 void evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, enum evict_removal kind) {
         struct evict_batch *b = &t->batch;
-        uint64_t from = start;  /* start of the target's part not yet dropped */
+        uint64_t from = start; /* start of the target's part not yet dropped */
 
         zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
         if (b->n_drop > 0 && kind == REMOVAL_REMOVE && !b->drop_silent) {
@@ -268,14 +268,16 @@ uint64_t evict_first_in_round(struct zsw_target *t, uint64_t from, uint64_t end)
                                 size_t mid = (lo + hi) / 2;
 
                                 if (((uint64_t) b->drop[mid].iov_base + b->drop[mid].iov_len) /
-                                            ZSW_PAGE_SIZE <= from)
+                                            ZSW_PAGE_SIZE <=
+                                    from)
                                         lo = mid + 1;
                                 else
                                         hi = mid;
                         }
                         if (lo < b->n_drop)
-                                first = MIN(first, MAX((uint64_t) b->drop[lo].iov_base / ZSW_PAGE_SIZE,
-                                                       from));
+                                first = MIN(
+                                        first,
+                                        MAX((uint64_t) b->drop[lo].iov_base / ZSW_PAGE_SIZE, from));
                 }
         }
         zsw_mutex_unlock(&t->batch_lock);
@@ -357,27 +359,27 @@ static size_t collect_runs(const struct evict_batch *b, struct iovec *runs) {
 
 struct evict_round {
         struct zsw_target *target;
-        uint8_t *buf;                           /* 2 chunks of pages */
-        void *bufs[2][ZSW_EVICT_CHUNK_PAGES];   /* its pages, by half */
-        size_t chunk;                           /* first page of the chunk being stored */
-        size_t n_kept;                          /* cancelled for the store or a vanished page, not a write */
-        void *const *chunk_bufs;                /* and where its pages are */
+        uint8_t *buf;                         /* 2 chunks of pages */
+        void *bufs[2][ZSW_EVICT_CHUNK_PAGES]; /* its pages, by half */
+        size_t chunk;                         /* first page of the chunk being stored */
+        size_t n_kept;           /* cancelled for the store or a vanished page, not a write */
+        void *const *chunk_bufs; /* and where its pages are */
         struct iovec runs[ZSW_EVICT_MAX_PAGES];
         size_t n_runs;
-        struct zsw_page_run regions[ZSW_EVICT_MAX_PAGES];      /* the round's pages, as chosen */
-        struct zsw_page_run empties[ZSW_EVICT_MAX_PAGES];      /* round_bridge()'s scan, and
+        struct zsw_page_run regions[ZSW_EVICT_MAX_PAGES]; /* the round's pages, as chosen */
+        struct zsw_page_run empties[ZSW_EVICT_MAX_PAGES]; /* round_bridge()'s scan, and
                                                                 * drop_hot()'s room */
-        struct iovec span;                                     /* first to last page of the drop */
-        uint64_t taken[ZSW_EVICT_MAX_PAGES];                   /* page numbers the drop took */
-        const struct zsw_range *ranges;                        /* registered, sorted: a bridge */
-        size_t n_ranges;                                       /* stays inside one of them */
+        struct iovec span;                                /* first to last page of the drop */
+        uint64_t taken[ZSW_EVICT_MAX_PAGES];              /* page numbers the drop took */
+        const struct zsw_range *ranges;                   /* registered, sorted: a bridge */
+        size_t n_ranges;                                  /* stays inside one of them */
         bool read_ok[ZSW_EVICT_MAX_PAGES];
         bool stored[ZSW_EVICT_MAX_PAGES];
         bool protected_[ZSW_EVICT_MAX_PAGES];
-        int pagemap;                            /* the target's, for the round's scans */
+        int pagemap; /* the target's, for the round's scans */
         /* Where the time goes, for the debug log. */
         uint64_t ns_scan, ns_protect, ns_read, ns_store, ns_drop, ns_seize, ns_inject, ns_sync;
-        uint64_t runs_chosen, runs_dropped;     /* before and after round_bridge() */
+        uint64_t runs_chosen, runs_dropped; /* before and after round_bridge() */
 };
 
 #define ROUND_BUF_SIZE ((size_t) 2 * ZSW_EVICT_CHUNK_PAGES * ZSW_PAGE_SIZE)
@@ -418,8 +420,8 @@ static int evict_round_get(struct evictor *e, struct evict_round **ret) {
                 (void) madvise(rd->buf, ROUND_BUF_SIZE, MADV_HUGEPAGE);
                 for (size_t h = 0; h < 2; h++)
                         for (size_t i = 0; i < ZSW_EVICT_CHUNK_PAGES; i++)
-                                rd->bufs[h][i] = rd->buf +
-                                                 (h * ZSW_EVICT_CHUNK_PAGES + i) * ZSW_PAGE_SIZE;
+                                rd->bufs[h][i] =
+                                        rd->buf + (h * ZSW_EVICT_CHUNK_PAGES + i) * ZSW_PAGE_SIZE;
                 e->evict_round = rd;
         }
         rd = e->evict_round;
@@ -463,8 +465,8 @@ static void store_batch(void *arg, struct zsw_worker *w, size_t item) {
 }
 
 /* Step 3 for the chunk of pages from first: reads them into half h. */
-static int chunk_read(struct evictor *e, struct zsw_target *t, struct evict_round *rd,
-                      size_t first, size_t h) {
+static int chunk_read(struct evictor *e, struct zsw_target *t, struct evict_round *rd, size_t first,
+                      size_t h) {
         struct evict_batch *b = &t->batch;
         size_t n = MIN((size_t) ZSW_EVICT_CHUNK_PAGES, b->n - first);
         uint64_t t0 = zsw_now_ns();
@@ -531,13 +533,14 @@ static int round_keep_protected(struct zsw_target *t, struct evict_round *rd) {
 
                 while (pos < end) {
                         struct zsw_page_run found[64];
-                        int k = zsw_vma_scan(rd->pagemap, pos, end, PAGE_IS_PRESENT, PAGE_IS_WRITTEN,
-                                             found, ARRAY_SIZE(found), &pos);
+                        int k = zsw_vma_scan(rd->pagemap, pos, end, PAGE_IS_PRESENT,
+                                             PAGE_IS_WRITTEN, found, ARRAY_SIZE(found), &pos);
 
                         if (k < 0)
                                 return k;
                         for (int f = 0; f < k; f++)
-                                for (uint64_t a = found[f].start; a < found[f].end; a += ZSW_PAGE_SIZE) {
+                                for (uint64_t a = found[f].start; a < found[f].end;
+                                     a += ZSW_PAGE_SIZE) {
                                         while (j < b->n && b->addrs[j] < a)
                                                 j++;
                                         if (j < b->n && b->addrs[j] == a)
@@ -571,8 +574,8 @@ static int round_collect(struct evictor *e, struct zsw_target *t, struct evict_r
         }
         r = round_keep_protected(t, rd);
         if (r < 0)
-                return zsw_log_errno(e->log, LOG_DEBUG, r, "Cannot scan the round's pages of %d: %m",
-                                     t->pid);
+                return zsw_log_errno(e->log, LOG_DEBUG, r,
+                                     "Cannot scan the round's pages of %d: %m", t->pid);
         rd->ns_protect += zsw_now_ns() - t0;
 
         memset(rd->stored, 0, b->n * sizeof(bool));
@@ -624,8 +627,8 @@ static void round_keep_undropped(struct zsw_target *t) {
 
                 if (b->cancelled[i])
                         continue;
-                if (zsw_vma_scan(pagemap, b->addrs[i], b->addrs[i] + ZSW_PAGE_SIZE, PAGE_IS_PRESENT, 0,
-                                 &run, 1, &next) > 0) {
+                if (zsw_vma_scan(pagemap, b->addrs[i], b->addrs[i] + ZSW_PAGE_SIZE, PAGE_IS_PRESENT,
+                                 0, &run, 1, &next) > 0) {
                         zsw_store_invalidate(t->owner, b->addrs[i] / ZSW_PAGE_SIZE, 1);
                         batch_cancel(b, i);
                 }
@@ -683,10 +686,11 @@ static void round_bridge(struct zsw_target *t, struct evict_round *rd, uint64_t 
 
                 while (e < (size_t) k && rd->empties[e].end < gap_end)
                         e++;
-                if (e < (size_t) k && rd->empties[e].start <= gap && rd->empties[e].end >= gap_end &&
-                    in_one_range(rd, gap, gap_end) && (rseq_end <= gap || gap_end <= rseq))
-                        rd->runs[n].iov_len = gap_end + rd->runs[i].iov_len -
-                                              (uint64_t) rd->runs[n].iov_base;
+                if (e < (size_t) k && rd->empties[e].start <= gap &&
+                    rd->empties[e].end >= gap_end && in_one_range(rd, gap, gap_end) &&
+                    (rseq_end <= gap || gap_end <= rseq))
+                        rd->runs[n].iov_len =
+                                gap_end + rd->runs[i].iov_len - (uint64_t) rd->runs[n].iov_base;
                 else
                         rd->runs[++n] = rd->runs[i];
         }
@@ -715,8 +719,8 @@ static int round_zap(struct evictor *e, struct zsw_target *t, struct evict_round
         struct evict_batch *b = &t->batch;
         int r, k;
 
-        r = zsw_remote_madvise_ranges_batched(remote, t->scratch, t->scratch_size, rd->runs, rd->n_runs,
-                                              MADV_GUARD_INSTALL);
+        r = zsw_remote_madvise_ranges_batched(remote, t->scratch, t->scratch_size, rd->runs,
+                                              rd->n_runs, MADV_GUARD_INSTALL);
         if (r == -EOPNOTSUPP) {
                 zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
                 b->drop_silent = false;
@@ -731,7 +735,8 @@ static int round_zap(struct evictor *e, struct zsw_target *t, struct evict_round
         if (k < 0 && k != -ENOMEM && k != -ESRCH)
                 zsw_log_errno(e->log, LOG_ERR, k,
                               "Cannot remove the guard markers of a drop from process %d: %m; "
-                              "its next touch of those pages will kill it", t->pid);
+                              "its next touch of those pages will kill it",
+                              t->pid);
         return r;
 }
 
@@ -777,8 +782,8 @@ static int round_commit_drop(struct evictor *e, struct zsw_target *t, struct evi
                 return -ESRCH; /* exec'd or exited: nothing to drop */
         r = round_keep_protected(t, rd);
         if (r < 0)
-                return zsw_log_errno(e->log, LOG_DEBUG, r, "Cannot scan the round's pages of %d: %m",
-                                     t->pid);
+                return zsw_log_errno(e->log, LOG_DEBUG, r,
+                                     "Cannot scan the round's pages of %d: %m", t->pid);
 
         zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
         /* The injected call's return writes the thread's rseq area: keep
@@ -788,14 +793,14 @@ static int round_commit_drop(struct evictor *e, struct zsw_target *t, struct evi
                 if (b->addrs[i] < rseq + MAX(rseq_len, 1u) && rseq < b->addrs[i] + ZSW_PAGE_SIZE &&
                     !b->cancelled[i]) {
                         batch_cancel(b, i);
-                        rd->n_kept++;   /* kept by us, not cancelled by a write */
+                        rd->n_kept++; /* kept by us, not cancelled by a write */
                 }
         for (size_t i = 0; i < b->n; i++)
                 if (b->cancelled[i] && !b->moved_in[i])
                         zsw_store_invalidate(t->owner, b->addrs[i] / ZSW_PAGE_SIZE, 1);
         rd->n_runs = collect_runs(b, rd->runs);
         memset(b->drop_seen, 0, b->n * sizeof(b->drop_seen[0]));
-        b->drop_silent = true;  /* unless round_zap() falls back to DONTNEED */
+        b->drop_silent = true; /* unless round_zap() falls back to DONTNEED */
         b->state = EVICT_DROPPING;
         if (rd->n_runs > 1) {
                 /* Bridges may go anywhere between the first page of the
@@ -885,8 +890,8 @@ static int evict_round(struct evictor *e, struct zsw_target *t, struct evict_rou
         rd->n_runs = 0;
         rd->n_kept = 0;
         for (size_t i = 0; i < n_regions; i++) {
-                rd->runs[rd->n_runs++] = (struct iovec) {
-                        (void *) regions[i].start, regions[i].end - regions[i].start };
+                rd->runs[rd->n_runs++] = (struct iovec) { (void *) regions[i].start,
+                                                          regions[i].end - regions[i].start };
                 for (uint64_t a = regions[i].start; a < regions[i].end; a += ZSW_PAGE_SIZE) {
                         b->cancelled[b->n] = false;
                         b->moved_in[b->n] = false;
@@ -938,7 +943,8 @@ static int evict_round(struct evictor *e, struct zsw_target *t, struct evict_rou
                 /* Threads that hit the drop wait: writers on WP faults,
                  * readers of pages already dropped on missing faults. Now
                  * they fault the pages back in from the store. */
-                zsw_uffd_wake(t->uffd, regions[0].start, regions[n_regions - 1].end - regions[0].start);
+                zsw_uffd_wake(t->uffd, regions[0].start,
+                              regions[n_regions - 1].end - regions[0].start);
         return r;
 }
 
@@ -957,7 +963,7 @@ static int evict_round(struct evictor *e, struct zsw_target *t, struct evict_rou
 struct gap {
         struct zsw_page_run pages[GAP_MAX_PAGES];
         size_t n;
-        bool broken;    /* a hot page, or too many: the next run starts anew */
+        bool broken; /* a hot page, or too many: the next run starts anew */
 };
 
 /* Adds page p (kind categories) to the round's regions; extends the last
@@ -992,7 +998,8 @@ int evict_next_round(int pagemap, struct zsw_heat *heat, uint64_t cold_ns, uint6
                         for (uint64_t p = runs[i].start; p < runs[i].end; p += ZSW_PAGE_SIZE) {
                                 bool extends = n > 0 && regions[n - 1].end == p;
 
-                                if (cold_ns && zsw_heat_is_hot(heat, p / ZSW_PAGE_SIZE, cold_ns, now)) {
+                                if (cold_ns &&
+                                    zsw_heat_is_hot(heat, p / ZSW_PAGE_SIZE, cold_ns, now)) {
                                         if (gap.n == GAP_MAX_PAGES ||
                                             zsw_heat_is_hot(heat, p / ZSW_PAGE_SIZE,
                                                             cold_ns / GAP_IDLE_SHARE, now))
@@ -1032,8 +1039,8 @@ int evict_next_round(int pagemap, struct zsw_heat *heat, uint64_t cold_ns, uint6
  * then down to the minimum. Returns the ages of the passes, 0 for none. */
 static unsigned cold_passes(struct zsw_target *t, uint64_t min_age_ms, uint64_t budget,
                             uint32_t passes[2], struct zsw_reclaim_result *res) {
-        uint32_t min_age = t->age ? zsw_age_threshold(t->age, min_age_ms * 1000000, zsw_now_ns()) :
-                           ZSW_AGE_NEVER;
+        uint32_t min_age = t->age ? zsw_age_threshold(t->age, min_age_ms * 1000000, zsw_now_ns())
+                                  : ZSW_AGE_NEVER;
 
         if (min_age == ZSW_AGE_NEVER)
                 return 0;
@@ -1090,8 +1097,10 @@ static int heat_cold_ns(struct zsw_target *t, struct evict_round *rd, const stru
                         for (int i = 0; i < k; i++) {
                                 if (runs[i].categories & PAGE_IS_PFNZERO)
                                         continue;
-                                for (uint64_t p = runs[i].start; p < runs[i].end; p += ZSW_PAGE_SIZE) {
-                                        uint64_t idle = zsw_heat_idle_ns(t->heat, p / ZSW_PAGE_SIZE, now);
+                                for (uint64_t p = runs[i].start; p < runs[i].end;
+                                     p += ZSW_PAGE_SIZE) {
+                                        uint64_t idle =
+                                                zsw_heat_idle_ns(t->heat, p / ZSW_PAGE_SIZE, now);
                                         size_t c = 0;
 
                                         while (!zsw_heat_idle_for(idle, heat_classes_ns[c]))
@@ -1179,15 +1188,16 @@ static int evict_pass(struct evictor *e, struct zsw_target *t, struct evict_roun
 
                         k = age == 0 ? evict_next_round(rd->pagemap, t->heat, cold_ns, t0, &cursor,
                                                         seg[v].end, want, regions,
-                                                        ZSW_EVICT_MAX_PAGES - n) :
-                                       zsw_age_next_round(t->age, rd->pagemap, age, &cursor,
+                                                        ZSW_EVICT_MAX_PAGES - n)
+                                     : zsw_age_next_round(t->age, rd->pagemap, age, &cursor,
                                                           seg[v].end, want, regions,
                                                           ZSW_EVICT_MAX_PAGES - n);
                         if (k > 0 && age > 0 && cold_ns > 0)
                                 k = drop_hot(t->heat, cold_ns, regions, k, rd->empties);
                         rd->ns_scan += zsw_now_ns() - t0;
                         if (k < 0)
-                                return k == -ENOENT || k == -ENOMEM ? flush_round(e, t, rd, n, res) : k;
+                                return k == -ENOENT || k == -ENOMEM ? flush_round(e, t, rd, n, res)
+                                                                    : k;
                         for (int i = 0; i < k; i++)
                                 pages += (regions[i].end - regions[i].start) / ZSW_PAGE_SIZE;
                         n += (size_t) k;
@@ -1205,8 +1215,8 @@ static int evict_pass(struct evictor *e, struct zsw_target *t, struct evict_roun
         return flush_round(e, t, rd, n, res);
 }
 
-int evict_target(struct evictor *e, struct zsw_target *t, uint64_t max_bytes,
-                 uint64_t min_age_ms, struct zsw_reclaim_result *res, char *why, size_t why_size) {
+int evict_target(struct evictor *e, struct zsw_target *t, uint64_t max_bytes, uint64_t min_age_ms,
+                 struct zsw_reclaim_result *res, char *why, size_t why_size) {
         _cleanup_free_ struct zsw_range *ranges = NULL, *seg = NULL;
         _cleanup_close_ int pagemap = -EBADF;
         struct evict_round *rd = NULL;
@@ -1263,9 +1273,8 @@ int evict_target(struct evictor *e, struct zsw_target *t, uint64_t max_bytes,
                 "Evicted %" PRIu64 " pages of %d; us spent: scan %" PRIu64 ", protect %" PRIu64
                 ", read %" PRIu64 ", store %" PRIu64 ", drop %" PRIu64 " (seize %" PRIu64
                 ", inject %" PRIu64 "), sync %" PRIu64 "; %" PRIu64 " runs dropped as %" PRIu64,
-                res->evicted_pages, t->pid,
-                rd->ns_scan / 1000, rd->ns_protect / 1000, rd->ns_read / 1000,
-                rd->ns_store / 1000, rd->ns_drop / 1000, rd->ns_seize / 1000,
+                res->evicted_pages, t->pid, rd->ns_scan / 1000, rd->ns_protect / 1000,
+                rd->ns_read / 1000, rd->ns_store / 1000, rd->ns_drop / 1000, rd->ns_seize / 1000,
                 rd->ns_inject / 1000, rd->ns_sync / 1000, rd->runs_chosen, rd->runs_dropped);
         if (r < 0 && why)
                 snprintf(why, why_size,
@@ -1332,7 +1341,7 @@ int evict_age_scan(struct evictor *e, struct zsw_target *t) {
                 "Age scan of %d: %" PRIu64 " pages present, %" PRIu64 " idle, %" PRIu64
                 " protected again (%" PRIu64 " runs could not be), %" PRIu64 " written left "
                 "unprotected (hot pages' least level %" PRIu64 "), %" PRIu64 " us",
-                t->pid, st.present_pages, st.idle_pages, st.protected_pages,
-                st.protect_failures, st.unprotected_pages, st.rearm_floor, st.duration_ns / 1000);
+                t->pid, st.present_pages, st.idle_pages, st.protected_pages, st.protect_failures,
+                st.unprotected_pages, st.rearm_floor, st.duration_ns / 1000);
         return 0;
 }

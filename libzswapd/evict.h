@@ -14,7 +14,7 @@
  * between calls, freed by evict_round_free()). */
 struct evictor {
         const struct zsw_log *log;
-        struct zsw_worker *worker;      /* the engine's */
+        struct zsw_worker *worker; /* the engine's */
         struct zsw_parallel *evict_pool;
         struct evict_round *evict_round;
 };
@@ -26,8 +26,8 @@ struct evictor {
 
 /* Evicts t's pages (see zsw_engine_reclaim_cold()), with t's evict_lock
  * held; why, if not NULL, receives what stopped an eviction under way. */
-int evict_target(struct evictor *e, struct zsw_target *t, uint64_t max_bytes,
-                 uint64_t min_age_ms, struct zsw_reclaim_result *res, char *why, size_t why_size);
+int evict_target(struct evictor *e, struct zsw_target *t, uint64_t max_bytes, uint64_t min_age_ms,
+                 struct zsw_reclaim_result *res, char *why, size_t why_size);
 /* The next round's pages from [*cursor, end) of the process whose
  * /proc/PID/pagemap is open as pagemap: present pages (not the shared zero
  * page), at most max in at most n_max regions; with cold_ns only pages
@@ -47,19 +47,19 @@ struct evict_round *evict_round_free(struct evict_round *rd);
 /* Called by fault threads with serve_lock held. */
 bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr, bool *ret_round);
 enum evict_removal {
-        REMOVAL_REMOVE,         /* UFFD_EVENT_REMOVE: the target's DONTNEED/FREE, or our drop */
-        REMOVAL_UNMAP,          /* munmap: entries go */
-        REMOVAL_MOVE,           /* the source of an mremap: entries move */
+        REMOVAL_REMOVE, /* UFFD_EVENT_REMOVE: the target's DONTNEED/FREE, or our drop */
+        REMOVAL_UNMAP,  /* munmap: entries go */
+        REMOVAL_MOVE,   /* the source of an mremap: entries move */
 };
 /* Applies the target's removal of [start, end): pages of the round in
  * flight are cancelled, and stored copies of what the target discarded are
  * dropped (the range reads zeros); our own drop changes nothing. */
 void evict_on_remove(struct zsw_target *t, uint64_t start, uint64_t end, enum evict_removal kind);
 enum evict_restore {
-        RESTORE_STORE,          /* serve it from the store (or zero-fill if none) */
-        RESTORE_ZERO,           /* zero-fill: the round cancelled the page, its entry may hold
+        RESTORE_STORE, /* serve it from the store (or zero-fill if none) */
+        RESTORE_ZERO,  /* zero-fill: the round cancelled the page, its entry may hold
                                  * what the target discarded (stored after the discard) */
-        RESTORE_WAIT,           /* the page is being dropped: the round wakes the thread
+        RESTORE_WAIT,  /* the page is being dropped: the round wakes the thread
                                  * once the drop is done and our REMOVE told apart from any
                                  * of the target's (before that, an entry may be one the
                                  * target discarded) */
@@ -84,4 +84,3 @@ uint64_t evict_first_in_round(struct zsw_target *t, uint64_t from, uint64_t end)
  * wrongly dropped one is a lost page. batch_lock covers the invalidation
  * so that no round can take one of these pages in between. */
 void evict_forget_restored(struct zsw_target *t, uint64_t pgno, uint64_t n);
-

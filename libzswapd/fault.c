@@ -47,8 +47,8 @@ struct fault_thread {
         struct fault_threads *set;
         pthread_t thread;
         int epfd;
-        int stop_fd;                    /* eventfd: kicks the thread, or stops it */
-        struct fault_buf *buf;          /* its pages for UFFDIO_COPY */
+        int stop_fd;           /* eventfd: kicks the thread, or stops it */
+        struct fault_buf *buf; /* its pages for UFFDIO_COPY */
         /* Batches of epoll events it finished, and whether it still runs:
          * see fault_threads_remove(). */
         atomic_uint_fast64_t batches;
@@ -65,8 +65,8 @@ struct fault_threads {
         struct fault_events events;
         struct fault_thread *threads;
         unsigned n_threads;
-        atomic_uint next_fault_thread;  /* the next target's (fault_threads_add()) */
-        const uint8_t *zeros;           /* FAULT_ZEROS_PAGES of zeros, read-only: what
+        atomic_uint next_fault_thread; /* the next target's (fault_threads_add()) */
+        const uint8_t *zeros;          /* FAULT_ZEROS_PAGES of zeros, read-only: what
                                          * written fresh pages are filled from */
 };
 
@@ -82,8 +82,10 @@ static _Thread_local const uint8_t *tls_zeros;
  * the target for good. */
 static void wake_unresolved(struct zsw_target *t, uint64_t page, int error) {
         if (error != -EEXIST && error != -EAGAIN && error != -ESRCH)
-                zsw_log(t->log, LOG_DEBUG, "Fault at 0x%" PRIx64 " of %d not resolved: %s; "
-                        "waking the thread to retry", page, t->pid, strerror(-error));
+                zsw_log(t->log, LOG_DEBUG,
+                        "Fault at 0x%" PRIx64 " of %d not resolved: %s; "
+                        "waking the thread to retry",
+                        page, t->pid, strerror(-error));
         zsw_uffd_wake(t->uffd, page, ZSW_PAGE_SIZE);
 }
 
@@ -103,8 +105,8 @@ static void fail_fault(struct zsw_target *t, uint64_t addr, int error) {
         r = zsw_uffd_poison(t->uffd, addr, ZSW_PAGE_SIZE);
         if (r < 0) {
                 if (r != -EEXIST && r != -EAGAIN)
-                        zsw_log(t->log, LOG_ERR, "Cannot poison page 0x%" PRIx64 " of %d: %s",
-                                addr, t->pid, strerror(-r));
+                        zsw_log(t->log, LOG_ERR, "Cannot poison page 0x%" PRIx64 " of %d: %s", addr,
+                                t->pid, strerror(-r));
                 wake_unresolved(t, addr, r);
         }
 }
@@ -183,12 +185,12 @@ static ssize_t fill_zeros(struct zsw_target *t, uint64_t pgno, uint64_t end, boo
 
                 /* A copy takes at most the zeros we have; ZEROPAGE all. */
                 while (pgno + done < end) {
-                        uint64_t n = real ? MIN(end - pgno - done, (uint64_t) FAULT_ZEROS_PAGES) :
-                                            end - pgno - done;
+                        uint64_t n = real ? MIN(end - pgno - done, (uint64_t) FAULT_ZEROS_PAGES)
+                                          : end - pgno - done;
                         uint64_t at = (pgno + done) * ZSW_PAGE_SIZE;
 
-                        r = real ? zsw_uffd_copy(t->uffd, at, tls_zeros, n * ZSW_PAGE_SIZE, 0) :
-                                   zsw_uffd_zeropage(t->uffd, at, n * ZSW_PAGE_SIZE, false);
+                        r = real ? zsw_uffd_copy(t->uffd, at, tls_zeros, n * ZSW_PAGE_SIZE, 0)
+                                 : zsw_uffd_zeropage(t->uffd, at, n * ZSW_PAGE_SIZE, false);
                         if (r > 0)
                                 done += (uint64_t) r / ZSW_PAGE_SIZE;
                         if (r < (ssize_t) (n * ZSW_PAGE_SIZE))
@@ -333,8 +335,8 @@ static ssize_t restore_page(struct zsw_target *t, uint64_t pgno, bool sequential
  * needs no store call to put the page back (which a full pool could
  * refuse). With pass, the fault gets one page whatever the hold says (it
  * waited HOLD_MAX_NS). */
-static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_t addr,
-                          bool write, uint32_t tid, bool pass) {
+static void serve_missing(struct fault_thread *ft, struct zsw_target *t, uint64_t addr, bool write,
+                          uint32_t tid, bool pass) {
         uint64_t pgno = addr / ZSW_PAGE_SIZE, page = pgno * ZSW_PAGE_SIZE;
         uint64_t start = zsw_now_ns(), served = 0;
         bool same_thread = tid == t->last_fault_tid;
@@ -443,7 +445,8 @@ static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const stru
                 hold_release(t, m->arg.remap.from, m->arg.remap.from + m->arg.remap.len);
                 evict_on_remove(t, m->arg.remap.from, m->arg.remap.from + m->arg.remap.len,
                                 REMOVAL_MOVE);
-                into_round = evict_on_move_in(t, m->arg.remap.to, m->arg.remap.to + m->arg.remap.len);
+                into_round =
+                        evict_on_move_in(t, m->arg.remap.to, m->arg.remap.to + m->arg.remap.len);
                 /* Over pages of the round in flight: no store of the round
                  * may write its copy of what was there over a moved entry
                  * (the move drops what was stored before it). */
@@ -515,8 +518,8 @@ static void serve_target(struct fault_thread *ft, struct zsw_target *t) {
         } while (n == (int) MSGS_PER_READ);
         zsw_mutex_unlock(&t->serve_lock);
         if (n < 0 && n != -EAGAIN) {
-                zsw_log(t->log, LOG_DEBUG, "Reading the userfaultfd of %d failed: %s",
-                        t->pid, strerror(-n));
+                zsw_log(t->log, LOG_DEBUG, "Reading the userfaultfd of %d failed: %s", t->pid,
+                        strerror(-n));
                 ft->set->events.dead(ft->set->events.userdata, t);
         }
 }
@@ -550,7 +553,8 @@ static void *fault_thread_main(void *userdata) {
                 if (n < 0) {
                         if (errno == EINTR)
                                 continue;
-                        zsw_log_errno(e->log, LOG_ERR, errno, "epoll_wait failed in fault thread: %m");
+                        zsw_log_errno(e->log, LOG_ERR, errno,
+                                      "epoll_wait failed in fault thread: %m");
                         break;
                 }
                 for (int i = 0; i < n; i++) {
@@ -558,10 +562,11 @@ static void *fault_thread_main(void *userdata) {
 
                         if (evs[i].data.u64 & EV_HOLD_TIMER)
                                 hold_tick(ft, (struct zsw_target *) (uintptr_t) (evs[i].data.u64 &
-                                                                                ~EV_HOLD_TIMER));
+                                                                                 ~EV_HOLD_TIMER));
                         else if (evs[i].data.ptr)
                                 serve_target(ft, evs[i].data.ptr);
-                        else if (read(ft->stop_fd, &v, sizeof(v)) == sizeof(v) && v >= FAULT_THREAD_STOP)
+                        else if (read(ft->stop_fd, &v, sizeof(v)) == sizeof(v) &&
+                                 v >= FAULT_THREAD_STOP)
                                 stop = true;
                 }
                 /* Done with every target pointer epoll gave us. */
@@ -585,7 +590,8 @@ int fault_threads_add(struct fault_threads *e, struct zsw_target *t) {
          * woke the wrong thread (docs/design.md; figures in
          * docs/performance.md, "One fault thread per target"). */
         struct epoll_event ev = { .events = EPOLLIN, .data.ptr = t };
-        unsigned i = atomic_fetch_add_explicit(&e->next_fault_thread, 1, memory_order_relaxed) % e->n_threads;
+        unsigned i = atomic_fetch_add_explicit(&e->next_fault_thread, 1, memory_order_relaxed) %
+                     e->n_threads;
 
         if (epoll_ctl(e->threads[i].epfd, EPOLL_CTL_ADD, t->uffd, &ev) < 0)
                 return -errno;
@@ -683,8 +689,8 @@ int fault_threads_start(struct zsw_store *store, unsigned n_threads, const struc
         e->log = log;
         e->events = *events;
         /* Never written: reads of it are all the kernel ever does. */
-        zeros = mmap(NULL, FAULT_ZEROS_PAGES * ZSW_PAGE_SIZE, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS,
-                     -1, 0);
+        zeros = mmap(NULL, FAULT_ZEROS_PAGES * ZSW_PAGE_SIZE, PROT_READ,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (zeros == MAP_FAILED) {
                 fault_threads_stop(e);
                 return -ENOMEM;
@@ -720,7 +726,8 @@ struct fault_threads *fault_threads_stop(struct fault_threads *e) {
                         uint64_t stop = FAULT_THREAD_STOP;
 
                         if (write(ft->stop_fd, &stop, sizeof(stop)) < 0)
-                                zsw_log_errno(e->log, LOG_ERR, errno, "Failed to stop fault thread: %m");
+                                zsw_log_errno(e->log, LOG_ERR, errno,
+                                              "Failed to stop fault thread: %m");
                         pthread_join(ft->thread, NULL);
                 }
                 zsw_worker_free(ft->worker);

@@ -34,7 +34,6 @@ struct fault_threads *fault_threads_stop(struct fault_threads *s);
 int fault_threads_add(struct fault_threads *s, struct zsw_target *t);
 /* Gives t the first-touch hold (hold.h; t has none yet): its timer goes
  * into the epoll set of t's fault thread. Caller holds control_lock. */
-int fault_threads_add_hold(struct fault_threads *s, struct zsw_target *t,
-                           struct target_hold *hold);
+int fault_threads_add_hold(struct fault_threads *s, struct zsw_target *t, struct target_hold *hold);
 /* See fault.c: afterwards no fault thread uses t. */
 void fault_threads_remove(struct fault_threads *s, struct zsw_target *t);

@@ -28,14 +28,14 @@
 #define LEVEL_MAX 7u
 
 struct heat_chunk {
-        uint64_t base;                  /* first page number, a multiple of CHUNK_PAGES */
+        uint64_t base; /* first page number, a multiple of CHUNK_PAGES */
         uint32_t stamp[CHUNK_PAGES];
-        uint8_t level[CHUNK_PAGES];     /* how hot its refaults showed it, 0-LEVEL_MAX */
+        uint8_t level[CHUNK_PAGES]; /* how hot its refaults showed it, 0-LEVEL_MAX */
 };
 
 struct zsw_heat {
         pthread_mutex_t lock;
-        struct heat_chunk **slots;      /* capacity a power of two, at most half full */
+        struct heat_chunk **slots; /* capacity a power of two, at most half full */
         size_t capacity, n_chunks;
         uint64_t touched;
 };

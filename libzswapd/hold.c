@@ -209,7 +209,8 @@ bool hold_park(struct zsw_target *t, uint64_t addr, bool write, uint32_t tid) {
                 return false;
         else
                 h->n_parked++;
-        h->parked[i] = (struct parked_fault) { .addr = addr, .since_ns = now, .tid = tid, .write = write };
+        h->parked[i] =
+                (struct parked_fault) { .addr = addr, .since_ns = now, .tid = tid, .write = write };
         atomic_fetch_add_explicit(&h->held, 1, memory_order_relaxed);
         hold_rearm(t);
         return true;

@@ -31,9 +31,9 @@ struct parked_fault {
 };
 
 struct target_hold {
-        int usage_fd;                   /* the group's memory.current or memory.usage_in_bytes */
-        int timer_fd;                   /* in the fault thread's epoll set (fault.c) */
-        _Atomic uint64_t limit_bytes;   /* 0: off */
+        int usage_fd;                 /* the group's memory.current or memory.usage_in_bytes */
+        int timer_fd;                 /* in the fault thread's epoll set (fault.c) */
+        _Atomic uint64_t limit_bytes; /* 0: off */
         /* Under the target's serve_lock: pages first touches may fill
          * before the group's use is read again, and the parked faults,
          * oldest first. */

@@ -30,8 +30,8 @@
 #define SLOT_MASK (FANOUT - 1)
 
 struct node {
-        uint64_t bitmap;           /* occupied slots */
-        void *slots[FANOUT];       /* child nodes, or entries in a leaf */
+        uint64_t bitmap;     /* occupied slots */
+        void *slots[FANOUT]; /* child nodes, or entries in a leaf */
 };
 
 struct zsw_index {
@@ -40,7 +40,7 @@ struct zsw_index {
         size_t nodes;
 };
 
-_Static_assert(BITS * LEVELS == 36, "the tree must cover ZSW_INDEX_MAX_PGNO");
+_Static_assert(BITS *LEVELS == 36, "the tree must cover ZSW_INDEX_MAX_PGNO");
 
 /* Slot of pgno in a node at the given level (0 = leaves). */
 static unsigned slot_of(uint64_t pgno, unsigned level) {
@@ -128,8 +128,7 @@ int zsw_index_insert(struct zsw_index *idx, uint64_t pgno, void *entry) {
                         idx->nodes++;
                         *link = n;
                         if (level + 1 < LEVELS)
-                                path[level + 1]->bitmap |= UINT64_C(1)
-                                                           << slot_of(pgno, level + 1);
+                                path[level + 1]->bitmap |= UINT64_C(1) << slot_of(pgno, level + 1);
                 }
                 path[level] = *link;
                 if (level > 0)
@@ -224,8 +223,9 @@ static void node_erase_range(struct erase_ctx *c, struct node *n, unsigned level
         unsigned shift = level * BITS;
         uint64_t span = UINT64_C(1) << shift;
         unsigned lo = c->start > base ? (unsigned) ((c->start - base) >> shift) : 0;
-        unsigned hi = (c->end - 1 - base) >> shift >= FANOUT ? FANOUT - 1
-                                                             : (unsigned) ((c->end - 1 - base) >> shift);
+        unsigned hi = (c->end - 1 - base) >> shift >= FANOUT
+                              ? FANOUT - 1
+                              : (unsigned) ((c->end - 1 - base) >> shift);
         uint64_t m = n->bitmap & (~UINT64_C(0) << lo) & (~UINT64_C(0) >> (FANOUT - 1 - hi));
 
         for (; m; m &= m - 1) {

@@ -11,28 +11,28 @@
 #include <sys/syscall.h>
 
 #ifndef __NR_pidfd_open
-#  define __NR_pidfd_open 434
+#define __NR_pidfd_open 434
 #endif
 #ifndef __NR_pidfd_getfd
-#  define __NR_pidfd_getfd 438
+#define __NR_pidfd_getfd 438
 #endif
 #ifndef __NR_process_madvise
-#  define __NR_process_madvise 440
+#define __NR_process_madvise 440
 #endif
 
 /* Only on /dev/userfaultfd: makes a userfaultfd owned by the caller's mm
  * without the CAP_SYS_PTRACE that userfaultfd(2) wants (Linux 6.1). */
 #ifndef USERFAULTFD_IOC_NEW
-#  define USERFAULTFD_IOC_NEW _IO(0xAA, 0x00)
+#define USERFAULTFD_IOC_NEW _IO(0xAA, 0x00)
 #endif
 #ifndef UFFD_USER_MODE_ONLY
-#  define UFFD_USER_MODE_ONLY 1
+#define UFFD_USER_MODE_ONLY 1
 #endif
 
 /* pidfd "value" naming the calling thread (Linux 6.15); for madvise any
  * thread of a process names its memory. */
 #ifndef PIDFD_SELF_THREAD
-#  define PIDFD_SELF_THREAD (-10000)
+#define PIDFD_SELF_THREAD (-10000)
 #endif
 
 /* PROCMAP_QUERY on /proc/PID/maps (Linux 6.11): the mapping at one

@@ -60,7 +60,8 @@ static bool rank_nests(enum zsw_lock_rank rank) {
 _Noreturn static void violation(const struct held *h, enum zsw_lock_rank rank, const void *lock,
                                 const char *name, const char *file, int line, const char *what) {
         fprintf(stderr,
-                "zswapd lock order violated: %s %s (%s, rank %d) at %s:%d while holding %s (%s, rank %d) "
+                "zswapd lock order violated: %s %s (%s, rank %d) at %s:%d while holding %s (%s, "
+                "rank %d) "
                 "taken at %s:%d; the order is in libzswapd/engine-internal.h\n",
                 what, name, rank_names[rank], (int) rank, file, line, h->name, rank_names[h->rank],
                 (int) h->rank, h->file, h->line);
@@ -86,8 +87,8 @@ void zsw_lockdep_acquire(const void *lock, enum zsw_lock_rank rank, bool check, 
                         violation(h, rank, lock, name, file, line, "taking");
         }
         if (n_held == HELD_MAX) {
-                fprintf(stderr, "zswapd lockdep: more than %d locks held at %s:%d\n", HELD_MAX, file,
-                        line);
+                fprintf(stderr, "zswapd lockdep: more than %d locks held at %s:%d\n", HELD_MAX,
+                        file, line);
                 abort();
         }
         held[n_held++] = (struct held) { lock, rank, name, file, line };

@@ -71,8 +71,7 @@ static bool get_unless_zero(struct zsw_entry *e) {
         uint32_t r = atomic_load_explicit(&e->refs, memory_order_relaxed);
 
         while (r != 0)
-                if (atomic_compare_exchange_weak_explicit(&e->refs, &r, r + 1,
-                                                          memory_order_acquire,
+                if (atomic_compare_exchange_weak_explicit(&e->refs, &r, r + 1, memory_order_acquire,
                                                           memory_order_relaxed))
                         return true;
         return false;

@@ -21,7 +21,7 @@
 
 struct zsw_lru {
         pthread_mutex_t lock;
-        struct zsw_entry head;   /* sentinel: head.next is the newest */
+        struct zsw_entry head; /* sentinel: head.next is the newest */
         size_t count;
         _Atomic unsigned owners; /* owners sharing this LRU */
         /* The family's written-back entries (an entry is shared only

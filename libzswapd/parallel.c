@@ -137,8 +137,8 @@ void zsw_parallel_join(struct zsw_parallel *p, struct zsw_worker *caller_worker)
         zsw_mutex_unlock(&p->lock);
 }
 
-void zsw_parallel_run(struct zsw_parallel *p, struct zsw_worker *caller_worker,
-                      zsw_parallel_fn fn, void *arg, size_t n_items) {
+void zsw_parallel_run(struct zsw_parallel *p, struct zsw_worker *caller_worker, zsw_parallel_fn fn,
+                      void *arg, size_t n_items) {
         zsw_parallel_start(p, fn, arg, n_items);
         zsw_parallel_join(p, caller_worker);
 }

@@ -26,8 +26,8 @@ struct zsw_parallel *zsw_parallel_free(struct zsw_parallel *p);
 /* Calls fn(arg, worker, i) for every i < n_items, spread over the pool's
  * threads and the caller (with caller_worker); returns when all are done.
  * Only one run at a time per pool. */
-void zsw_parallel_run(struct zsw_parallel *p, struct zsw_worker *caller_worker,
-                      zsw_parallel_fn fn, void *arg, size_t n_items);
+void zsw_parallel_run(struct zsw_parallel *p, struct zsw_worker *caller_worker, zsw_parallel_fn fn,
+                      void *arg, size_t n_items);
 
 /* The same in two steps, so that the caller can do other work while the
  * pool's threads start on the items: zsw_parallel_start() hands the job to

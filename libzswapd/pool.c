@@ -91,7 +91,7 @@ struct slab {
          * NULL while it may not move: free, unpublished or pinned. */
         _Atomic(zsw_handle_t *) *cells;
         uint32_t id;
-        uint16_t ncells;    /* length of cells */
+        uint16_t ncells; /* length of cells */
         uint16_t cls;
         uint16_t pages;     /* mapped length */
         uint16_t used;      /* objects allocated */
@@ -103,10 +103,10 @@ struct slab {
 struct size_class {
         pthread_mutex_t lock;
         uint32_t size;
-        uint16_t nobj;          /* objects per slab */
-        uint16_t pages;         /* pages per slab */
-        uint32_t nslabs;        /* slabs holding objects (partial or full) */
-        uint64_t used;          /* objects allocated */
+        uint16_t nobj;   /* objects per slab */
+        uint16_t pages;  /* pages per slab */
+        uint32_t nslabs; /* slabs holding objects (partial or full) */
+        uint64_t used;   /* objects allocated */
         struct slab *groups[NR_GROUPS];
 } __attribute__((aligned(64)));
 
@@ -115,7 +115,7 @@ struct zsw_pool {
 
         pthread_mutex_t table_lock; /* slab id allocation, chunk creation */
         _Atomic(struct slab *) *_Atomic *dir;
-        uint32_t *free_ids;         /* stack of released slab ids */
+        uint32_t *free_ids; /* stack of released slab ids */
         size_t n_free_ids, free_ids_cap;
         uint32_t next_id;
         size_t n_chunks;
@@ -194,8 +194,8 @@ static void slab_relist(struct size_class *c, struct slab *s) {
 }
 
 static _Atomic(struct slab *) *table_slot(const struct zsw_pool *pool, uint32_t id) {
-        _Atomic(struct slab *) *chunk = atomic_load_explicit(&pool->dir[id >> CHUNK_BITS],
-                                                             memory_order_acquire);
+        _Atomic(struct slab *) *chunk =
+                atomic_load_explicit(&pool->dir[id >> CHUNK_BITS], memory_order_acquire);
 
         return &chunk[id & (CHUNK_SIZE - 1)];
 }
@@ -482,8 +482,7 @@ static struct slab *empty_cache_get(struct zsw_pool *pool, unsigned pages) {
         }
         zsw_mutex_unlock(&pool->empty_lock);
         if (s)
-                atomic_fetch_sub_explicit(&pool->cached_bytes,
-                                          (uint64_t) s->pages * ZSW_PAGE_SIZE,
+                atomic_fetch_sub_explicit(&pool->cached_bytes, (uint64_t) s->pages * ZSW_PAGE_SIZE,
                                           memory_order_relaxed);
         return s;
 }
@@ -525,8 +524,7 @@ static int class_pick(struct zsw_pool *pool, unsigned cls, struct slab **ret) {
                         empty_cache_put(pool, s, false);
                         return -ENOMEM;
                 }
-                atomic_fetch_add_explicit(&pool->meta_bytes,
-                                          (c->nobj - s->ncells) * sizeof(*cells),
+                atomic_fetch_add_explicit(&pool->meta_bytes, (c->nobj - s->ncells) * sizeof(*cells),
                                           memory_order_relaxed);
                 free(s->cells);
                 s->cells = cells;
@@ -572,8 +570,8 @@ void *zsw_pool_map(struct zsw_pool *pool, zsw_handle_t handle) {
 
 /* Frees handles[order[0..n)], whose classes are sorted: each run of one
  * class under one lock, caching the slabs that emptied after dropping it. */
-static void free_sorted(struct zsw_pool *pool, const zsw_handle_t *handles,
-                        const uint16_t *order, size_t n) {
+static void free_sorted(struct zsw_pool *pool, const zsw_handle_t *handles, const uint16_t *order,
+                        size_t n) {
         size_t i = 0;
 
         while (i < n) {
@@ -603,8 +601,7 @@ static void free_sorted(struct zsw_pool *pool, const zsw_handle_t *handles,
                 zsw_mutex_unlock(&c->lock);
 
                 atomic_fetch_sub_explicit(&pool->objects, freed, memory_order_relaxed);
-                atomic_fetch_sub_explicit(&pool->used_bytes, freed * c->size,
-                                          memory_order_relaxed);
+                atomic_fetch_sub_explicit(&pool->used_bytes, freed * c->size, memory_order_relaxed);
                 empty_cache_put(pool, dead, false);
         }
 }
@@ -644,8 +641,7 @@ static int class_alloc_run(struct zsw_pool *pool, unsigned cls, const uint16_t *
         zsw_mutex_unlock(&c->lock);
 
         atomic_fetch_add_explicit(&pool->objects, *i - first, memory_order_relaxed);
-        atomic_fetch_add_explicit(&pool->used_bytes, (*i - first) * c->size,
-                                  memory_order_relaxed);
+        atomic_fetch_add_explicit(&pool->used_bytes, (*i - first) * c->size, memory_order_relaxed);
         return r;
 }
 
@@ -747,10 +743,10 @@ void zsw_pool_get_stats(struct zsw_pool *pool, struct zsw_pool_stats *ret) {
                 .slabs = atomic_load_explicit(&pool->slabs, memory_order_relaxed),
                 .meta_bytes = atomic_load_explicit(&pool->meta_bytes, memory_order_relaxed),
                 .cached_bytes = atomic_load_explicit(&pool->cached_bytes, memory_order_relaxed),
-                .compacted_objects = atomic_load_explicit(&pool->compacted_objects,
-                                                          memory_order_relaxed),
-                .compacted_bytes = atomic_load_explicit(&pool->compacted_bytes,
-                                                        memory_order_relaxed),
+                .compacted_objects =
+                        atomic_load_explicit(&pool->compacted_objects, memory_order_relaxed),
+                .compacted_bytes =
+                        atomic_load_explicit(&pool->compacted_bytes, memory_order_relaxed),
         };
 }
 
@@ -772,7 +768,8 @@ static zsw_handle_t handle_of(const struct slab *s, uint16_t idx) {
         return ((zsw_handle_t) (s->id + 1) << HANDLE_IDX_BITS) | idx;
 }
 
-static struct slab *handle_slab_idx(const struct zsw_pool *pool, zsw_handle_t h, uint16_t *ret_idx) {
+static struct slab *handle_slab_idx(const struct zsw_pool *pool, zsw_handle_t h,
+                                    uint16_t *ret_idx) {
         *ret_idx = h & ((1u << HANDLE_IDX_BITS) - 1);
         return handle_slab(pool, h);
 }
@@ -806,10 +803,10 @@ static struct slab *class_sparsest(const struct size_class *c, unsigned skip) {
         return NULL;
 }
 
-static struct slab *class_fullest_but(const struct size_class *c, const struct slab *not) {
+static struct slab *class_fullest_but(const struct size_class *c, const struct slab * not ) {
         for (unsigned g = NR_GROUPS; g-- > 0;)
                 for (struct slab *s = c->groups[g]; s; s = s->next)
-                        if (s != not)
+                        if (s != not )
                                 return s;
         return NULL;
 }
@@ -846,8 +843,8 @@ static size_t class_compact(struct size_class *c, size_t budget, struct slab **d
                 if (!src)
                         break;
                 for (uint16_t i = 0; i < src->bump && !e && moved < budget; i++) {
-                        zsw_handle_t *cell = atomic_load_explicit(&src->cells[i],
-                                                                  memory_order_acquire);
+                        zsw_handle_t *cell =
+                                atomic_load_explicit(&src->cells[i], memory_order_acquire);
                         bool ok;
 
                         if (!cell)

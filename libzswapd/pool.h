@@ -34,16 +34,16 @@ typedef uint64_t zsw_handle_t;
 struct zsw_pool;
 
 struct zsw_pool_stats {
-        uint64_t pool_bytes;    /* bytes taken from the system: slabs (their
+        uint64_t pool_bytes;        /* bytes taken from the system: slabs (their
                                  * pages are populated as they are carved out
                                  * of 2 MiB arenas), cached empty slabs and the
                                  * current arena's uncarved rest included */
-        uint64_t used_bytes;    /* bytes of allocated objects, class-rounded */
-        uint64_t objects;       /* allocated objects */
-        uint64_t slabs;         /* slabs currently mapped */
-        uint64_t meta_bytes;    /* allocator bookkeeping on the heap */
-        uint64_t mapped_bytes;  /* bytes of slabs mapped */
-        uint64_t cached_bytes;  /* part of pool_bytes in empty slabs kept
+        uint64_t used_bytes;        /* bytes of allocated objects, class-rounded */
+        uint64_t objects;           /* allocated objects */
+        uint64_t slabs;             /* slabs currently mapped */
+        uint64_t meta_bytes;        /* allocator bookkeeping on the heap */
+        uint64_t mapped_bytes;      /* bytes of slabs mapped */
+        uint64_t cached_bytes;      /* part of pool_bytes in empty slabs kept
                                  * for reuse and in the arena's rest (see
                                  * zsw_pool_shrink) */
         uint64_t compacted_objects; /* objects moved by compaction, in all */

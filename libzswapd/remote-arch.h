@@ -15,11 +15,11 @@
 #include <sys/types.h>
 
 #if defined(__x86_64__) && !defined(ZSW_NO_ARCH_REMOTE)
-#  include <sys/user.h>
-#  define ZSW_ARCH_REMOTE 1
+#include <sys/user.h>
+#define ZSW_ARCH_REMOTE 1
 typedef struct user_regs_struct zsw_arch_regs;
 #else
-#  define ZSW_ARCH_REMOTE 0
+#define ZSW_ARCH_REMOTE 0
 typedef struct {
         unsigned long unused;
 } zsw_arch_regs;
@@ -53,7 +53,7 @@ uint64_t zsw_arch_pc(const zsw_arch_regs *regs);
 #else
 /* No injection here: zsw_remote_seize() fails first; these only let the
  * architecture-neutral code build. */
-#  include <errno.h>
+#include <errno.h>
 static const uint8_t zsw_arch_syscall_insn[1];
 static const size_t zsw_arch_syscall_insn_len = 1, zsw_arch_syscall_insn_align = 1;
 static inline int zsw_arch_get_regs(pid_t tid, zsw_arch_regs *regs) {

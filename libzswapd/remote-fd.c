@@ -22,16 +22,17 @@
 /* ---- memory and descriptors ------------------------------------------------ */
 
 int zsw_remote_map_scratch(struct zsw_remote *r, size_t size, uint64_t *ret_addr) {
-        unsigned long a[6] = { 0, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                               (unsigned long) -1, 0 };
+        unsigned long a[6] = {
+                0, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, (unsigned long) -1, 0
+        };
         long addr;
 
         if (size == 0)
                 return -EINVAL;
         addr = zsw_remote_call(r, SYS_mmap, a);
         if (addr < 0 && addr >= -4095)
-                return zsw_log_errno(remote_log(r), LOG_DEBUG, addr, "Failed to map scratch in %d: %m",
-                                     zsw_remote_pid(r));
+                return zsw_log_errno(remote_log(r), LOG_DEBUG, addr,
+                                     "Failed to map scratch in %d: %m", zsw_remote_pid(r));
         *ret_addr = (uint64_t) addr;
         return 0;
 }
@@ -92,8 +93,10 @@ static int send_fd(int sock, int fd) {
         } control = {};
         char byte = 'U';
         struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
-        struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
-                              .msg_control = control.buf, .msg_controllen = sizeof(control.buf) };
+        struct msghdr msg = { .msg_iov = &iov,
+                              .msg_iovlen = 1,
+                              .msg_control = control.buf,
+                              .msg_controllen = sizeof(control.buf) };
         struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
 
         cmsg->cmsg_level = SOL_SOCKET;
@@ -114,9 +117,9 @@ static long pass_fd(struct zsw_remote *r, uint64_t scratch, int fd) {
         long k, result = -EIO;
         struct cmsghdr *cmsg;
 
-        k = zsw_remote_call(r, SYS_socketpair, (unsigned long[6]) {
-                        AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0,
-                        (unsigned long) &t->fds });
+        k = zsw_remote_call(r, SYS_socketpair,
+                            (unsigned long[6]) { AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                                                 0, (unsigned long) &t->fds });
         if (k < 0)
                 return k;
         k = zsw_remote_read(r, scratch, &area, sizeof(area));
@@ -126,16 +129,18 @@ static long pass_fd(struct zsw_remote *r, uint64_t scratch, int fd) {
         ours = take_socket(r, area.fds[0]);
         k = ours < 0 ? ours : send_fd(ours, fd);
         if (k >= 0) {
-                area.msg = (struct msghdr) { .msg_iov = &t->iov, .msg_iovlen = 1,
+                area.msg = (struct msghdr) { .msg_iov = &t->iov,
+                                             .msg_iovlen = 1,
                                              .msg_control = t->control.buf,
                                              .msg_controllen = sizeof(area.control.buf) };
                 area.iov = (struct iovec) { .iov_base = &t->byte, .iov_len = 1 };
                 k = zsw_remote_write(r, scratch, &area, sizeof(area));
         }
         if (k >= 0)
-                k = zsw_remote_call(r, SYS_recvmsg, (unsigned long[6]) {
-                                (unsigned long) area.fds[1], (unsigned long) &t->msg,
-                                MSG_CMSG_CLOEXEC | MSG_DONTWAIT });
+                k = zsw_remote_call(r, SYS_recvmsg,
+                                    (unsigned long[6]) { (unsigned long) area.fds[1],
+                                                         (unsigned long) &t->msg,
+                                                         MSG_CMSG_CLOEXEC | MSG_DONTWAIT });
         if (k >= 0)
                 k = zsw_remote_read(r, scratch, &area, sizeof(area));
         if (k >= 0) {
@@ -186,7 +191,8 @@ static long uffd_via_device(struct zsw_remote *r, int flags) {
 
         dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
         if (dev < 0)
-                return zsw_log_errno(remote_log(r), LOG_ERR, errno, "Failed to open /dev/userfaultfd: %m");
+                return zsw_log_errno(remote_log(r), LOG_ERR, errno,
+                                     "Failed to open /dev/userfaultfd: %m");
         k = zsw_remote_map_scratch(r, sizeof(struct fdpass_area), &scratch);
         if (k < 0)
                 return k;
@@ -194,10 +200,12 @@ static long uffd_via_device(struct zsw_remote *r, int flags) {
         (void) zsw_remote_unmap(r, scratch, sizeof(struct fdpass_area));
         if (tdev < 0)
                 return zsw_log_errno(remote_log(r), LOG_ERR, tdev,
-                                     "Failed to hand /dev/userfaultfd to %d: %m", zsw_remote_pid(r));
+                                     "Failed to hand /dev/userfaultfd to %d: %m",
+                                     zsw_remote_pid(r));
 
-        tfd = zsw_remote_call(r, SYS_ioctl, (unsigned long[6]) {
-                        tdev, USERFAULTFD_IOC_NEW, (unsigned long) flags });
+        tfd = zsw_remote_call(
+                r, SYS_ioctl,
+                (unsigned long[6]) { tdev, USERFAULTFD_IOC_NEW, (unsigned long) flags });
         (void) zsw_remote_close(r, (int) tdev);
         return tfd;
 }
@@ -214,8 +222,7 @@ static bool is_userfaultfd(int fd) {
         return strcmp(link, "anon_inode:[userfaultfd]") == 0;
 }
 
-int zsw_remote_open_uffd(struct zsw_remote *r, int flags, int *ret_target_fd,
-                         int *ret_local_fd) {
+int zsw_remote_open_uffd(struct zsw_remote *r, int flags, int *ret_target_fd, int *ret_local_fd) {
         long tfd;
         int local;
 
@@ -224,31 +231,31 @@ int zsw_remote_open_uffd(struct zsw_remote *r, int flags, int *ret_target_fd,
 
         tfd = zsw_remote_call(r, SYS_userfaultfd, (unsigned long[6]) { (unsigned long) flags });
         if (tfd == -EPERM) {
-                zsw_log(remote_log(r), LOG_DEBUG, "Process %d may not call userfaultfd(2), using %s",
-                        zsw_remote_pid(r), "/dev/userfaultfd");
+                zsw_log(remote_log(r), LOG_DEBUG,
+                        "Process %d may not call userfaultfd(2), using %s", zsw_remote_pid(r),
+                        "/dev/userfaultfd");
                 tfd = uffd_via_device(r, flags);
         }
         if (tfd < 0)
-                return zsw_log_errno(remote_log(r), LOG_ERR, tfd, "Failed to create a userfaultfd in %d: %m",
-                                     zsw_remote_pid(r));
+                return zsw_log_errno(remote_log(r), LOG_ERR, tfd,
+                                     "Failed to create a userfaultfd in %d: %m", zsw_remote_pid(r));
 
         local = (int) syscall(__NR_pidfd_getfd, remote_pidfd(r), (int) tfd, 0);
         if (local < 0) {
                 int k = -errno;
 
                 (void) zsw_remote_close(r, (int) tfd);
-                return zsw_log_errno(remote_log(r), LOG_ERR, k, "Failed to take the userfaultfd of %d: %m",
-                                     zsw_remote_pid(r));
+                return zsw_log_errno(remote_log(r), LOG_ERR, k,
+                                     "Failed to take the userfaultfd of %d: %m", zsw_remote_pid(r));
         }
         /* The number came out of the target's registers: make sure it names
          * what we asked for before anyone trusts it. */
         if (!is_userfaultfd(local)) {
                 safe_close(local);
-                return zsw_log_errno(remote_log(r), LOG_ERR, EIO, "fd %ld of %d is not a userfaultfd", tfd,
-                                     zsw_remote_pid(r));
+                return zsw_log_errno(remote_log(r), LOG_ERR, EIO,
+                                     "fd %ld of %d is not a userfaultfd", tfd, zsw_remote_pid(r));
         }
         *ret_target_fd = (int) tfd;
         *ret_local_fd = local;
         return 0;
 }
-

@@ -36,9 +36,9 @@ void remote_describe_thread(pid_t pid, pid_t tid, char *buf, size_t size);
 
 /* What remote_pick_thread() found. */
 enum {
-        PICK_NOW,       /* a thread that can be stopped now */
-        PICK_LATE,      /* only threads in uninterruptible sleep: they stop when they wake */
-        PICK_WAIT,      /* only threads that must not be interrupted yet (remote_in_kernel_userfault()) */
+        PICK_NOW,  /* a thread that can be stopped now */
+        PICK_LATE, /* only threads in uninterruptible sleep: they stop when they wake */
+        PICK_WAIT, /* only threads that must not be interrupted yet (remote_in_kernel_userfault()) */
 };
 
 /* A thread of pid to seize: PICK_NOW, PICK_LATE or PICK_WAIT and its tid,

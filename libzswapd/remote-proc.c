@@ -87,11 +87,13 @@ bool remote_in_kernel_userfault(pid_t pid, pid_t tid) {
         char path[64], buf[64] = "";
 
         snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan", pid, tid);
-        if (remote_read_small_file(path, buf, sizeof(buf)) < 0 || strcmp(buf, "handle_userfault") != 0)
+        if (remote_read_small_file(path, buf, sizeof(buf)) < 0 ||
+            strcmp(buf, "handle_userfault") != 0)
                 return false;
         /* "-1 ..." outside a system call, "running" if it woke up since. */
         snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
-        return remote_read_small_file(path, buf, sizeof(buf)) >= 0 && buf[0] >= '0' && buf[0] <= '9';
+        return remote_read_small_file(path, buf, sizeof(buf)) >= 0 && buf[0] >= '0' &&
+               buf[0] <= '9';
 }
 
 static const char *state_name(char state) {
@@ -113,23 +115,40 @@ static const char *state_name(char state) {
 
 static const char *syscall_name(long nr) {
         switch (nr) {
-        case SYS_read: return "read(2)";
-        case SYS_write: return "write(2)";
-        case SYS_pread64: return "pread(2)";
-        case SYS_pwrite64: return "pwrite(2)";
-        case SYS_readv: return "readv(2)";
-        case SYS_writev: return "writev(2)";
-        case SYS_recvfrom: return "recvfrom(2)";
-        case SYS_recvmsg: return "recvmsg(2)";
-        case SYS_sendto: return "sendto(2)";
-        case SYS_sendmsg: return "sendmsg(2)";
-        case SYS_ioctl: return "ioctl(2)";
-        case SYS_futex: return "futex(2)";
-        case SYS_vfork: return "vfork(2)";
-        case SYS_clone: return "clone(2)";
-        case SYS_clone3: return "clone3(2)";
-        case SYS_wait4: return "wait4(2)";
-        default: return NULL;
+        case SYS_read:
+                return "read(2)";
+        case SYS_write:
+                return "write(2)";
+        case SYS_pread64:
+                return "pread(2)";
+        case SYS_pwrite64:
+                return "pwrite(2)";
+        case SYS_readv:
+                return "readv(2)";
+        case SYS_writev:
+                return "writev(2)";
+        case SYS_recvfrom:
+                return "recvfrom(2)";
+        case SYS_recvmsg:
+                return "recvmsg(2)";
+        case SYS_sendto:
+                return "sendto(2)";
+        case SYS_sendmsg:
+                return "sendmsg(2)";
+        case SYS_ioctl:
+                return "ioctl(2)";
+        case SYS_futex:
+                return "futex(2)";
+        case SYS_vfork:
+                return "vfork(2)";
+        case SYS_clone:
+                return "clone(2)";
+        case SYS_clone3:
+                return "clone3(2)";
+        case SYS_wait4:
+                return "wait4(2)";
+        default:
+                return NULL;
         }
 }
 
@@ -252,4 +271,3 @@ int remote_pick_thread(pid_t pid, const struct zsw_log *log, pid_t *ret_tid) {
                 }
         return zsw_log_errno(log, LOG_DEBUG, ESRCH, "Process %d has exited (zombie)", pid);
 }
-

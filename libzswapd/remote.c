@@ -93,17 +93,17 @@ struct zsw_remote {
         pid_t pid;
         pid_t tid;
         int pidfd;
-        uint64_t insn;           /* a syscall instruction in the target's vDSO */
-        zsw_arch_regs saved;     /* the thread's own registers */
-        bool regs_dirty;         /* the thread runs on ours: restore at release */
-        bool at_signal_stop;     /* last stop was a signal-delivery stop */
-        bool seized;             /* we are its tracer */
-        bool gone;               /* exited or exec'd: nothing left to restore */
-        bool our_child;          /* the leader of a child of ours: never reap its exit */
-        int madvise_self;        /* process_madvise on itself: -1 unknown, 0 no, 1 yes */
+        uint64_t insn;       /* a syscall instruction in the target's vDSO */
+        zsw_arch_regs saved; /* the thread's own registers */
+        bool regs_dirty;     /* the thread runs on ours: restore at release */
+        bool at_signal_stop; /* last stop was a signal-delivery stop */
+        bool seized;         /* we are its tracer */
+        bool gone;           /* exited or exec'd: nothing left to restore */
+        bool our_child;      /* the leader of a child of ours: never reap its exit */
+        int madvise_self;    /* process_madvise on itself: -1 unknown, 0 no, 1 yes */
         unsigned n_signals;
         siginfo_t signals[DEFERRED_SIGNALS_MAX];
-        bool stopped;            /* r->tid is in a ptrace stop of ours */
+        bool stopped;                            /* r->tid is in a ptrace stop of ours */
         struct __ptrace_rseq_configuration rseq; /* r->tid's, unless rseq_error */
         int rseq_error;
         struct held_thread *held; /* the other threads, stopped by zsw_remote_stop_others() */
@@ -119,15 +119,15 @@ struct zsw_remote {
         void *op_arg;
         int op_result;
         bool op_done, quit;
-        timer_t wake_timer;      /* ends the tracer's waits at their deadlines */
+        timer_t wake_timer; /* ends the tracer's waits at their deadlines */
         bool wake_timer_made;
 };
 
 /* Another thread of the target, held in a ptrace stop until release. */
 struct held_thread {
         pid_t tid;
-        int sig;                 /* its signal-delivery stop's signal, delivered at release */
-        bool our_child;          /* the leader of a child of ours (see wait_task()) */
+        int sig;        /* its signal-delivery stop's signal, delivered at release */
+        bool our_child; /* the leader of a child of ours (see wait_task()) */
         bool stopped;
         bool gone;
 };
@@ -188,7 +188,8 @@ static int wait_task(struct zsw_remote *r, pid_t tid, bool our_child, uint64_t d
          * millisecond after it: a tick that lands just before we block is
          * followed by another. */
         struct itimerspec when = {
-                .it_value = { (time_t) (deadline_ns / 1000000000u), (long) (deadline_ns % 1000000000u) },
+                .it_value = { (time_t) (deadline_ns / 1000000000u),
+                              (long) (deadline_ns % 1000000000u) },
                 .it_interval = { 0, 1000000 },
         };
         int status, k = 0;
@@ -208,8 +209,9 @@ static int wait_task(struct zsw_remote *r, pid_t tid, bool our_child, uint64_t d
                                 k = -errno;
                                 break;
                         }
-                        if (si.si_pid == tid && (si.si_code == CLD_EXITED || si.si_code == CLD_KILLED ||
-                                                 si.si_code == CLD_DUMPED)) {
+                        if (si.si_pid == tid &&
+                            (si.si_code == CLD_EXITED || si.si_code == CLD_KILLED ||
+                             si.si_code == CLD_DUMPED)) {
                                 k = -ESRCH;
                                 break;
                         }
@@ -252,7 +254,8 @@ static int lost_to_exec(struct zsw_remote *r) {
         (void) ptrace(PTRACE_DETACH, r->tid, NULL, NULL);
         r->gone = true;
         r->stopped = false;
-        return zsw_log_errno(r->log, LOG_DEBUG, ESRCH, "Process %d exec'd during injection", r->pid);
+        return zsw_log_errno(r->log, LOG_DEBUG, ESRCH, "Process %d exec'd during injection",
+                             r->pid);
 }
 
 /* A thread that did not stop in time: said once, at warning level, with
@@ -273,14 +276,15 @@ static int attach(struct zsw_remote *r, uint64_t deadline_ns) {
                 k = -errno;
                 if (k == -EPERM && remote_read_tracer(r->pid, r->tid) > 0)
                         return zsw_log_errno(r->log, LOG_DEBUG, EBUSY,
-                                             "Process %d is traced by process %d already",
-                                             r->pid, remote_read_tracer(r->pid, r->tid));
+                                             "Process %d is traced by process %d already", r->pid,
+                                             remote_read_tracer(r->pid, r->tid));
                 return zsw_log_errno(r->log, LOG_DEBUG, k, "Failed to seize thread %d of %d: %m",
                                      r->tid, r->pid);
         }
         r->seized = true;
         if (ptrace(PTRACE_INTERRUPT, r->tid, NULL, NULL) < 0)
-                return zsw_log_errno(r->log, LOG_DEBUG, errno, "Failed to interrupt %d: %m", r->tid);
+                return zsw_log_errno(r->log, LOG_DEBUG, errno, "Failed to interrupt %d: %m",
+                                     r->tid);
 
         /* Signals dequeued before our stop are the target's business: pass
          * them on unchanged. Any other trap (a signal-delivery stop, the
@@ -293,8 +297,8 @@ static int attach(struct zsw_remote *r, uint64_t deadline_ns) {
                 if (k == -ETIMEDOUT)
                         return stop_timed_out(r, r->tid);
                 if (k < 0)
-                        return zsw_log_errno(r->log, LOG_DEBUG, k, "Thread %d exited while stopping",
-                                             r->tid);
+                        return zsw_log_errno(r->log, LOG_DEBUG, k,
+                                             "Thread %d exited while stopping", r->tid);
                 if (event_of(status) == PTRACE_EVENT_STOP)
                         return 0;
                 k = event_of(status) == 0 ? WSTOPSIG(status) : 0;
@@ -458,7 +462,7 @@ static void *tracer_main(void *userdata) {
         (void) prctl(PR_SET_TIMERSLACK, 1000ul);
         pthread_mutex_lock(&r->lock);
         for (;;) {
-                int (*op)(struct zsw_remote *r, void *arg) = r->op;
+                int (*op)(struct zsw_remote * r, void *arg) = r->op;
                 int k;
 
                 if (!op && r->quit)
@@ -491,7 +495,8 @@ static void on_wake_signal(int sig) {
  * program has a use of its own for it. */
 static int make_wake_timer(struct zsw_remote *r) {
         struct sigaction sa = { .sa_handler = on_wake_signal }, old;
-        struct sigevent ev = { .sigev_notify = SIGEV_THREAD_ID, .sigev_signo = ZSW_REMOTE_WAKE_SIGNAL };
+        struct sigevent ev = { .sigev_notify = SIGEV_THREAD_ID,
+                               .sigev_signo = ZSW_REMOTE_WAKE_SIGNAL };
         sigset_t set;
 
         ev._sigev_un._tid = gettid(); /* sigev_notify_thread_id: not named by older glibc headers */
@@ -567,8 +572,8 @@ static int seize_op(struct zsw_remote *r, void *arg) {
 
         k = get_regs(r, &r->saved);
         if (k == -EOPNOTSUPP)
-                return zsw_log_errno(r->log, LOG_ERR, k, "Process %d is not a native 64-bit process",
-                                     r->pid);
+                return zsw_log_errno(r->log, LOG_ERR, k,
+                                     "Process %d is not a native 64-bit process", r->pid);
         if (k < 0)
                 return zsw_log_errno(r->log, LOG_ERR, k, "Failed to read registers of %d: %m", tid);
         if (ptrace(PTRACE_GET_RSEQ_CONFIGURATION, tid, sizeof(r->rseq), &r->rseq) < 0)
@@ -671,11 +676,12 @@ static int hold_new_threads(struct zsw_remote *r, pid_t *ret_waiting) {
                                             !remote_state_alive(state)))
                                 continue; /* exited meanwhile */
                         if (k == -EPERM && remote_read_tracer(r->pid, tid) > 0)
-                                return zsw_log_errno(r->log, LOG_DEBUG, EBUSY,
-                                                     "Thread %d of %d is traced by process %d already",
-                                                     tid, r->pid, remote_read_tracer(r->pid, tid));
-                        return zsw_log_errno(r->log, LOG_DEBUG, k, "Failed to seize thread %d of %d: %m",
-                                             tid, r->pid);
+                                return zsw_log_errno(
+                                        r->log, LOG_DEBUG, EBUSY,
+                                        "Thread %d of %d is traced by process %d already", tid,
+                                        r->pid, remote_read_tracer(r->pid, tid));
+                        return zsw_log_errno(r->log, LOG_DEBUG, k,
+                                             "Failed to seize thread %d of %d: %m", tid, r->pid);
                 }
                 r->held[r->n_held++] = (struct held_thread) {
                         .tid = tid,
@@ -683,7 +689,8 @@ static int hold_new_threads(struct zsw_remote *r, pid_t *ret_waiting) {
                                      remote_read_status_pid(r->pid, tid, "\nPPid:") == getpid(),
                 };
                 if (ptrace(PTRACE_INTERRUPT, tid, NULL, NULL) < 0 && errno != ESRCH)
-                        return zsw_log_errno(r->log, LOG_DEBUG, errno, "Failed to interrupt %d: %m", tid);
+                        return zsw_log_errno(r->log, LOG_DEBUG, errno, "Failed to interrupt %d: %m",
+                                             tid);
                 added++;
         }
         return added;
@@ -794,8 +801,9 @@ static void defer_signal(struct zsw_remote *r) {
                         if (r->signals[i].si_signo == si.si_signo)
                                 return;
         if (r->n_signals >= DEFERRED_SIGNALS_MAX) {
-                zsw_log(r->log, LOG_WARNING, "Too many signals for %d during injection, dropping %d",
-                        r->tid, si.si_signo);
+                zsw_log(r->log, LOG_WARNING,
+                        "Too many signals for %d during injection, dropping %d", r->tid,
+                        si.si_signo);
                 return;
         }
         zsw_log(r->log, LOG_DEBUG, "Deferring signal %d of %d until release", si.si_signo, r->tid);
@@ -848,17 +856,20 @@ static int wait_step(struct zsw_remote *r, long nr, bool *cancelled, int *ret_st
                         return k;
                 remote_describe_thread(r->pid, r->tid, why, sizeof(why));
                 if (!*cancelled) {
-                        zsw_log(r->log, LOG_WARNING, "Injected system call %ld in %d still runs "
-                                "after %u ms, interrupting it: %s", nr, r->pid,
-                                ZSW_REMOTE_CALL_TIMEOUT_MS, why);
+                        zsw_log(r->log, LOG_WARNING,
+                                "Injected system call %ld in %d still runs "
+                                "after %u ms, interrupting it: %s",
+                                nr, r->pid, ZSW_REMOTE_CALL_TIMEOUT_MS, why);
                         if (ptrace(PTRACE_INTERRUPT, r->tid, NULL, NULL) < 0 && errno != ESRCH)
                                 return -errno;
                         *cancelled = true;
                         deadline = deadline_in(ZSW_REMOTE_STOP_TIMEOUT_MS);
                         continue;
                 }
-                zsw_log(r->log, LOG_ERR, "Thread %d of %d does not come back from injected system "
-                        "call %ld: it runs on registers of ours until the call returns, waiting: %s",
+                zsw_log(r->log, LOG_ERR,
+                        "Thread %d of %d does not come back from injected system "
+                        "call %ld: it runs on registers of ours until the call returns, waiting: "
+                        "%s",
                         r->tid, r->pid, nr, why);
                 deadline = deadline_in(ZSW_REMOTE_CALL_TIMEOUT_MS);
         }
@@ -883,7 +894,8 @@ static int syscall_op(struct zsw_remote *r, void *arg) {
         zsw_arch_prepare_syscall(&regs, r->insn, a->nr, a->args);
         k = set_regs(r, &regs);
         if (k < 0)
-                return zsw_log_errno(r->log, LOG_ERR, k, "Failed to set registers of %d: %m", r->tid);
+                return zsw_log_errno(r->log, LOG_ERR, k, "Failed to set registers of %d: %m",
+                                     r->tid);
         r->regs_dirty = true;
 
         for (;;) {
@@ -900,8 +912,8 @@ static int syscall_op(struct zsw_remote *r, void *arg) {
                 r->stopped = false;
                 k = wait_step(r, a->nr, &cancelled, &status);
                 if (k < 0)
-                        return zsw_log_errno(r->log, LOG_DEBUG, k, "Thread %d died during injection",
-                                             r->tid);
+                        return zsw_log_errno(r->log, LOG_DEBUG, k,
+                                             "Thread %d died during injection", r->tid);
                 k = classify_stop(r, status, &regs);
                 if (k < 0)
                         return k;
@@ -921,10 +933,9 @@ static int syscall_op(struct zsw_remote *r, void *arg) {
                  * restart it the way the kernel would have. */
                 zsw_log(r->log, LOG_DEBUG, "Restarting injected syscall %ld in %d (%ld)", a->nr,
                         r->tid, result);
-                zsw_arch_prepare_syscall(&regs, r->insn,
-                                         result == -ERESTART_RESTARTBLOCK ? SYS_restart_syscall :
-                                                                            a->nr,
-                                         a->args);
+                zsw_arch_prepare_syscall(
+                        &regs, r->insn,
+                        result == -ERESTART_RESTARTBLOCK ? SYS_restart_syscall : a->nr, a->args);
                 k = set_regs(r, &regs);
                 if (k < 0)
                         return k;
@@ -1077,8 +1088,9 @@ static long madvise_self_batch(struct zsw_remote *r, uint64_t scratch, const str
         k = zsw_remote_write(r, scratch, ranges, n * sizeof(struct iovec));
         if (k < 0)
                 return k;
-        k = zsw_remote_call(r, __NR_process_madvise, (unsigned long[6]) {
-                        (unsigned long) PIDFD_SELF_THREAD, scratch, n, (unsigned long) advice });
+        k = zsw_remote_call(r, __NR_process_madvise,
+                            (unsigned long[6]) { (unsigned long) PIDFD_SELF_THREAD, scratch, n,
+                                                 (unsigned long) advice });
         if (r->madvise_self < 0) {
                 /* EBADF: no PIDFD_SELF_THREAD (< 6.15); EINVAL: advice other than
                  * COLD/PAGEOUT/WILLNEED/COLLAPSE (< 6.13); ENOSYS: < 5.10. */
@@ -1128,8 +1140,8 @@ static int madvise_ranges(struct zsw_remote *r, uint64_t scratch, size_t scratch
                         return first_error ?: (int) done;
                 i += (size_t) done;
                 if ((size_t) done < batch) {
-                        zsw_log(r->log, LOG_DEBUG, "process_madvise in %d stopped at %p+%zu", r->pid,
-                                ranges[i].iov_base, ranges[i].iov_len);
+                        zsw_log(r->log, LOG_DEBUG, "process_madvise in %d stopped at %p+%zu",
+                                r->pid, ranges[i].iov_base, ranges[i].iov_len);
                         if (!first_error)
                                 first_error = error ?: -EIO;
                         i++;
@@ -1140,9 +1152,10 @@ static int madvise_ranges(struct zsw_remote *r, uint64_t scratch, size_t scratch
                  * known refused: nothing was advised. */
                 return -EOPNOTSUPP;
         for (; i < n; i++) {
-                long k = zsw_remote_call(r, SYS_madvise, (unsigned long[6]) {
-                                (unsigned long) ranges[i].iov_base, ranges[i].iov_len,
-                                (unsigned long) advice });
+                long k = zsw_remote_call(r, SYS_madvise,
+                                         (unsigned long[6]) { (unsigned long) ranges[i].iov_base,
+                                                              ranges[i].iov_len,
+                                                              (unsigned long) advice });
 
                 if (k < 0) {
                         zsw_log_errno(r->log, LOG_DEBUG, k, "madvise(%p, %zu, %d) in %d failed: %m",

@@ -151,8 +151,7 @@ int zsw_remote_install_fd(struct zsw_remote *r, int fd, int *ret_target_fd);
  * zsw_remote_install_fd() gives a descriptor, and calls
  * USERFAULTFD_IOC_NEW on it. Nothing else is left in its fd table.
  */
-int zsw_remote_open_uffd(struct zsw_remote *r, int flags, int *ret_target_fd,
-                         int *ret_local_fd);
+int zsw_remote_open_uffd(struct zsw_remote *r, int flags, int *ret_target_fd, int *ret_local_fd);
 
 /*
  * Applies madvise(advice) to n ranges of the target's memory, in a single

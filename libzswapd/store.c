@@ -64,7 +64,7 @@ enum {
         C_STORES,
         C_LOADS,
         C_INVALIDATIONS,
-        C_DISK_PAGES,   /* global only: per owner, see struct zsw_lru */
+        C_DISK_PAGES, /* global only: per owner, see struct zsw_lru */
         C_DISK_BYTES,
         C_WRITTEN_BACK,
         C_DISK_READS,
@@ -84,20 +84,20 @@ struct zsw_store {
 
         pthread_mutex_t owners_lock;
         struct zsw_owner *owners;
-        uint64_t next_owner_id;   /* under owners_lock */
+        uint64_t next_owner_id; /* under owners_lock */
         _Atomic unsigned workers;
 
-        pthread_rwlock_t pool_lock;     /* pool payload reads vs. the switch to disk */
+        pthread_rwlock_t pool_lock; /* pool payload reads vs. the switch to disk */
         struct zsw_store_limits limits;
-        uint64_t accept_bytes;          /* the limit's accept threshold */
-        _Atomic bool reached_full;      /* refusing until under accept_bytes */
+        uint64_t accept_bytes;     /* the limit's accept threshold */
+        _Atomic bool reached_full; /* refusing until under accept_bytes */
         _Atomic bool reclaim_failing;
 };
 
 struct zsw_owner {
         struct zsw_store *store;
         struct zsw_owner_config cfg;
-        pthread_mutex_t lock;     /* index, and the order of LRU insertions */
+        pthread_mutex_t lock; /* index, and the order of LRU insertions */
         struct zsw_index *index;
         struct zsw_lru *lru;
         counters_t counters;
@@ -318,7 +318,7 @@ struct store_batch {
         struct zsw_entry *old[ZSW_STORE_BATCH_MAX];
         size_t nold;
         bool stale_dropped;
-        bool wake;        /* refused at a limit that writeback can make room under */
+        bool wake; /* refused at a limit that writeback can make room under */
 };
 
 static int stage_fault(struct store_batch *b, enum zsw_store_stage stage, unsigned page) {
@@ -462,8 +462,8 @@ static int batch_pool(struct store_batch *b) {
 
                 if (b->refused & (UINT32_C(1) << i))
                         continue;
-                from[b->npool] = b->entries[i]->state == ZSW_ENTRY_RAW ? b->pages[i]
-                                                                       : b->w->scratch[k];
+                from[b->npool] =
+                        b->entries[i]->state == ZSW_ENTRY_RAW ? b->pages[i] : b->w->scratch[k];
                 sizes[b->npool] = b->entries[i]->length;
                 b->pooled[b->npool++] = (uint8_t) i;
         }
@@ -637,8 +637,9 @@ static int store_batch_abort(struct store_batch *b, enum zsw_reject reason, int 
         entries_release(b->o, b->old, b->nold);
         count(&b->o->counters[C_REJECT + reason], (int64_t) b->n);
         count(&b->s->counters[C_REJECT + reason], (int64_t) b->n);
-        return zsw_log_errno(b->s->cfg.log, LOG_DEBUG, r, "Store batch of %zu pages failed (%s): %m",
-                             b->n, zsw_reject_to_string(reason));
+        return zsw_log_errno(b->s->cfg.log, LOG_DEBUG, r,
+                             "Store batch of %zu pages failed (%s): %m", b->n,
+                             zsw_reject_to_string(reason));
 }
 
 /* The global limit, as zswap_check_limits() does it: full at the limit,
@@ -674,7 +675,9 @@ static int batch_check(const struct store_batch *b) {
 
 int zsw_store_pages(struct zsw_worker *w, struct zsw_owner *o, const uint64_t *pgnos,
                     const void *const *pages, size_t n, uint32_t *ret_stored) {
-        struct store_batch b = { .w = w, .o = o, .s = o->store, .pgnos = pgnos, .pages = pages, .n = n };
+        struct store_batch b = {
+                .w = w, .o = o, .s = o->store, .pgnos = pgnos, .pages = pages, .n = n
+        };
         enum zsw_reject reason;
         uint64_t t0 = zsw_now_ns();
         size_t stored;
@@ -686,7 +689,8 @@ int zsw_store_pages(struct zsw_worker *w, struct zsw_owner *o, const uint64_t *p
 
         if (pool_full(b.s)) {
                 reason = atomic_load_explicit(&b.s->reclaim_failing, memory_order_relaxed)
-                                 ? ZSW_REJECT_RECLAIM_FAIL : ZSW_REJECT_POOL_LIMIT;
+                                 ? ZSW_REJECT_RECLAIM_FAIL
+                                 : ZSW_REJECT_POOL_LIMIT;
                 if (b.s->limits.wake)
                         b.s->limits.wake(b.s->limits.userdata);
                 return store_batch_abort(&b, reason, -ENOSPC);
@@ -696,7 +700,8 @@ int zsw_store_pages(struct zsw_worker *w, struct zsw_owner *o, const uint64_t *p
                 return store_batch_abort(&b, ZSW_REJECT_ENOMEM, r);
         r = batch_compress(&b);
         if (r < 0)
-                return store_batch_abort(&b, r == -ENOMEM ? ZSW_REJECT_ENOMEM : ZSW_REJECT_COMPRESS, r);
+                return store_batch_abort(&b, r == -ENOMEM ? ZSW_REJECT_ENOMEM : ZSW_REJECT_COMPRESS,
+                                         r);
         r = batch_pool(&b);
         if (r < 0)
                 return store_batch_abort(&b, ZSW_REJECT_POOL, r);
@@ -722,8 +727,10 @@ int zsw_store_pages(struct zsw_worker *w, struct zsw_owner *o, const uint64_t *p
         entries_release(o, b.old, b.nold);
         if (b.refused) {
                 batch_free_unpublished(&b, false);
-                count(&o->counters[C_REJECT + ZSW_REJECT_INCOMPRESSIBLE], __builtin_popcount(b.refused));
-                count(&b.s->counters[C_REJECT + ZSW_REJECT_INCOMPRESSIBLE], __builtin_popcount(b.refused));
+                count(&o->counters[C_REJECT + ZSW_REJECT_INCOMPRESSIBLE],
+                      __builtin_popcount(b.refused));
+                count(&b.s->counters[C_REJECT + ZSW_REJECT_INCOMPRESSIBLE],
+                      __builtin_popcount(b.refused));
         }
         t0 = (zsw_now_ns() - t0) / n;
         zsw_histogram_record_n(&o->hist[ZSW_LATENCY_STORE], t0, n);
@@ -737,8 +744,8 @@ int zsw_store_pages(struct zsw_worker *w, struct zsw_owner *o, const uint64_t *p
 
 /* A payload on disk: on disk for good (the switch is one way), so the read
  * needs no lock; the caller's reference keeps its sectors allocated. */
-static int entry_read_disk(struct zsw_worker *w, uint64_t sector, uint32_t len,
-                           unsigned compressor, void *buf) {
+static int entry_read_disk(struct zsw_worker *w, uint64_t sector, uint32_t len, unsigned compressor,
+                           void *buf) {
         struct zsw_store *s = w->store;
         uint8_t *tmp = w->scratch[ZSW_STORE_BATCH_MAX];
         int r;
@@ -813,8 +820,7 @@ int zsw_store_load(struct zsw_worker *w, struct zsw_owner *o, uint64_t pgno, voi
         if (r < 0 && exclusive) {
                 /* Keep the page for another try rather than lose it. */
                 zsw_mutex_lock(&o->lock, ZSW_LOCK_OWNER);
-                if (!zsw_index_lookup(o->index, pgno) &&
-                    zsw_index_insert(o->index, pgno, e) >= 0) {
+                if (!zsw_index_lookup(o->index, pgno) && zsw_index_insert(o->index, pgno, e) >= 0) {
                         charge(o->counters, e, 1);
                         e = NULL;
                 }
@@ -869,8 +875,8 @@ static size_t run_read_disk(struct zsw_worker *w, const uint64_t *sectors, const
             s->cfg.read_disk_batch(s->cfg.disk_userdata, sectors, lens, n, dsts) < 0)
                 /* One at a time: a failure then only shortens the run. */
                 for (i = 0; i < n; i++)
-                        if (!s->cfg.read_disk ||
-                            s->cfg.read_disk(s->cfg.disk_userdata, sectors[i], lens[i], dsts[i]) < 0)
+                        if (!s->cfg.read_disk || s->cfg.read_disk(s->cfg.disk_userdata, sectors[i],
+                                                                  lens[i], dsts[i]) < 0)
                                 break;
         n = i;
         for (i = 0; i < n; i++) {
@@ -909,7 +915,8 @@ int zsw_store_load_run(struct zsw_worker *w, struct zsw_owner *o, uint64_t first
 
         /* Pages in memory first; the run stops at the first that fails. */
         for (; ok < got; ok++) {
-                if (entry_on_disk(o->store, v[ok], &sectors[ndisk], &lens[ndisk], &compressors[ndisk])) {
+                if (entry_on_disk(o->store, v[ok], &sectors[ndisk], &lens[ndisk],
+                                  &compressors[ndisk])) {
                         disk_at[ndisk] = ok;
                         disk_bufs[ndisk++] = bufs[ok];
                         continue;
@@ -1077,7 +1084,7 @@ static void family_lock(struct zsw_owner *o, bool lock) {
 }
 
 size_t zsw_store_writeback_done(struct zsw_owner *o, struct zsw_entry *const *entries,
-                              const uint64_t *sectors, size_t n) {
+                                const uint64_t *sectors, size_t n) {
         struct zsw_store *s = o->store;
         zsw_handle_t handles[ZSW_STORE_BATCH_MAX];
         uint64_t moved = 0, bytes = 0;
@@ -1096,7 +1103,8 @@ size_t zsw_store_writeback_done(struct zsw_owner *o, struct zsw_entry *const *en
                          * the space written must not leak. */
                         if (atomic_load_explicit(&e->refs, memory_order_acquire) == 1) {
                                 if (s->cfg.free_disk)
-                                        s->cfg.free_disk(s->cfg.disk_userdata, sectors[i], e->length);
+                                        s->cfg.free_disk(s->cfg.disk_userdata, sectors[i],
+                                                         e->length);
                                 continue;
                         }
                         handles[nh++] = e->handle;
@@ -1293,8 +1301,8 @@ struct zsw_worker *zsw_worker_free(struct zsw_worker *w) {
         return NULL;
 }
 
-static int owner_alloc(struct zsw_store *s, const struct zsw_owner_config *cfg,
-                       struct zsw_lru *lru, struct zsw_owner **ret) {
+static int owner_alloc(struct zsw_store *s, const struct zsw_owner_config *cfg, struct zsw_lru *lru,
+                       struct zsw_owner **ret) {
         struct zsw_owner *o = calloc(1, sizeof(*o));
         int r;
 
@@ -1400,7 +1408,8 @@ int zsw_store_owner_clone(struct zsw_owner *parent, struct zsw_owner **ret) {
 
         zsw_mutex_lock(&parent->lock, ZSW_LOCK_OWNER);
         for (e = zsw_index_next(parent->index, 0, &pgno); e;
-             e = pgno < ZSW_INDEX_MAX_PGNO ? zsw_index_next(parent->index, pgno + 1, &pgno) : NULL) {
+             e = pgno < ZSW_INDEX_MAX_PGNO ? zsw_index_next(parent->index, pgno + 1, &pgno)
+                                           : NULL) {
                 r = zsw_index_insert(child->index, pgno, e);
                 if (r < 0)
                         break;
@@ -1507,8 +1516,11 @@ void zsw_store_owner_get_latency(struct zsw_owner *o, enum zsw_latency_kind kind
 
 static int export_one(struct zsw_store *s, struct zsw_entry *e, uint64_t pgno, void *disk_buf,
                       struct zsw_store_page *ret) {
-        struct zsw_store_page p = { .pgno = pgno, .entry = e, .state = e->state,
-                                    .compressor = e->compressor, .length = e->length };
+        struct zsw_store_page p = { .pgno = pgno,
+                                    .entry = e,
+                                    .state = e->state,
+                                    .compressor = e->compressor,
+                                    .length = e->length };
         int r;
 
         switch (e->state) {
@@ -1595,7 +1607,9 @@ static int import_check(const struct zsw_store_page *p) {
                 return p->length == 0 ? 0 : -EINVAL;
         case ZSW_ENTRY_COMPRESSED:
                 return p->length == 0 || p->length > ZSW_PAGE_SIZE ||
-                       p->compressor >= _ZSW_COMPRESSOR_MAX || !p->payload ? -EINVAL : 0;
+                                       p->compressor >= _ZSW_COMPRESSOR_MAX || !p->payload
+                               ? -EINVAL
+                               : 0;
         case ZSW_ENTRY_RAW:
                 return p->length == ZSW_PAGE_SIZE && p->payload ? 0 : -EINVAL;
         default:
@@ -1668,7 +1682,8 @@ static void import_unmake(struct zsw_store *s, struct zsw_entry *const *share,
 }
 
 int zsw_store_import_batch(struct zsw_owner *o, const struct zsw_store_page *p,
-                           struct zsw_entry *const *share, size_t n, struct zsw_entry **ret_entries) {
+                           struct zsw_entry *const *share, size_t n,
+                           struct zsw_entry **ret_entries) {
         struct zsw_entry *made[ZSW_STORE_BATCH_MAX], *lru[ZSW_STORE_BATCH_MAX];
         struct zsw_store *s = o->store;
         struct charge mine = {}, global = {};

@@ -100,7 +100,7 @@ struct zsw_store_config {
 
 struct zsw_owner_config {
         enum zsw_compressor compressor;
-        int level;             /* zstd level, 0 for ZSW_ZSTD_LEVEL_DEFAULT */
+        int level; /* zstd level, 0 for ZSW_ZSTD_LEVEL_DEFAULT */
         /* Limit of pages kept in the pool (stored pages neither
          * same-filled nor written back; the analogue of memory.zswap.max),
          * 0 for none. At the limit,
@@ -118,20 +118,20 @@ struct zsw_owner_config {
  * Written-back pages are counted per fork family: an owner reports its
  * family's disk_pages and disk_bytes (capped by its own stored figures). */
 struct zsw_store_stats {
-        uint64_t stored_pages;         /* in memory and on disk */
-        uint64_t payload_bytes;        /* compressed (or raw) bytes of stored pages in memory */
+        uint64_t stored_pages;  /* in memory and on disk */
+        uint64_t payload_bytes; /* compressed (or raw) bytes of stored pages in memory */
         uint64_t same_filled_pages;
         uint64_t incompressible_pages; /* stored raw */
         uint64_t stores;
         uint64_t loads;
         uint64_t invalidations;
         uint64_t rejects[_ZSW_REJECT_MAX];
-        uint64_t disk_pages;           /* stored pages written back */
-        uint64_t disk_bytes;           /* their payload bytes */
-        uint64_t written_back;         /* pages switched to disk, in all */
-        uint64_t disk_reads;           /* loads that read the disk */
-        uint64_t pool_limit_hit;       /* global only: stores that found the pool full */
-        uint64_t pool_bytes;           /* global only: memory the pool took from the system */
+        uint64_t disk_pages;     /* stored pages written back */
+        uint64_t disk_bytes;     /* their payload bytes */
+        uint64_t written_back;   /* pages switched to disk, in all */
+        uint64_t disk_reads;     /* loads that read the disk */
+        uint64_t pool_limit_hit; /* global only: stores that found the pool full */
+        uint64_t pool_bytes;     /* global only: memory the pool took from the system */
         /* Global only, the parts of pool_bytes (struct zsw_pool_stats):
          * objects (class-rounded), empty slabs and arena rest kept for
          * reuse; and what compaction did. */
@@ -305,7 +305,7 @@ int zsw_store_entry_payload(struct zsw_store *s, struct zsw_entry *e, const void
  * how many entries switched to disk.
  */
 size_t zsw_store_writeback_done(struct zsw_owner *o, struct zsw_entry *const *entries,
-                              const uint64_t *sectors, size_t n);
+                                const uint64_t *sectors, size_t n);
 
 /* Pins every owner: while held, zsw_store_owner_free() waits, so the
  * writeback tier can work on an owner between store calls. Stores, loads
@@ -320,8 +320,8 @@ void zsw_store_owners_unlock(struct zsw_store *s);
 struct zsw_owner *zsw_store_owner_next(struct zsw_store *s, uint64_t *cursor);
 
 struct zsw_store_limits {
-        uint64_t pool_bytes;            /* global limit of pool memory in use, 0 for none */
-        unsigned accept_percent;        /* 1..100, 0 for 90 (zswap's accept_thr_percent) */
+        uint64_t pool_bytes;     /* global limit of pool memory in use, 0 for none */
+        unsigned accept_percent; /* 1..100, 0 for 90 (zswap's accept_thr_percent) */
         /* Called (outside every store lock) when a store finds a limit it
          * may write back to make room for: the shrinker's wake-up. */
         void (*wake)(void *userdata);
@@ -363,11 +363,11 @@ bool zsw_store_owner_may_writeback(struct zsw_owner *o);
  * kept. */
 struct zsw_store_page {
         uint64_t pgno;
-        uint8_t state;          /* enum zsw_entry_state: SAME, COMPRESSED or RAW */
-        uint8_t compressor;     /* enum zsw_compressor of a COMPRESSED payload */
-        uint16_t length;        /* payload bytes; 0 for SAME */
-        uint64_t value;         /* SAME: the repeated word */
-        const void *payload;    /* COMPRESSED, RAW: length bytes */
+        uint8_t state;       /* enum zsw_entry_state: SAME, COMPRESSED or RAW */
+        uint8_t compressor;  /* enum zsw_compressor of a COMPRESSED payload */
+        uint16_t length;     /* payload bytes; 0 for SAME */
+        uint64_t value;      /* SAME: the repeated word */
+        const void *payload; /* COMPRESSED, RAW: length bytes */
         /* Identifies the entry while the walk runs: owners of one fork
          * family share entries, and a shared entry must be handed over
          * once and shared again on the other side. */
@@ -407,4 +407,5 @@ int zsw_store_import(struct zsw_owner *o, const struct zsw_store_page *p, struct
  * NULL): one pool allocation and one lock round trip for the batch. All or
  * nothing. */
 int zsw_store_import_batch(struct zsw_owner *o, const struct zsw_store_page *p,
-                           struct zsw_entry *const *share, size_t n, struct zsw_entry **ret_entries);
+                           struct zsw_entry *const *share, size_t n,
+                           struct zsw_entry **ret_entries);

@@ -47,34 +47,34 @@
 
 struct zsw_swapfile {
         int fd;
-        char *unlink_path;      /* named file to remove on close; NULL for O_TMPFILE */
+        char *unlink_path; /* named file to remove on close; NULL for O_TMPFILE */
         const struct zsw_log *log;
 
-        uint32_t block;                 /* allocation and I/O unit, bytes */
-        uint32_t block_sectors;         /* 512-byte slot units per block */
+        uint32_t block;         /* allocation and I/O unit, bytes */
+        uint32_t block_sectors; /* 512-byte slot units per block */
 
-        pthread_mutex_t alloc_lock;     /* bitmap, cursor, reservation */
-        uint64_t *bitmap;               /* one bit per block of the cap, 1 = in use */
+        pthread_mutex_t alloc_lock; /* bitmap, cursor, reservation */
+        uint64_t *bitmap;           /* one bit per block of the cap, 1 = in use */
         uint64_t max_blocks;
-        uint64_t reserved_blocks;       /* prefix of the file reserved with fallocate */
-        uint64_t cursor;                /* next-fit start */
+        uint64_t reserved_blocks; /* prefix of the file reserved with fallocate */
+        uint64_t cursor;          /* next-fit start */
         uint64_t used_blocks;
-        uint64_t grow_failed;           /* least growth refused in this batch: no retry per entry */
-        int grow_err;                   /* why: -ENOSPC (cap or disk), or fallocate's error */
+        uint64_t grow_failed; /* least growth refused in this batch: no retry per entry */
+        int grow_err;         /* why: -ENOSPC (cap or disk), or fallocate's error */
 
-        pthread_mutex_t write_lock;     /* one write round at a time */
+        pthread_mutex_t write_lock; /* one write round at a time */
         struct io_uring wring;
         uint8_t *wstaging;
-        bool failing;                   /* a write failed since the last success: log once */
-        bool no_merge;                  /* one request per entry, for comparisons */
-        bool wbroken, rbroken;          /* see ring_broken() */
-        uint8_t *zeros;                 /* ZERO_BYTES of zeros for new reservations */
+        bool failing;          /* a write failed since the last success: log once */
+        bool no_merge;         /* one request per entry, for comparisons */
+        bool wbroken, rbroken; /* see ring_broken() */
+        uint8_t *zeros;        /* ZERO_BYTES of zeros for new reservations */
 
-        pthread_mutex_t read_lock;      /* read_batch's ring and staging */
+        pthread_mutex_t read_lock; /* read_batch's ring and staging */
         struct io_uring rring;
         uint8_t *rstaging;
 
-        struct zsw_swapfile_stats stats;        /* updated with atomics */
+        struct zsw_swapfile_stats stats; /* updated with atomics */
 };
 
 #define STAT_ADD(sf, field, v) __atomic_fetch_add(&(sf)->stats.field, (v), __ATOMIC_RELAXED)
@@ -255,7 +255,7 @@ static int reserve_more(struct zsw_swapfile *sf, uint64_t need) {
         uint64_t room = sf->max_blocks - start;
         uint64_t chunk = MIN(room, RESERVE_CHUNK / sf->block);
         uint64_t per_page = ZSW_PAGE_SIZE / sf->block;
-        uint64_t exact = DIV_ROUND_UP(need, per_page) * per_page;     /* whole pages */
+        uint64_t exact = DIV_ROUND_UP(need, per_page) * per_page; /* whole pages */
         uint64_t grow = MAX(chunk, exact);
         int r;
 
@@ -322,7 +322,8 @@ static uint64_t run_alloc(struct zsw_swapfile *sf, uint64_t need) {
 /* Slots for a batch: one run for all if possible, else greedy runs that
  * extend the previous entry's run when its next blocks are free. Entries
  * that fit nowhere get ZSW_SWAPFILE_NO_SLOT. Returns the entries placed. */
-static size_t batch_alloc(struct zsw_swapfile *sf, const uint32_t *lens, size_t n, uint64_t *slots) {
+static size_t batch_alloc(struct zsw_swapfile *sf, const uint32_t *lens, size_t n,
+                          uint64_t *slots) {
         uint64_t total = 0;
         size_t placed = 0;
 
@@ -351,7 +352,8 @@ static size_t batch_alloc(struct zsw_swapfile *sf, const uint32_t *lens, size_t 
                                 slots[i] = run_alloc(sf, need);
                         placed += slots[i] != ZSW_SWAPFILE_NO_SLOT;
                 }
-        __atomic_store_n(&sf->stats.disk_bytes_in_use, sf->used_blocks * sf->block, __ATOMIC_RELAXED);
+        __atomic_store_n(&sf->stats.disk_bytes_in_use, sf->used_blocks * sf->block,
+                         __ATOMIC_RELAXED);
         zsw_mutex_unlock(&sf->alloc_lock);
         return placed;
 }
@@ -495,10 +497,12 @@ int zsw_swapfile_open(const char *path, uint64_t max_bytes, const struct zsw_log
 
         sf->fd = file_open(path, &sf->unlink_path);
         if (sf->fd < 0)
-                return zsw_log_errno(log, LOG_ERR, sf->fd, "Failed to create swapfile in %s: %m", path);
+                return zsw_log_errno(log, LOG_ERR, sf->fd, "Failed to create swapfile in %s: %m",
+                                     path);
         r = dio_block(sf->fd);
         if (r < 0)
-                return zsw_log_errno(log, LOG_ERR, r, "Unsupported direct I/O alignment in %s: %m", path);
+                return zsw_log_errno(log, LOG_ERR, r, "Unsupported direct I/O alignment in %s: %m",
+                                     path);
         sf->block = (uint32_t) r;
         sf->block_sectors = sf->block / ZSW_SWAPFILE_SECTOR;
 
@@ -556,8 +560,8 @@ void zsw_swapfile_get_stats(struct zsw_swapfile *sf, struct zsw_swapfile_stats *
 
 /* One request: a range of consecutive blocks, staged contiguously. */
 struct run {
-        uint64_t off;           /* file offset */
-        uint32_t staged;        /* offset in the staging buffer */
+        uint64_t off;    /* file offset */
+        uint32_t staged; /* offset in the staging buffer */
         uint32_t len, done;
         int err;
 };
@@ -607,7 +611,7 @@ static int runs_execute(struct zsw_swapfile *sf, struct run *runs, unsigned nrun
                         STAT_ADD(sf, read_requests, 1);
                 if (cqe->res < 0)
                         run->err = cqe->res;
-                else if (cqe->res == 0)      /* no progress: end of file */
+                else if (cqe->res == 0) /* no progress: end of file */
                         run->err = write ? -EIO : -ENODATA;
                 else
                         run->done += (uint32_t) cqe->res;
@@ -629,8 +633,8 @@ static int runs_execute(struct zsw_swapfile *sf, struct run *runs, unsigned nrun
 /* Copies the placed entries into the staging buffer in disk order and cuts
  * them into runs of consecutive blocks. Returns the number of runs. */
 static unsigned stage_batch(struct zsw_swapfile *sf, const void *const *payloads,
-                            const uint32_t *lens, size_t n, const uint64_t *slots,
-                            struct run *runs, uint8_t *entry_run) {
+                            const uint32_t *lens, size_t n, const uint64_t *slots, struct run *runs,
+                            uint8_t *entry_run) {
         unsigned nruns = 0;
         uint32_t staged = 0;
 
@@ -646,7 +650,8 @@ static unsigned stage_batch(struct zsw_swapfile *sf, const void *const *payloads
                         last->len += bytes;
                 else
                         runs[nruns++] = (struct run) { .off = slots[i] * sf->block,
-                                                       .staged = staged, .len = bytes };
+                                                       .staged = staged,
+                                                       .len = bytes };
                 entry_run[i] = nruns - 1;
                 staged += bytes;
         }
@@ -655,9 +660,9 @@ static unsigned stage_batch(struct zsw_swapfile *sf, const void *const *payloads
 
 /* Settles each entry: written (all of its bytes acknowledged), or failed
  * with its blocks back in the allocator. Returns the entries written. */
-static size_t batch_settle(struct zsw_swapfile *sf, const uint32_t *lens, size_t n,
-                           uint64_t *slots, int *errors, const struct run *runs,
-                           const uint8_t *entry_run, int fatal) {
+static size_t batch_settle(struct zsw_swapfile *sf, const uint32_t *lens, size_t n, uint64_t *slots,
+                           int *errors, const struct run *runs, const uint8_t *entry_run,
+                           int fatal) {
         size_t ok = 0;
 
         for (size_t i = 0; i < n; i++) {
@@ -697,9 +702,10 @@ static void batch_log(struct zsw_swapfile *sf, size_t ok, size_t n, const int *e
         }
         /* Once per burst of failures: the shrinker backs off and retries. */
         if (!sf->failing)
-                zsw_log_errno(sf->log, LOG_WARNING, err,
-                              "Swapfile write failed for %zu of %zu entries, keeping them in memory: %m",
-                              n - ok, n);
+                zsw_log_errno(
+                        sf->log, LOG_WARNING, err,
+                        "Swapfile write failed for %zu of %zu entries, keeping them in memory: %m",
+                        n - ok, n);
         sf->failing = true;
 }
 
@@ -727,8 +733,7 @@ static size_t write_round(struct zsw_swapfile *sf, const void *const *payloads,
 }
 
 int zsw_swapfile_write_batch(struct zsw_swapfile *sf, const void *const *payloads,
-                             const uint32_t *lens, size_t n, uint64_t *ret_slots,
-                             int *ret_errors) {
+                             const uint32_t *lens, size_t n, uint64_t *ret_slots, int *ret_errors) {
         uint64_t slots[ZSW_SWAPFILE_BATCH_MAX];
         int errors[ZSW_SWAPFILE_BATCH_MAX];
         size_t ok = 0;
@@ -772,7 +777,8 @@ static int read_failed(struct zsw_swapfile *sf, int err, uint64_t off) {
                 err = -EIO;
         } else
                 STAT_ADD(sf, err_read_io, 1);
-        return zsw_log_errno(sf->log, LOG_ERR, err, "Swapfile read at offset %" PRIu64 " failed: %m", off);
+        return zsw_log_errno(sf->log, LOG_ERR, err,
+                             "Swapfile read at offset %" PRIu64 " failed: %m", off);
 }
 
 int zsw_swapfile_read(struct zsw_swapfile *sf, uint64_t slot, uint32_t len, void *buf) {
@@ -793,7 +799,7 @@ int zsw_swapfile_read(struct zsw_swapfile *sf, uint64_t slot, uint32_t len, void
                         continue;
                 if (r < 0)
                         return read_failed(sf, -errno, off);
-                if (r == 0)     /* end of file: never hand out a partial entry */
+                if (r == 0) /* end of file: never hand out a partial entry */
                         return read_failed(sf, -ENODATA, off);
                 done += (uint32_t) r;
         }
@@ -823,7 +829,8 @@ int zsw_swapfile_read_batch(struct zsw_swapfile *sf, const uint64_t *slots, cons
                         runs[nruns - 1].len += bytes;
                 else
                         runs[nruns++] = (struct run) { .off = block * sf->block,
-                                                       .staged = staged, .len = bytes };
+                                                       .staged = staged,
+                                                       .len = bytes };
                 staged += bytes;
         }
 

@@ -41,22 +41,22 @@
 struct zsw_swapfile;
 
 struct zsw_swapfile_stats {
-        uint64_t write_batches;         /* write_batch rounds that wrote something */
-        uint64_t write_requests;        /* write SQEs completed, resubmissions included */
-        uint64_t pages_written;         /* entries written and reported as written */
-        uint64_t bytes_written;         /* block-padded bytes of those entries */
-        uint64_t payload_bytes;         /* their payload bytes */
-        uint64_t reads;                 /* entries read back successfully */
-        uint64_t read_requests;         /* read syscalls or SQEs issued */
-        uint64_t read_bytes;            /* block-padded bytes read */
-        uint64_t err_nospace;           /* entries refused: no space (file cap or disk) */
-        uint64_t err_write_io;          /* entries failed by a write (or fallocate) error */
-        uint64_t err_short_write;       /* short write completions (the rest was resubmitted) */
-        uint64_t err_read_io;           /* read calls failed by an I/O error */
-        uint64_t err_short_read;        /* read calls failed by reaching end of file */
-        uint64_t disk_bytes_in_use;     /* allocated blocks, in bytes */
-        uint64_t file_bytes_reserved;   /* bytes reserved with fallocate */
-        uint64_t file_bytes_max;        /* the cap given at open */
+        uint64_t write_batches;       /* write_batch rounds that wrote something */
+        uint64_t write_requests;      /* write SQEs completed, resubmissions included */
+        uint64_t pages_written;       /* entries written and reported as written */
+        uint64_t bytes_written;       /* block-padded bytes of those entries */
+        uint64_t payload_bytes;       /* their payload bytes */
+        uint64_t reads;               /* entries read back successfully */
+        uint64_t read_requests;       /* read syscalls or SQEs issued */
+        uint64_t read_bytes;          /* block-padded bytes read */
+        uint64_t err_nospace;         /* entries refused: no space (file cap or disk) */
+        uint64_t err_write_io;        /* entries failed by a write (or fallocate) error */
+        uint64_t err_short_write;     /* short write completions (the rest was resubmitted) */
+        uint64_t err_read_io;         /* read calls failed by an I/O error */
+        uint64_t err_short_read;      /* read calls failed by reaching end of file */
+        uint64_t disk_bytes_in_use;   /* allocated blocks, in bytes */
+        uint64_t file_bytes_reserved; /* bytes reserved with fallocate */
+        uint64_t file_bytes_max;      /* the cap given at open */
 };
 
 /* Opens a backing file of at most max_bytes (rounded down to 4 KiB; at least
@@ -93,8 +93,7 @@ uint64_t zsw_swapfile_entry_bytes(const struct zsw_swapfile *sf, uint32_t len);
  * Returns the number of entries written (0 .. n), or -EINVAL for bad
  * arguments, with the outputs untouched. */
 int zsw_swapfile_write_batch(struct zsw_swapfile *sf, const void *const *payloads,
-                             const uint32_t *lens, size_t n, uint64_t *ret_slots,
-                             int *ret_errors);
+                             const uint32_t *lens, size_t n, uint64_t *ret_slots, int *ret_errors);
 
 /* Reads the entry of len bytes at slot into buf (len bytes). A direct pread:
  * safe from any number of threads, concurrently with the writer. Returns 0,

@@ -29,22 +29,22 @@
  * costs milliseconds (the target must be scheduled to stop), so a round takes
  * 16 MiB (evict.h says how it is read and stored). */
 #define ZSW_EVICT_MAX_PAGES 4096u
-#define FAULT_PREFETCH_MAX 64u          /* the most prefetch_window may be */
-#define REFAULT_RING 1024u              /* refaults noted between two age scans */
+#define FAULT_PREFETCH_MAX 64u /* the most prefetch_window may be */
+#define REFAULT_RING 1024u     /* refaults noted between two age scans */
 
 struct target_hold;
 
 enum evict_state {
-        EVICT_IDLE,             /* no eviction in flight */
-        EVICT_COLLECTING,       /* write-protected, being read and stored */
-        EVICT_DROPPING,         /* committed: the drop is being injected */
+        EVICT_IDLE,       /* no eviction in flight */
+        EVICT_COLLECTING, /* write-protected, being read and stored */
+        EVICT_DROPPING,   /* committed: the drop is being injected */
 };
 
 /* The eviction in flight of one target: the pages of one round. */
 struct evict_batch {
         enum evict_state state;
         size_t n;
-        uint64_t addrs[ZSW_EVICT_MAX_PAGES];     /* sorted */
+        uint64_t addrs[ZSW_EVICT_MAX_PAGES]; /* sorted */
         bool cancelled[ZSW_EVICT_MAX_PAGES];
         size_t n_cancelled;
         /* Pages of the drop (committed, not cancelled) whose
@@ -69,20 +69,20 @@ struct evict_batch {
 };
 
 struct zsw_target {
-        const struct zsw_log *log;      /* the engine's */
-        pid_t pid;                      /* 0 while a fork child is unidentified */
-        pid_t parent_pid;               /* of a fork child still to be named */
+        const struct zsw_log *log; /* the engine's */
+        pid_t pid;                 /* 0 while a fork child is unidentified */
+        pid_t parent_pid;          /* of a fork child still to be named */
         int pidfd;
-        int uffd;                       /* the daemon's reference */
-        int target_uffd;                /* the target's own reference, -1 for fork children */
+        int uffd;                          /* the daemon's reference */
+        int target_uffd;                   /* the target's own reference, -1 for fork children */
         struct fault_thread *fault_thread; /* the one that serves it (fault_threads_add()) */
-        uint64_t scratch;               /* scratch mapping inside the target, 0 if none */
+        uint64_t scratch;                  /* scratch mapping inside the target, 0 if none */
         size_t scratch_size;
         struct zsw_owner *owner;
-        struct zsw_owner_config owner_config;   /* as the owner was made */
-        unsigned prefetch_window;       /* pages, <= FAULT_PREFETCH_MAX */
-        unsigned zero_window;           /* pages, <= ZSW_ZERO_WINDOW_MAX */
-        _Atomic bool dead;              /* exited or exec'ed: to be reaped */
+        struct zsw_owner_config owner_config; /* as the owner was made */
+        unsigned prefetch_window;             /* pages, <= FAULT_PREFETCH_MAX */
+        unsigned zero_window;                 /* pages, <= ZSW_ZERO_WINDOW_MAX */
+        _Atomic bool dead;                    /* exited or exec'ed: to be reaped */
         /* A reclaim that could not stop the target (-ETIMEDOUT): no other
          * is tried before stuck_retry_ns, and the wait doubles each time
          * (STUCK_BACKOFF_*). Under evict_lock. */
@@ -107,12 +107,12 @@ struct zsw_target {
          * serve_lock. */
         unsigned prefetch_now;
         unsigned prefetch_tries, prefetch_paid, prefetch_skipped;
-        uint32_t last_fault_tid;        /* of the last missing fault (fault.c's yield) */
+        uint32_t last_fault_tid; /* of the last missing fault (fault.c's yield) */
         /* The page after the last zero fill with a window: a write fault
          * there is a stream filling fresh memory (fault.c). Under
          * serve_lock. */
         uint64_t zero_next_pgno;
-        _Atomic bool throttle;          /* zsw_engine_set_throttle() */
+        _Atomic bool throttle; /* zsw_engine_set_throttle() */
         _Atomic uint64_t throttled_faults;
         /* The first-touch hold (hold.h), NULL until the engine first sets
          * one; then kept until the target is freed. */
@@ -219,8 +219,8 @@ static inline void target_count_stop(struct zsw_target *t, uint64_t start_ns) {
 
         atomic_fetch_add_explicit(&t->stops, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&t->stopped_ns, ns, memory_order_relaxed);
-        while (ns > max && !atomic_compare_exchange_weak_explicit(&t->stop_ns_max, &max, ns,
-                                                                  memory_order_relaxed,
-                                                                  memory_order_relaxed))
+        while (ns > max &&
+               !atomic_compare_exchange_weak_explicit(&t->stop_ns_max, &max, ns,
+                                                      memory_order_relaxed, memory_order_relaxed))
                 ;
 }

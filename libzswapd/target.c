@@ -120,7 +120,8 @@ void target_fill_stats(struct zsw_target *t, struct zsw_store *store, struct zsw
                 .stored_pages = os.stored_pages,
                 .payload_bytes = os.payload_bytes,
                 .pool_bytes = gs.payload_bytes ? (uint64_t) ((double) gs.pool_bytes *
-                                                             os.payload_bytes / gs.payload_bytes) : 0,
+                                                             os.payload_bytes / gs.payload_bytes)
+                                               : 0,
                 .same_filled_pages = os.same_filled_pages,
                 .evicted_pages = atomic_load(&t->evicted),
                 .evict_aborted = atomic_load(&t->evict_aborted),
@@ -176,8 +177,8 @@ void target_fill_stats(struct zsw_target *t, struct zsw_store *store, struct zsw
         zsw_mutex_unlock(&t->age_stats_lock);
         s->age_wp_faults = atomic_load(&t->age_wp_faults);
         s->age_wp_fault_ns = atomic_load(&t->age_wp_fault_ns);
-        s->age_cost_ns = zsw_age_cost_ns(&(struct zsw_age_cost) { s->age_wp_faults,
-                                                                  s->age_wp_fault_ns });
+        s->age_cost_ns =
+                zsw_age_cost_ns(&(struct zsw_age_cost) { s->age_wp_faults, s->age_wp_fault_ns });
         snprintf(path, sizeof(path), "/proc/%d/statm", t->pid);
         f = t->pid > 0 ? fopen(path, "re") : NULL;
         if (f) {
@@ -193,8 +194,8 @@ void target_note_reclaim(struct zsw_target *t, int r) {
                         t->stuck_backoff_s = 0;
                 return;
         }
-        t->stuck_backoff_s = t->stuck_backoff_s ? MIN(t->stuck_backoff_s * 2, STUCK_BACKOFF_MAX_S) :
-                                                  STUCK_BACKOFF_MIN_S;
+        t->stuck_backoff_s = t->stuck_backoff_s ? MIN(t->stuck_backoff_s * 2, STUCK_BACKOFF_MAX_S)
+                                                : STUCK_BACKOFF_MIN_S;
         t->stuck_retry_ns = zsw_now_ns() + t->stuck_backoff_s * 1000000000ull;
         if (zsw_remote_describe_stuck(t->pid, t->stuck_why, sizeof(t->stuck_why)) < 0)
                 snprintf(t->stuck_why, sizeof(t->stuck_why), "no thread of it looks stuck now");

@@ -37,7 +37,7 @@ static unsigned parse_vmflags(const char *s) {
                 char code[3];
                 unsigned flag;
         } table[] = {
-                { "lo", ZSW_VMF_LOCKED }, { "ht", ZSW_VMF_HUGETLB }, { "io", ZSW_VMF_IO },
+                { "lo", ZSW_VMF_LOCKED }, { "ht", ZSW_VMF_HUGETLB },  { "io", ZSW_VMF_IO },
                 { "pf", ZSW_VMF_PFNMAP }, { "mm", ZSW_VMF_MIXEDMAP }, { "dd", ZSW_VMF_DONTDUMP },
                 { "um", ZSW_VMF_UFFD },   { "uw", ZSW_VMF_UFFD },     { "ui", ZSW_VMF_UFFD },
                 { "sh", ZSW_VMF_SHARED },
@@ -66,7 +66,8 @@ static int parse_header(const char *line, struct zsw_vma *v) {
         int name_at = -1;
 
         if (sscanf(line, "%llx-%llx %4s %llx %x:%x %llu %n", &start, &end, perms, &offset, &major,
-                   &minor, &inode, &name_at) < 7 || name_at < 0)
+                   &minor, &inode, &name_at) < 7 ||
+            name_at < 0)
                 return -EBADMSG;
         if (start >= end || strlen(perms) != 4 || !strchr("ps", perms[3]))
                 return -EBADMSG;
@@ -142,8 +143,8 @@ int zsw_vma_list_read(int dir_fd, const char *name, const struct zsw_log *log,
                 errno = 0;
                 if (getline(&line, &linecap, f) < 0) {
                         if (errno != 0)
-                                return zsw_log_errno(log, LOG_DEBUG, errno,
-                                                     "Failed to read %s: %m", name);
+                                return zsw_log_errno(log, LOG_DEBUG, errno, "Failed to read %s: %m",
+                                                     name);
                         break;
                 }
                 lineno++;

@@ -34,12 +34,12 @@ struct zsw_vma {
         uint64_t start, end;
         bool readable, writable, executable, shared;
         uint64_t offset, inode;
-        unsigned flags;      /* ZSW_VMF_*; only valid when has_vmflags */
-        bool has_vmflags;    /* false for /proc/PID/maps */
-        uint64_t rss_kb;     /* smaps Rss, Anonymous, Swap (0 from maps) */
+        unsigned flags;   /* ZSW_VMF_*; only valid when has_vmflags */
+        bool has_vmflags; /* false for /proc/PID/maps */
+        uint64_t rss_kb;  /* smaps Rss, Anonymous, Swap (0 from maps) */
         uint64_t anon_kb;
         uint64_t swap_kb;
-        char *name;          /* path, [heap], [stack], [anon:x], or "" */
+        char *name; /* path, [heap], [stack], [anon:x], or "" */
 };
 
 struct zsw_vma_list {
@@ -102,5 +102,4 @@ int zsw_vma_scan(int pagemap_fd, uint64_t start, uint64_t end, uint64_t want, ui
  * read then waits for that fault to be served, and if the caller is the
  * one serving it, forever. Check presence first (zsw_vma_scan) while the
  * range is write-protected, and keep a fault-service thread running. */
-int zsw_vma_read_pages(pid_t pid, const uint64_t *addrs, size_t n, void *const *bufs,
-                       bool *ret_ok);
+int zsw_vma_read_pages(pid_t pid, const uint64_t *addrs, size_t n, void *const *bufs, bool *ret_ok);

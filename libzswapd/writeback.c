@@ -40,15 +40,15 @@ struct zsw_writeback {
 
         pthread_t thread;
         bool started;
-        pthread_mutex_t lock;           /* pending, stop, passes */
-        pthread_cond_t cond;            /* wakes the thread */
-        pthread_cond_t idle;            /* a pass ended (zsw_writeback_settle) */
+        pthread_mutex_t lock; /* pending, stop, passes */
+        pthread_cond_t cond;  /* wakes the thread */
+        pthread_cond_t idle;  /* a pass ended (zsw_writeback_settle) */
         bool pending, stop;
         uint64_t passes;
 
         /* Under the store's owners pin (see above). */
-        uint64_t cursor;                /* the owner served last */
-        bool failing;                   /* failed since the last success: logged */
+        uint64_t cursor; /* the owner served last */
+        bool failing;    /* failed since the last success: logged */
 
         _Atomic uint64_t wakeups, steps, written_back, write_requests, bytes_written,
                 payload_bytes_written, write_failures, invalidated, backoffs;
@@ -83,7 +83,8 @@ static void step_failed(struct zsw_writeback *wb, size_t nfailed, size_t nwritte
         if (!wb->failing)
                 zsw_log_errno(wb->cfg.log, LOG_WARNING, error,
                               "Writeback of %zu pages failed: %m; they stay in memory, "
-                              "backing off", nfailed);
+                              "backing off",
+                              nfailed);
         wb->failing = true;
         if (nwritten == 0)
                 zsw_store_set_reclaim_failing(wb->store, true);
@@ -252,7 +253,9 @@ static void *shrink_thread(void *userdata) {
                 zsw_mutex_unlock(&wb->lock);
 
                 add(&wb->wakeups, 1);
-                backoff = shrink_pass(wb) < 0 ? MIN(MAX(backoff * 2, BACKOFF_MIN_NS), BACKOFF_MAX_NS) : 0;
+                backoff = shrink_pass(wb) < 0
+                                  ? MIN(MAX(backoff * 2, BACKOFF_MIN_NS), BACKOFF_MAX_NS)
+                                  : 0;
 
                 zsw_mutex_lock(&wb->lock, ZSW_LOCK_WRITEBACK);
                 wb->passes++;
@@ -309,11 +312,11 @@ int zsw_writeback_new(struct zsw_store *s, struct zsw_swapfile *sf,
         /* Limits first: the thread reads them. A store may wake us before
          * the thread runs; the wake-up waits in pending. */
         r = zsw_store_set_limits(s, &(struct zsw_store_limits) {
-                                         .pool_bytes = config->pool_limit_bytes,
-                                         .accept_percent = config->accept_threshold_percent,
-                                         .wake = store_wake,
-                                         .userdata = wb,
-                                 });
+                                            .pool_bytes = config->pool_limit_bytes,
+                                            .accept_percent = config->accept_threshold_percent,
+                                            .wake = store_wake,
+                                            .userdata = wb,
+                                    });
         if (r >= 0)
                 r = -pthread_create(&wb->thread, NULL, shrink_thread, wb);
         if (r < 0) {

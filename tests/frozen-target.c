@@ -109,8 +109,8 @@ int main(int argc, char *argv[]) {
         pthread_t t;
         int uffd;
 
-        buf = mmap(NULL, BUF_PAGES * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);
+        buf = mmap(NULL, BUF_PAGES * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                   0);
         page = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (buf == MAP_FAILED || page == MAP_FAILED)
                 return 1;

@@ -90,7 +90,8 @@ static _unused_ unsigned long long field(const char *line, const char *key) {
         return strtoull(p + strlen(pat), NULL, 0);
 }
 
-static _unused_ void expect_verify(struct target *t, unsigned long long good, unsigned long long bad) {
+static _unused_ void expect_verify(struct target *t, unsigned long long good,
+                                   unsigned long long bad) {
         const char *r = cmd_ok(t, "verify");
 
         ASSERT_EQ_U(field(r, "good"), good);
@@ -123,4 +124,3 @@ static _unused_ void peek(pid_t pid, uint64_t addr, void *data, size_t len) {
 static _unused_ struct target *target_start(const char *extra) {
         return target_start_as(extra, 0);
 }
-

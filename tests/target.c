@@ -409,7 +409,8 @@ static void dispatch_buffer(const char *line) {
         } else if (strcmp(cmd, "mremap") == 0)
                 r = cmd_mremap((uintptr_t) a);
         else if (strcmp(cmd, "munmap-half") == 0 && npages >= 2) {
-                r = munmap(buf + (npages / 2) * PAGE, (npages - npages / 2) * PAGE) < 0 ? -errno : 0;
+                r = munmap(buf + (npages / 2) * PAGE, (npages - npages / 2) * PAGE) < 0 ? -errno
+                                                                                        : 0;
                 if (r >= 0)
                         npages /= 2;
         } else if (strcmp(cmd, "dontneed") == 0 && nargs == 3 && a + b <= npages) {

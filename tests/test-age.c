@@ -61,8 +61,8 @@ static uint64_t child_command(char c, int reply) {
         case 'v':
                 return verify_all();
         case 'm':
-                fresh = mmap(NULL, 256 * PAGE, PROT_READ | PROT_WRITE,
-                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                fresh = mmap(NULL, 256 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                             -1, 0);
                 if (fresh == MAP_FAILED)
                         _exit(3);
                 return (uint64_t) (uintptr_t) fresh;
@@ -75,8 +75,7 @@ static uint64_t child_command(char c, int reply) {
 }
 
 static int child_setup(void) {
-        buf = mmap(NULL, npages * PAGE, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        buf = mmap(NULL, npages * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         sums = calloc(npages, sizeof(uint64_t));
         if (buf == MAP_FAILED || !sums || corpus_fill(buf, npages, 0, 7) < 0)
                 return -ENOMEM;
@@ -103,9 +102,13 @@ static uint64_t present(pid_t pid, uint64_t start, size_t n) {
         ASSERT_GE(fd, 0);
         while (pos < end) {
                 struct pm_scan_arg arg = {
-                        .size = sizeof(arg), .start = pos, .end = end,
-                        .vec = (uint64_t) (uintptr_t) runs, .vec_len = ARRAY_SIZE(runs),
-                        .category_mask = PAGE_IS_PRESENT, .return_mask = PAGE_IS_PRESENT,
+                        .size = sizeof(arg),
+                        .start = pos,
+                        .end = end,
+                        .vec = (uint64_t) (uintptr_t) runs,
+                        .vec_len = ARRAY_SIZE(runs),
+                        .category_mask = PAGE_IS_PRESENT,
+                        .return_mask = PAGE_IS_PRESENT,
                 };
                 int k = ioctl(fd, PAGEMAP_SCAN, &arg);
 
@@ -123,8 +126,8 @@ static const struct zsw_log test_log = { .fn = test_log_stderr, .max_priority = 
 
 static struct zsw_engine *engine_start(uint32_t age_interval_ms) {
         /* No prefetch: every page that comes back is a fault of its own. */
-        return test_engine_new(&(struct zsw_engine_config) {
-                .age_interval_ms = age_interval_ms, .log = &test_log });
+        return test_engine_new(&(struct zsw_engine_config) { .age_interval_ms = age_interval_ms,
+                                                             .log = &test_log });
 }
 
 static void sleep_ms(unsigned ms) {
@@ -182,8 +185,9 @@ TEST(written_half_stays_cold_half_goes) {
         ASSERT_GT(s.age_table_bytes, 0);
         /* About a byte per resident page. */
         ASSERT_LT(s.age_table_bytes, 2 * s.age_present_pages + 65536);
-        fprintf(stderr, "age scan: %" PRIu64 " present, %" PRIu64 " idle, %" PRIu64
-                " protected, %" PRIu64 " us, table %" PRIu64 " bytes\n",
+        fprintf(stderr,
+                "age scan: %" PRIu64 " present, %" PRIu64 " idle, %" PRIu64 " protected, %" PRIu64
+                " us, table %" PRIu64 " bytes\n",
                 s.age_present_pages, s.age_idle_pages, s.age_protected_pages,
                 s.age_scan_ns_last / 1000, s.age_table_bytes);
 
@@ -290,7 +294,8 @@ TEST(pages_written_at_every_scan_back_off) {
         }
         s = stats(e, ch.pid);
         faults = s.wp_faults - s0.wp_faults;
-        fprintf(stderr, "%u scans, %zu hot pages: %" PRIu64 " WP faults (%.2f per page and scan), "
+        fprintf(stderr,
+                "%u scans, %zu hot pages: %" PRIu64 " WP faults (%.2f per page and scan), "
                 "%" PRIu64 " written pages left unprotected by the last scan, "
                 "%.1f ms of the child's time by the fault threads' count\n",
                 BACKOFF_SCANS, half, faults, (double) faults / half / BACKOFF_SCANS,

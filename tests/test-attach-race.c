@@ -42,7 +42,7 @@
 #include "test.h"
 
 #define PAGE 4096ul
-#define KEEP_PAGES 512u         /* the buffer reclaim takes away: 2 MiB */
+#define KEEP_PAGES 512u /* the buffer reclaim takes away: 2 MiB */
 #define WATCHDOG_S 30
 
 enum {
@@ -102,8 +102,8 @@ static void bad(const char *what, uint64_t n) {
 }
 
 static void *fresh(size_t pages) {
-        void *p = mmap(NULL, pages * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                       -1, 0);
+        void *p = mmap(NULL, pages * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                       0);
 
         if (p == MAP_FAILED)
                 _exit(3);
@@ -324,7 +324,8 @@ static void dump_process(pid_t pid, unsigned depth) {
                 if (!f)
                         continue;
                 if (fgets(buf, sizeof(buf), f))
-                        for (tok = strtok_r(buf, " \n", &save); tok; tok = strtok_r(NULL, " \n", &save))
+                        for (tok = strtok_r(buf, " \n", &save); tok;
+                             tok = strtok_r(NULL, " \n", &save))
                                 dump_process(atoi(tok), depth + 1);
                 fclose(f);
         }
@@ -384,7 +385,8 @@ static void dump_registered(pid_t pid) {
         while (fgets(line, sizeof(line), f)) {
                 if (smaps_is_mapping(line))
                         snprintf(range, sizeof(range), "%s", line);
-                if (strncmp(line, "VmFlags:", 8) == 0 && (strstr(line, " um") || strstr(line, " uw")))
+                if (strncmp(line, "VmFlags:", 8) == 0 &&
+                    (strstr(line, " um") || strstr(line, " uw")))
                         fprintf(stderr, "registered: %s  %s", range, line);
         }
         fclose(f);
@@ -419,7 +421,8 @@ static void *watchdog_main(void *arg) {
                                 last[w] = p;
                                 since[w] = now;
                         } else if (now - since[w] >= WATCHDOG_S) {
-                                fprintf(stderr, "\nWATCHDOG: worker %s of target %d made no progress "
+                                fprintf(stderr,
+                                        "\nWATCHDOG: worker %s of target %d made no progress "
                                         "for %d s; where everybody sleeps:\n",
                                         worker_names[w], target_pid, WATCHDOG_S);
                                 dump_process(target_pid, 0);
@@ -430,7 +433,8 @@ static void *watchdog_main(void *arg) {
                                 dump_registered(target_pid);
                                 dump_targets();
                                 kill(target_pid, SIGKILL);
-                                TEST_FAIL("target %d stuck (worker %s)", target_pid, worker_names[w]);
+                                TEST_FAIL("target %d stuck (worker %s)", target_pid,
+                                          worker_names[w]);
                         }
                 }
                 usleep(100 * 1000);
@@ -496,8 +500,9 @@ TEST(attach_reclaim_detach_while_busy) {
                         /* Odd cycles reclaim everything at once, the
                          * others in small steps that race the workers. */
                         for (unsigned k = 0; k < (c % 2 ? 1u : 3u); k++) {
-                                if (zsw_engine_reclaim(e, target_pid, c % 2 ? UINT64_MAX : 256 * 1024,
-                                                       &res, &err) < 0)
+                                if (zsw_engine_reclaim(e, target_pid,
+                                                       c % 2 ? UINT64_MAX : 256 * 1024, &res,
+                                                       &err) < 0)
                                         TEST_FAIL("reclaim (cycle %u): %s", c, err.message);
                                 evicted += res.evicted_pages;
                         }
@@ -515,8 +520,8 @@ TEST(attach_reclaim_detach_while_busy) {
         ASSERT_EQ(waitpid(target_pid, &status, 0), target_pid);
         pthread_join(watchdog, NULL);
         zsw_engine_free(e);
-        fprintf(stderr, "%u cycles, %" PRIu64 " pages evicted, %" PRIu64 " faults served\n",
-                cycles, evicted, faults);
+        fprintf(stderr, "%u cycles, %" PRIu64 " pages evicted, %" PRIu64 " faults served\n", cycles,
+                evicted, faults);
         if (atomic_load(&sh->errors))
                 TEST_FAIL("the target saw %" PRIu64 " wrong reads, first: %s",
                           (uint64_t) atomic_load(&sh->errors), sh->first_error);

@@ -16,9 +16,11 @@ static const char hybrid_mountinfo[] =
         "25 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"
         "30 25 0:26 / /sys/fs/cgroup ro,nosuid shared:9 - tmpfs tmpfs ro,mode=755\n"
         "31 30 0:27 / /sys/fs/cgroup/unified rw,nosuid shared:10 - cgroup2 cgroup2 rw,nsdelegate\n"
-        "32 30 0:28 / /sys/fs/cgroup/systemd rw,nosuid shared:11 - cgroup cgroup rw,xattr,name=systemd\n"
+        "32 30 0:28 / /sys/fs/cgroup/systemd rw,nosuid shared:11 - cgroup cgroup "
+        "rw,xattr,name=systemd\n"
         "36 30 0:32 / /sys/fs/cgroup/memory rw,nosuid shared:15 - cgroup cgroup rw,memory\n"
-        "37 30 0:33 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid shared:16 - cgroup cgroup rw,cpu,cpuacct\n";
+        "37 30 0:33 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid shared:16 - cgroup cgroup "
+        "rw,cpu,cpuacct\n";
 
 static const char v2_mountinfo[] =
         "25 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"
@@ -144,8 +146,8 @@ TEST(real_layout_and_groups) {
                 if (test_cgroup_enter(g) < 0)
                         _exit(2);
                 /* Charged to the group: 8 MiB touched. */
-                buf = mmap(NULL, 8u << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                           -1, 0);
+                buf = mmap(NULL, 8u << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                           0);
                 if (buf == MAP_FAILED)
                         _exit(3);
                 memset(buf, 1, 8u << 20);

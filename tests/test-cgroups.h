@@ -22,10 +22,10 @@
 #define TEST_CGROUP_MAX 8
 
 struct test_cgroup {
-        char name[64];          /* "/zswapd-test-PID-N", as policies match it */
-        char v2[160];           /* its v2 directory */
-        char v1[160];           /* its v1 memory directory, "" without v1 */
-        char sd[160];           /* its name=systemd directory, only if asked for */
+        char name[64]; /* "/zswapd-test-PID-N", as policies match it */
+        char v2[160];  /* its v2 directory */
+        char v1[160];  /* its v1 memory directory, "" without v1 */
+        char sd[160];  /* its name=systemd directory, only if asked for */
 };
 
 static struct test_cgroup *test_cgroups[TEST_CGROUP_MAX];
@@ -35,8 +35,8 @@ static pid_t test_cgroups_owner;
 
 /* The v2 root: /sys/fs/cgroup/unified on hybrid machines. */
 static inline const char *test_cgroup_v2_root(void) {
-        return access("/sys/fs/cgroup/unified/cgroup.procs", F_OK) == 0 ? "/sys/fs/cgroup/unified" :
-                                                                         "/sys/fs/cgroup";
+        return access("/sys/fs/cgroup/unified/cgroup.procs", F_OK) == 0 ? "/sys/fs/cgroup/unified"
+                                                                        : "/sys/fs/cgroup";
 }
 
 static inline void test_cgroup_write(const char *dir, const char *file, const char *value) {

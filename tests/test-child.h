@@ -25,7 +25,7 @@
 
 struct test_child {
         pid_t pid;
-        int cmd, reply;         /* pipes: commands to the child, answers back */
+        int cmd, reply; /* pipes: commands to the child, answers back */
 };
 
 /* In the child: sets up its memory; <0 if it cannot (the child exits 3). */

@@ -135,8 +135,10 @@ TEST(one_decompress_ctx_for_both) {
                 ASSERT_MEMEQ(back, pages[i], ZSW_PAGE_SIZE);
                 /* The wrong algorithm or a truncated payload is caught. */
                 ASSERT_ERRNO(zsw_decompress(dctx, ZSW_COMPRESSOR_ZSTD, out[0], l1, back), EBADMSG);
-                ASSERT_ERRNO(zsw_decompress(dctx, ZSW_COMPRESSOR_LZ4, out[0], l1 / 2, back), EBADMSG);
-                ASSERT_ERRNO(zsw_decompress(dctx, ZSW_COMPRESSOR_ZSTD, out[1], l2 - 1, back), EBADMSG);
+                ASSERT_ERRNO(zsw_decompress(dctx, ZSW_COMPRESSOR_LZ4, out[0], l1 / 2, back),
+                             EBADMSG);
+                ASSERT_ERRNO(zsw_decompress(dctx, ZSW_COMPRESSOR_ZSTD, out[1], l2 - 1, back),
+                             EBADMSG);
         }
         ASSERT_ERRNO(zsw_decompress(dctx, ZSW_COMPRESSOR_LZ4, out[0], 0, back), EBADMSG);
         ASSERT_ERRNO(zsw_decompress(dctx, _ZSW_COMPRESSOR_MAX, out[0], 10, back), EINVAL);

@@ -13,8 +13,8 @@
 static char messages[64][512];
 static unsigned n_messages;
 
-static void capture_log(void *userdata, int priority, const char *file, int line,
-                        const char *func, const char *format, va_list ap) {
+static void capture_log(void *userdata, int priority, const char *file, int line, const char *func,
+                        const char *format, va_list ap) {
         ASSERT_EQ(priority, LOG_ERR);
         if (n_messages < ARRAY_SIZE(messages))
                 vsnprintf(messages[n_messages], sizeof(messages[0]), format, ap);
@@ -45,15 +45,15 @@ static void dump_messages(void) {
 }
 
 /* The load fails, returns no config and logs exactly MSG (among others). */
-#define ASSERT_LOAD_FAILS(global, policy, msg)                                  \
-        do {                                                                    \
-                struct zsw_config *_c_ = (struct zsw_config *) 0x1;             \
-                ASSERT_ERRNO(load((global), (policy), &_c_), EINVAL);           \
-                ASSERT_TRUE(_c_ == (struct zsw_config *) 0x1);                  \
-                if (!logged(msg)) {                                             \
-                        dump_messages();                                        \
-                        TEST_FAIL("expected message: %s", msg);                 \
-                }                                                               \
+#define ASSERT_LOAD_FAILS(global, policy, msg)                        \
+        do {                                                          \
+                struct zsw_config *_c_ = (struct zsw_config *) 0x1;   \
+                ASSERT_ERRNO(load((global), (policy), &_c_), EINVAL); \
+                ASSERT_TRUE(_c_ == (struct zsw_config *) 0x1);        \
+                if (!logged(msg)) {                                   \
+                        dump_messages();                              \
+                        TEST_FAIL("expected message: %s", msg);       \
+                }                                                     \
         } while (0)
 
 /* A policy file with a match line, then BODY starting on line 3. */
@@ -215,7 +215,8 @@ TEST(policy_defaults_and_inheritance) {
         ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_ZSTD);
         ASSERT_EQ(c->policies[0].compression_level, 12);
         c = config_free(c);
-        ASSERT_OK(load("[Store]\nCompressor=zstd\nCompressionLevel=8\n", MATCH "[Policy]\nCompressor=zstd\n", &c));
+        ASSERT_OK(load("[Store]\nCompressor=zstd\nCompressionLevel=8\n",
+                       MATCH "[Policy]\nCompressor=zstd\n", &c));
         ASSERT_EQ(c->policies[0].compression_level, 8);
         c = config_free(c);
         ASSERT_OK(load("[Store]\nCompressor=zstd\nCompressionLevel=5\n",
@@ -240,14 +241,14 @@ TEST(syntax) {
                        "Executable='/opt/my app/bin'\n"
                        "[Policy]\n"
                        "\tMinColdAge\t=\t5min\t\n"
-                       "MinColdAge=10s\n"     /* the last assignment wins */
+                       "MinColdAge=10s\n" /* the last assignment wins */
                        "PrefetchWindow=3\n"
-                       "PrefetchWindow=\n"    /* empty resets to the default */
+                       "PrefetchWindow=\n" /* empty resets to the default */
                        "Compressor=\"zstd\"\n"
                        "Enabled=Yes\n"
-                       "[Policy]\n"           /* a section may be reopened */
+                       "[Policy]\n" /* a section may be reopened */
                        "Writeback=0\n"
-                       "RefaultLimit=10",     /* no newline at the end */
+                       "RefaultLimit=10", /* no newline at the end */
                        &c));
         p = &c->policies[0];
         ASSERT_STREQ(p->units[0], "a.service");
@@ -319,8 +320,9 @@ TEST(value_formats) {
 
         _cleanup_(config_freep) struct zsw_config *c = NULL;
         ASSERT_OK(load(NULL,
-                       MATCH "[Policy]\nMaxReclaimRate=infinity\nMemoryBudget=33.33%\n"
-                             "RefaultLimit=2.5%\nPressureThreshold=full 300ms\nPoolLimit=infinity\n",
+                       MATCH
+                       "[Policy]\nMaxReclaimRate=infinity\nMemoryBudget=33.33%\n"
+                       "RefaultLimit=2.5%\nPressureThreshold=full 300ms\nPoolLimit=infinity\n",
                        &c));
         ASSERT_EQ_U(c->policies[0].max_reclaim_rate, UINT64_MAX);
         ASSERT_EQ(c->policies[0].memory_budget.kind, ZSW_LIMIT_RELATIVE);
@@ -338,14 +340,16 @@ TEST(syntax_errors) {
         assert_global_error("[Daemon\n", GLOBAL_PATH ":1: missing ']' in section header");
         assert_global_error("[Daemon] x\n", GLOBAL_PATH ":1: garbage after section header: 'x'");
         assert_global_error("\n[Deamon]\nSocket=/x\n", GLOBAL_PATH ":2: unknown section [Deamon]");
-        assert_global_error("[Daemon]\nSocket\n", GLOBAL_PATH ":2: missing '=' (expected Key=Value)");
+        assert_global_error("[Daemon]\nSocket\n",
+                            GLOBAL_PATH ":2: missing '=' (expected Key=Value)");
         assert_global_error("[Daemon]\n=x\n", GLOBAL_PATH ":2: missing key name before '='");
-        assert_global_error("[Daemon]\nsocket=/x\n",
-                            GLOBAL_PATH ":2: unknown key 'socket' in section [Daemon] (did you mean Socket=?)");
-        assert_global_error("[Daemon]\nCompressor=lz4\n",
-                            GLOBAL_PATH ":2: key Compressor= belongs in section [Store], not [Daemon]");
+        assert_global_error("[Daemon]\nsocket=/x\n", GLOBAL_PATH
+                            ":2: unknown key 'socket' in section [Daemon] (did you mean Socket=?)");
+        assert_global_error("[Daemon]\nCompressor=lz4\n", GLOBAL_PATH
+                            ":2: key Compressor= belongs in section [Store], not [Daemon]");
         assert_global_error("[Daemon]\nCompresor=lz4\n",
-                            GLOBAL_PATH ":2: unknown key 'Compresor' in section [Daemon] (did you mean Compressor= in [Store]?)");
+                            GLOBAL_PATH ":2: unknown key 'Compresor' in section [Daemon] (did you "
+                                        "mean Compressor= in [Store]?)");
         assert_global_error("[Daemon]\nFrobnicate=1\n",
                             GLOBAL_PATH ":2: unknown key 'Frobnicate' in section [Daemon]");
         assert_global_error("[Daemon]\nSocket=\"/x\n",
@@ -353,8 +357,9 @@ TEST(syntax_errors) {
         assert_policy_error("[Policy]\nUnit=a.service\n",
                             POLICY_PATH ":4: key Unit= belongs in section [Match], not [Policy]");
         /* Errors in continued lines name the line the assignment starts on. */
-        assert_policy_error("[Policy]\nMinColdAge=1s \\\n  2x\n",
-                            POLICY_PATH ":4: MinColdAge=1s    2x: unknown time unit 'x' (use us, ms, s, min, h or d)");
+        assert_policy_error(
+                "[Policy]\nMinColdAge=1s \\\n  2x\n", POLICY_PATH
+                ":4: MinColdAge=1s    2x: unknown time unit 'x' (use us, ms, s, min, h or d)");
 }
 
 TEST(nul_byte) {
@@ -373,46 +378,69 @@ TEST(value_errors) {
                 const char *body; /* on line 4 of a policy */
                 const char *msg;
         } cases[] = {
-                { "MemoryBudget=12X", "MemoryBudget=12X: unknown size suffix 'X' (use K, M, G, T or %)" },
-                { "MemoryBudget=12MB", "MemoryBudget=12MB: unknown size suffix 'MB' (use K, M, G, T or %)" },
+                { "MemoryBudget=12X",
+                  "MemoryBudget=12X: unknown size suffix 'X' (use K, M, G, T or %)" },
+                { "MemoryBudget=12MB",
+                  "MemoryBudget=12MB: unknown size suffix 'MB' (use K, M, G, T or %)" },
                 { "MemoryBudget=-1G", "MemoryBudget=-1G: size must not be negative" },
                 { "MemoryBudget=lots", "MemoryBudget=lots: not a size" },
-                { "MemoryBudget=0", "MemoryBudget=0: must be greater than 0 (\"infinity\" means no limit)" },
+                { "MemoryBudget=0",
+                  "MemoryBudget=0: must be greater than 0 (\"infinity\" means no limit)" },
                 { "MemoryBudget=1.5", "MemoryBudget=1.5: fractional size needs a suffix" },
                 { "MemoryBudget=17000000T", "MemoryBudget=17000000T: size too large" },
-                { "MemoryBudget=18446744073709551616", "MemoryBudget=18446744073709551616: size too large" },
+                { "MemoryBudget=18446744073709551616",
+                  "MemoryBudget=18446744073709551616: size too large" },
                 { "MemoryBudget=101%", "MemoryBudget=101%: percentage above 100%" },
-                { "MemoryBudget=1.234%", "MemoryBudget=1.234%: percentages have at most two decimals" },
+                { "MemoryBudget=1.234%",
+                  "MemoryBudget=1.234%: percentages have at most two decimals" },
                 { "MemoryBudget=1G/s", "MemoryBudget=1G/s: trailing garbage '/s'" },
                 { "MemoryBudget=1.G", "MemoryBudget=1.G: not a size" },
-                { "MaxReclaimRate=64M/min", "MaxReclaimRate=64M/min: trailing garbage '/min' (only \"/s\" may follow)" },
-                { "MaxReclaimRate=0", "MaxReclaimRate=0: must be greater than 0 (\"infinity\" means no limit)" },
-                { "MaxReclaimRate=10%", "MaxReclaimRate=10%: unknown size suffix '%' (use K, M, G, T)" },
-                { "RefaultLimit=5K/s", "RefaultLimit=5K/s: unknown number suffix 'K' (use a plain number or %)" },
-                { "RefaultLimit=5%/s", "RefaultLimit=5%/s: a percentage is not a rate, drop the \"/s\"" },
+                { "MaxReclaimRate=64M/min",
+                  "MaxReclaimRate=64M/min: trailing garbage '/min' (only \"/s\" may follow)" },
+                { "MaxReclaimRate=0",
+                  "MaxReclaimRate=0: must be greater than 0 (\"infinity\" means no limit)" },
+                { "MaxReclaimRate=10%",
+                  "MaxReclaimRate=10%: unknown size suffix '%' (use K, M, G, T)" },
+                { "RefaultLimit=5K/s",
+                  "RefaultLimit=5K/s: unknown number suffix 'K' (use a plain number or %)" },
+                { "RefaultLimit=5%/s",
+                  "RefaultLimit=5%/s: a percentage is not a rate, drop the \"/s\"" },
                 { "PoolLimit=infinite", "PoolLimit=infinite: not a size" },
-                { "Enabled=maybe", "Enabled=maybe: not a boolean (use yes, no, true, false, on, off, 1 or 0)" },
+                { "Enabled=maybe",
+                  "Enabled=maybe: not a boolean (use yes, no, true, false, on, off, 1 or 0)" },
                 { "Compressor=lzo", "Compressor=lzo: unknown compressor (use lz4, zstd)" },
                 { "CompressionLevel=20", "CompressionLevel=20: out of range (1 ... 19)" },
                 { "CompressionLevel=0", "CompressionLevel=0: out of range (1 ... 19)" },
-                { "CompressionLevel=3x", "CompressionLevel=3x: trailing garbage 'x' after the number" },
+                { "CompressionLevel=3x",
+                  "CompressionLevel=3x: trailing garbage 'x' after the number" },
                 { "CompressionLevel=-3", "CompressionLevel=-3: must not be negative" },
                 { "PrefetchWindow=65", "PrefetchWindow=65: out of range (0 ... 64)" },
-                { "PrefetchWindow=99999999999999999999", "PrefetchWindow=99999999999999999999: out of range (0 ... 64)" },
+                { "PrefetchWindow=99999999999999999999",
+                  "PrefetchWindow=99999999999999999999: out of range (0 ... 64)" },
                 { "PrefetchWindow=1.5", "PrefetchWindow=1.5: not a whole number" },
                 { "ZeroFillWindow=512", "ZeroFillWindow=512: out of range (0 ... 511)" },
-                { "MinColdAge=5 minutes ago", "MinColdAge=5 minutes ago: not a time span (e.g. 500ms, 30s, 5min, 1h)" },
-                { "MinColdAge=5y", "MinColdAge=5y: unknown time unit 'y' (use us, ms, s, min, h or d)" },
+                { "MinColdAge=5 minutes ago",
+                  "MinColdAge=5 minutes ago: not a time span (e.g. 500ms, 30s, 5min, 1h)" },
+                { "MinColdAge=5y",
+                  "MinColdAge=5y: unknown time unit 'y' (use us, ms, s, min, h or d)" },
                 { "MinColdAge=-5s", "MinColdAge=-5s: time span must not be negative" },
                 { "MinColdAge=99999999999999d", "MinColdAge=99999999999999d: time span too large" },
-                { "MinColdAge=5s/1s", "MinColdAge=5s/1s: trailing garbage '/1s' after the time span" },
-                { "PressureThreshold=150ms/100ms", "PressureThreshold=150ms/100ms: window must be between 500ms and 10s (the kernel's bounds)" },
-                { "PressureThreshold=2s/1s", "PressureThreshold=2s/1s: stall threshold is longer than its window" },
-                { "PressureThreshold=0%", "PressureThreshold=0%: stall threshold must be greater than 0" },
-                { "PressureThreshold=half 10%", "PressureThreshold=half 10%: not a pressure threshold (e.g. 10%, 150ms/1s or full 5%/2s)" },
-                { "PressureThreshold=10%/1s x", "PressureThreshold=10%/1s x: not a time span (e.g. 500ms, 30s, 5min, 1h)" },
-                { "PressureThreshold=150ms/1s/2s", "PressureThreshold=150ms/1s/2s: trailing garbage '/2s' after the window" },
-                { "PressureThreshold=10K%", "PressureThreshold=10K%: unknown number suffix 'K%' (use a plain number or %)" },
+                { "MinColdAge=5s/1s",
+                  "MinColdAge=5s/1s: trailing garbage '/1s' after the time span" },
+                { "PressureThreshold=150ms/100ms", "PressureThreshold=150ms/100ms: window must be "
+                                                   "between 500ms and 10s (the kernel's bounds)" },
+                { "PressureThreshold=2s/1s",
+                  "PressureThreshold=2s/1s: stall threshold is longer than its window" },
+                { "PressureThreshold=0%",
+                  "PressureThreshold=0%: stall threshold must be greater than 0" },
+                { "PressureThreshold=half 10%", "PressureThreshold=half 10%: not a pressure "
+                                                "threshold (e.g. 10%, 150ms/1s or full 5%/2s)" },
+                { "PressureThreshold=10%/1s x",
+                  "PressureThreshold=10%/1s x: not a time span (e.g. 500ms, 30s, 5min, 1h)" },
+                { "PressureThreshold=150ms/1s/2s",
+                  "PressureThreshold=150ms/1s/2s: trailing garbage '/2s' after the window" },
+                { "PressureThreshold=10K%",
+                  "PressureThreshold=10K%: unknown number suffix 'K%' (use a plain number or %)" },
         };
         char body[256], msg[512];
 
@@ -424,65 +452,90 @@ TEST(value_errors) {
 }
 
 TEST(match_errors) {
-        ASSERT_LOAD_FAILS(NULL, "[Policy]\nEnabled=yes\n",
-                          POLICY_PATH ": policy has no [Match] condition (set Unit=, CgroupPath= or Executable=)");
+        ASSERT_LOAD_FAILS(
+                NULL, "[Policy]\nEnabled=yes\n",
+                POLICY_PATH
+                ": policy has no [Match] condition (set Unit=, CgroupPath= or Executable=)");
         ASSERT_LOAD_FAILS(NULL, "[Match]\nUnit=nginx\n",
-                          POLICY_PATH ":2: Unit=nginx: 'nginx' is not a .service, .scope or .slice unit");
+                          POLICY_PATH
+                          ":2: Unit=nginx: 'nginx' is not a .service, .scope or .slice unit");
         ASSERT_LOAD_FAILS(NULL, "[Match]\nUnit=.service\n",
-                          POLICY_PATH ":2: Unit=.service: '.service' is not a .service, .scope or .slice unit");
+                          POLICY_PATH
+                          ":2: Unit=.service: '.service' is not a .service, .scope or .slice unit");
         ASSERT_LOAD_FAILS(NULL, "[Match]\nUnit=a/b.service\n",
-                          POLICY_PATH ":2: Unit=a/b.service: invalid character in unit name 'a/b.service'");
+                          POLICY_PATH
+                          ":2: Unit=a/b.service: invalid character in unit name 'a/b.service'");
         ASSERT_LOAD_FAILS(NULL, "[Match]\nUnit=\"a.service\n",
                           POLICY_PATH ":2: Unit=\"a.service: unbalanced quotes");
         ASSERT_LOAD_FAILS(NULL, "[Match]\nUnit=\"a.service\"x\n",
                           POLICY_PATH ":2: Unit=\"a.service\"x: garbage after closing quote");
-        ASSERT_LOAD_FAILS(NULL, "[Match]\nCgroupPath=system.slice\n",
-                          POLICY_PATH ":2: CgroupPath=system.slice: 'system.slice' is not an absolute cgroup path");
+        ASSERT_LOAD_FAILS(
+                NULL, "[Match]\nCgroupPath=system.slice\n",
+                POLICY_PATH
+                ":2: CgroupPath=system.slice: 'system.slice' is not an absolute cgroup path");
         ASSERT_LOAD_FAILS(NULL, "[Match]\nCgroupPath=/a//b\n",
-                          POLICY_PATH ":2: CgroupPath=/a//b: cgroup path '/a//b' is not normalized (no //, /./, /../ or trailing /)");
+                          POLICY_PATH ":2: CgroupPath=/a//b: cgroup path '/a//b' is not normalized "
+                                      "(no //, /./, /../ or trailing /)");
         ASSERT_LOAD_FAILS(NULL, "[Match]\nCgroupPath=/a/../b\n",
-                          POLICY_PATH ":2: CgroupPath=/a/../b: cgroup path '/a/../b' is not normalized (no //, /./, /../ or trailing /)");
+                          POLICY_PATH ":2: CgroupPath=/a/../b: cgroup path '/a/../b' is not "
+                                      "normalized (no //, /./, /../ or trailing /)");
         ASSERT_LOAD_FAILS(NULL, "[Match]\nExecutable=bin/firefox\n",
-                          POLICY_PATH ":2: Executable=bin/firefox: 'bin/firefox' is neither an executable name nor an absolute path");
+                          POLICY_PATH ":2: Executable=bin/firefox: 'bin/firefox' is neither an "
+                                      "executable name nor an absolute path");
         ASSERT_LOAD_FAILS(NULL, "[Match]\nExecutable=\"\"\n",
                           POLICY_PATH ":2: Executable=\"\": empty executable name");
         /* Each bad word of a list is named. */
         ASSERT_LOAD_FAILS(NULL, "[Match]\nUnit=x y.service z\n",
-                          POLICY_PATH ":2: Unit=x y.service z: 'z' is not a .service, .scope or .slice unit");
-        ASSERT_TRUE(logged(POLICY_PATH ":2: Unit=x y.service z: 'x' is not a .service, .scope or .slice unit"));
+                          POLICY_PATH
+                          ":2: Unit=x y.service z: 'z' is not a .service, .scope or .slice unit");
+        ASSERT_TRUE(logged(POLICY_PATH
+                           ":2: Unit=x y.service z: 'x' is not a .service, .scope or .slice unit"));
 }
 
 TEST(global_value_errors) {
-        assert_global_error("[Daemon]\nLogLevel=verbose\n",
-                            GLOBAL_PATH ":2: LogLevel=verbose: unknown log level (use err, warning, notice, info, debug)");
-        assert_global_error("[Daemon]\nSocket=run/z.sock\n",
-                            GLOBAL_PATH ":2: Socket=run/z.sock: 'run/z.sock' is not an absolute path");
-        assert_global_error("[Daemon]\nSocket=/run/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
-                            GLOBAL_PATH ":2: Socket=/run/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...: path longer than 107 bytes");
-        assert_global_error("[Store]\nIncompressible=drop\n",
-                            GLOBAL_PATH ":2: Incompressible=drop: unknown value (use reject, keep)");
+        assert_global_error(
+                "[Daemon]\nLogLevel=verbose\n", GLOBAL_PATH
+                ":2: LogLevel=verbose: unknown log level (use err, warning, notice, info, debug)");
+        assert_global_error("[Daemon]\nSocket=run/z.sock\n", GLOBAL_PATH
+                            ":2: Socket=run/z.sock: 'run/z.sock' is not an absolute path");
+        assert_global_error(
+                "[Daemon]\nSocket=/run/"
+                "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
+                GLOBAL_PATH
+                ":2: Socket=/run/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...: "
+                "path longer than 107 bytes");
+        assert_global_error("[Store]\nIncompressible=drop\n", GLOBAL_PATH
+                            ":2: Incompressible=drop: unknown value (use reject, keep)");
         assert_global_error("[Store]\nCompressionLevel=5\nCompressor=lz4\n",
-                            GLOBAL_PATH ":2: CompressionLevel=5: lz4 has no compression levels (set Compressor=zstd or drop this key)");
+                            GLOBAL_PATH ":2: CompressionLevel=5: lz4 has no compression levels "
+                                        "(set Compressor=zstd or drop this key)");
         assert_global_error("[Pool]\nLimit=0%\n",
                             GLOBAL_PATH ":2: Limit=0%: must be greater than 0");
-        assert_global_error("[Pool]\nLimit=infinity\n", GLOBAL_PATH ":2: Limit=infinity: not a size");
+        assert_global_error("[Pool]\nLimit=infinity\n",
+                            GLOBAL_PATH ":2: Limit=infinity: not a size");
         assert_global_error("[Pool]\nAcceptThreshold=0\n",
                             GLOBAL_PATH ":2: AcceptThreshold=0: out of range (1 ... 100)");
         assert_global_error("[Pool]\nAcceptThreshold=150%\n",
                             GLOBAL_PATH ":2: AcceptThreshold=150%: out of range (1 ... 100)");
-        assert_global_error("[Writeback]\nSwapfileSize=1000\n",
-                            GLOBAL_PATH ":2: SwapfileSize=1000: must be a positive multiple of the page size (4096)");
-        assert_global_error("[Writeback]\nSwapfile=/var/a\\b\n",
-                            GLOBAL_PATH ":2: Swapfile=/var/a\\b: path contains control characters, quotes or backslashes");
+        assert_global_error(
+                "[Writeback]\nSwapfileSize=1000\n", GLOBAL_PATH
+                ":2: SwapfileSize=1000: must be a positive multiple of the page size (4096)");
+        assert_global_error(
+                "[Writeback]\nSwapfile=/var/a\\b\n", GLOBAL_PATH
+                ":2: Swapfile=/var/a\\b: path contains control characters, quotes or backslashes");
         /* The level a policy sets is checked against the compressor it inherits. */
         ASSERT_LOAD_FAILS(NULL, MATCH "[Policy]\nCompressionLevel=4\n",
-                          POLICY_PATH ":4: CompressionLevel=4: lz4 has no compression levels (set Compressor=zstd or drop this key)");
+                          POLICY_PATH ":4: CompressionLevel=4: lz4 has no compression levels (set "
+                                      "Compressor=zstd or drop this key)");
 }
 
 TEST(every_error_is_reported) {
-        struct zsw_config_source g = { GLOBAL_PATH, "[Store]\nCompressor=zlib\n[Pool]\nLimit=5Q\n", 42 };
+        struct zsw_config_source g = { GLOBAL_PATH, "[Store]\nCompressor=zlib\n[Pool]\nLimit=5Q\n",
+                                       42 };
         struct zsw_config_source p[2] = {
-                { "/p/10-a.conf", "[Match]\nUnit=a\n[Policy]\nEnabled=perhaps\nMinColdAge=1x\n", 0 },
+                { "/p/10-a.conf", "[Match]\nUnit=a\n[Policy]\nEnabled=perhaps\nMinColdAge=1x\n",
+                  0 },
                 { "/p/20-b.conf", "[Policy]\nBogus=1\n", 0 },
         };
         struct zsw_config *c = NULL;
@@ -495,13 +548,18 @@ TEST(every_error_is_reported) {
         ASSERT_TRUE(c == NULL);
         ASSERT_EQ(n_messages, 8);
         ASSERT_TRUE(logged(GLOBAL_PATH ":2: Compressor=zlib: unknown compressor (use lz4, zstd)"));
-        ASSERT_TRUE(logged(GLOBAL_PATH ":4: Limit=5Q: unknown size suffix 'Q' (use K, M, G, T or %)"));
+        ASSERT_TRUE(
+                logged(GLOBAL_PATH ":4: Limit=5Q: unknown size suffix 'Q' (use K, M, G, T or %)"));
         ASSERT_TRUE(logged("/p/10-a.conf:2: Unit=a: 'a' is not a .service, .scope or .slice unit"));
-        ASSERT_TRUE(logged("/p/10-a.conf:4: Enabled=perhaps: not a boolean (use yes, no, true, false, on, off, 1 or 0)"));
-        ASSERT_TRUE(logged("/p/10-a.conf:5: MinColdAge=1x: unknown time unit 'x' (use us, ms, s, min, h or d)"));
-        ASSERT_TRUE(logged("/p/10-a.conf: policy has no [Match] condition (set Unit=, CgroupPath= or Executable=)"));
+        ASSERT_TRUE(logged("/p/10-a.conf:4: Enabled=perhaps: not a boolean (use yes, no, true, "
+                           "false, on, off, 1 or 0)"));
+        ASSERT_TRUE(logged("/p/10-a.conf:5: MinColdAge=1x: unknown time unit 'x' (use us, ms, s, "
+                           "min, h or d)"));
+        ASSERT_TRUE(logged("/p/10-a.conf: policy has no [Match] condition (set Unit=, CgroupPath= "
+                           "or Executable=)"));
         ASSERT_TRUE(logged("/p/20-b.conf:2: unknown key 'Bogus' in section [Policy]"));
-        ASSERT_TRUE(logged("/p/20-b.conf: policy has no [Match] condition (set Unit=, CgroupPath= or Executable=)"));
+        ASSERT_TRUE(logged("/p/20-b.conf: policy has no [Match] condition (set Unit=, CgroupPath= "
+                           "or Executable=)"));
 }
 
 /* ---- loading from directories -------------------------------------------- */
@@ -569,7 +627,8 @@ TEST(load_directory) {
                 close(big);
                 n_messages = 0;
                 ASSERT_ERRNO(config_load(dir, &test_log, &c), EFBIG);
-                snprintf(path, sizeof(path), "%s/policy.d/54-big.conf: larger than 1048576 bytes", dir);
+                snprintf(path, sizeof(path), "%s/policy.d/54-big.conf: larger than 1048576 bytes",
+                         dir);
                 ASSERT_TRUE(logged(path));
                 ASSERT_EQ(n_messages, 1);
                 ASSERT_EQ(unlinkat(pfd, "54-big.conf", 0), 0);
@@ -634,7 +693,8 @@ static const char *match_name(const struct zsw_config *c, const char *cgroup, co
         return p ? p->name : "(none)";
 }
 
-static struct zsw_config *load_policies(size_t n, const char *const *paths, const char *const *texts) {
+static struct zsw_config *load_policies(size_t n, const char *const *paths,
+                                        const char *const *texts) {
         struct zsw_config_source src[8];
         struct zsw_config *c = NULL;
 
@@ -647,8 +707,8 @@ static struct zsw_config *load_policies(size_t n, const char *const *paths, cons
 
 TEST(match_precedence_and_kinds) {
         static const char *const paths[] = {
-                "p/00-off.conf", "p/10-firefox.conf", "p/20-nginx.conf", "p/30-tree.conf",
-                "p/40-both.conf", "p/50-exe.conf", "p/60-user.conf",
+                "p/00-off.conf",  "p/10-firefox.conf", "p/20-nginx.conf", "p/30-tree.conf",
+                "p/40-both.conf", "p/50-exe.conf",     "p/60-user.conf",
         };
         static const char *const texts[] = {
                 "[Match]\nExecutable=secret-agent\n[Policy]\nEnabled=no\n",
@@ -667,28 +727,37 @@ TEST(match_precedence_and_kinds) {
         ASSERT_STREQ(match_name(c, "/system.slice/nginx-old.service", NULL), "(none)");
         ASSERT_STREQ(match_name(c, "/system.slice/xnginx.service", NULL), "(none)");
         /* The first file in lexical order wins over later ones. */
-        ASSERT_STREQ(match_name(c, "/user.slice/user-1000.slice/user@1000.service/app.slice/app-firefox-1234.scope",
+        ASSERT_STREQ(match_name(c,
+                                "/user.slice/user-1000.slice/user@1000.service/app.slice/"
+                                "app-firefox-1234.scope",
                                 "/usr/lib/firefox/firefox"),
                      "10-firefox");
-        ASSERT_STREQ(match_name(c, "/user.slice/user-1000.slice/user@1000.service/app.slice/app-gnome-x.scope",
-                                "/usr/bin/gedit"),
-                     "60-user");
+        ASSERT_STREQ(
+                match_name(
+                        c,
+                        "/user.slice/user-1000.slice/user@1000.service/app.slice/app-gnome-x.scope",
+                        "/usr/bin/gedit"),
+                "60-user");
         /* A disabled policy is a match too: it excludes. */
-        ASSERT_STREQ(match_name(c, "/system.slice/nginx.service", "/usr/bin/secret-agent"), "00-off");
-        ASSERT_FALSE(config_match(c, "/", &(struct zsw_proc_exe) { .comm = (char *) "secret-agent" },
-                                      NULL)->enabled);
+        ASSERT_STREQ(match_name(c, "/system.slice/nginx.service", "/usr/bin/secret-agent"),
+                     "00-off");
+        ASSERT_FALSE(config_match(c, "/",
+                                  &(struct zsw_proc_exe) { .comm = (char *) "secret-agent" }, NULL)
+                             ->enabled);
         /* CgroupPath: the group and below, one glob per component. */
         ASSERT_STREQ(match_name(c, "/system.slice/build-42.service/jobs", NULL), "30-tree");
         ASSERT_STREQ(match_name(c, "/system.slice/build-42.service/jobs/cc1", NULL), "30-tree");
         ASSERT_STREQ(match_name(c, "/system.slice/build-42.service/jobs2", NULL), "(none)");
         ASSERT_STREQ(match_name(c, "/system.slice/build-42.service", NULL), "(none)");
         /* Conditions of different keys must all hold. */
-        ASSERT_STREQ(match_name(c, "/system.slice/postgresql.service", "/usr/lib/postgresql/15/bin/postgres"),
+        ASSERT_STREQ(match_name(c, "/system.slice/postgresql.service",
+                                "/usr/lib/postgresql/15/bin/postgres"),
                      "40-both");
         ASSERT_STREQ(match_name(c, "/system.slice/postgresql.service", "/usr/bin/psql"), "(none)");
         ASSERT_STREQ(match_name(c, "/system.slice/postgresql.service", NULL), "(none)");
         /* '*' in a path pattern does not cross '/'. */
-        ASSERT_STREQ(match_name(c, "/system.slice/postgresql.service", "/usr/lib/postgresql/15/x/bin/postgres"),
+        ASSERT_STREQ(match_name(c, "/system.slice/postgresql.service",
+                                "/usr/lib/postgresql/15/x/bin/postgres"),
                      "(none)");
         /* Executable names compare with the file name. */
         ASSERT_STREQ(match_name(c, "/", "/usr/bin/node"), "50-exe");
@@ -727,7 +796,8 @@ TEST(proc_cgroup_parse) {
                       "0::/system.slice/a.service\n",
                       "/system.slice/a.service");
         /* Legacy, or an unused v2 tree: the v2 line says "/". */
-        assert_cgroup("9:name=systemd:/user.slice/u.scope\n4:memory:/x\n0::/\n", "/user.slice/u.scope");
+        assert_cgroup("9:name=systemd:/user.slice/u.scope\n4:memory:/x\n0::/\n",
+                      "/user.slice/u.scope");
         assert_cgroup("1:cpu,name=systemd:/a.slice\n", "/a.slice");
         assert_cgroup("4:memory:/x\n0::/\n", "/");
         assert_cgroup("0::/with:colon.service", "/with:colon.service");
@@ -764,7 +834,10 @@ TEST(proc_cgroup_read) {
  * which it was. */
 TEST(match_executable_forms) {
         static const char *const paths[] = {
-                "p/10-svc.conf", "p/20-path.conf", "p/30-glob.conf", "p/40-comm.conf",
+                "p/10-svc.conf",
+                "p/20-path.conf",
+                "p/30-glob.conf",
+                "p/40-comm.conf",
         };
         static const char *const texts[] = {
                 "[Match]\nUnit=redis.service\nExecutable=redis-server\n",
@@ -797,8 +870,7 @@ TEST(match_executable_forms) {
         ASSERT_STREQ(exe_form_to_string(m.executable_form), "argv0");
 
         /* Not started through the link's path: the name still is its comm. */
-        ASSERT_STREQ(config_match(c, "/system.slice/redis.service", &no_argv0, &m)->name,
-                     "10-svc");
+        ASSERT_STREQ(config_match(c, "/system.slice/redis.service", &no_argv0, &m)->name, "10-svc");
         ASSERT_EQ(m.executable_form, ZSW_EXE_COMM);
         /* A path pattern is not compared with names; the glob finds the
          * resolved file first. */
@@ -844,10 +916,10 @@ static char *argv0_of(int pid_fd, const char *cmdline, size_t size) {
         return s;
 }
 
-#define ASSERT_ARGV0(fd, cmdline, expected)                                             \
-        do {                                                                            \
-                _cleanup_free_ char *_a = argv0_of(fd, cmdline, sizeof(cmdline) - 1);   \
-                ASSERT_STREQ(_a, expected);                                             \
+#define ASSERT_ARGV0(fd, cmdline, expected)                                           \
+        do {                                                                          \
+                _cleanup_free_ char *_a = argv0_of(fd, cmdline, sizeof(cmdline) - 1); \
+                ASSERT_STREQ(_a, expected);                                           \
         } while (0)
 
 /* A /proc/PID-like directory: "exe" and "cwd" symlinks into the fixture,
@@ -909,8 +981,8 @@ TEST(proc_exe_read) {
         /* A bare name: found in the PATH of its environment, or not at all. */
         ASSERT_ARGV0(pid, "link\0", "(none)");
         write_bytes(pid, "environ", cmd,
-                    (size_t) snprintf(cmd, sizeof(cmd), "HOME=/%cPATH=/nonexistent:%s/bin:/usr/bin%c",
-                                      0, dir, 0));
+                    (size_t) snprintf(cmd, sizeof(cmd),
+                                      "HOME=/%cPATH=/nonexistent:%s/bin:/usr/bin%c", 0, dir, 0));
         ASSERT_ARGV0(pid, "link\0", link);
         ASSERT_ARGV0(pid, "other\0", "(none)");
         /* Titles of programs started that way (redis-server from a shell). */
@@ -1070,11 +1142,14 @@ TEST(examples_load) {
                 dump_messages();
                 TEST_FAIL("examples do not load");
         }
-        ASSERT_STREQ(match_name(c, "/user.slice/user-1000.slice/user@1000.service/app.slice/app-gnome-firefox-77.scope",
+        ASSERT_STREQ(match_name(c,
+                                "/user.slice/user-1000.slice/user@1000.service/app.slice/"
+                                "app-gnome-firefox-77.scope",
                                 "/usr/lib/firefox/firefox"),
                      "browser");
-        ASSERT_STREQ(match_name(c, "/system.slice/build-agent.service", "/usr/lib/jvm/java-17/bin/java"),
-                     "build-service");
+        ASSERT_STREQ(
+                match_name(c, "/system.slice/build-agent.service", "/usr/lib/jvm/java-17/bin/java"),
+                "build-service");
         ASSERT_STREQ(match_name(c, "/system.slice/build-agent.service", "/usr/bin/cc1"), "(none)");
         free(texts[0]);
         free(texts[1]);

@@ -69,16 +69,48 @@ TEST(parse_valid_requests) {
 
 TEST(parse_refuses_and_leaves_result_untouched) {
         static const char *const bad[] = {
-                "", "\n", " ", "json", "frobnicate 1", "attach", "attach 0", "attach 01",
-                "attach -1", "attach +1", "attach 1x", "attach 2147483648", "attach 1 2",
-                "ATTACH 1", "detach", "reclaim", "reclaim 1", "reclaim x all", "reclaim 1 al",
-                "reclaim 1 all 2", "reclaim 1 bytes", "reclaim 1 bytes 0", "reclaim 1 bytes 1K",
-                "reclaim 1 bytes 18446744073709551616", "reclaim 1 bytes -1", "stats 1 2",
-                "stats 0", "stats json json", "attach\t1", "attach 1\r", "attach 1\n\n",
-                "a b c d e f g h i", "stats json extra", "reclaim 1 all min-age",
-                "reclaim 1 all min-age x", "reclaim 1 min-age 5", "reclaim 1 all min-age -1",
-                "reclaim 1 all min-age 5 min-age 6", "reclaim 1 bytes min-age 5",
-                "reexec 1", "reexec now", "REEXEC",
+                "",
+                "\n",
+                " ",
+                "json",
+                "frobnicate 1",
+                "attach",
+                "attach 0",
+                "attach 01",
+                "attach -1",
+                "attach +1",
+                "attach 1x",
+                "attach 2147483648",
+                "attach 1 2",
+                "ATTACH 1",
+                "detach",
+                "reclaim",
+                "reclaim 1",
+                "reclaim x all",
+                "reclaim 1 al",
+                "reclaim 1 all 2",
+                "reclaim 1 bytes",
+                "reclaim 1 bytes 0",
+                "reclaim 1 bytes 1K",
+                "reclaim 1 bytes 18446744073709551616",
+                "reclaim 1 bytes -1",
+                "stats 1 2",
+                "stats 0",
+                "stats json json",
+                "attach\t1",
+                "attach 1\r",
+                "attach 1\n\n",
+                "a b c d e f g h i",
+                "stats json extra",
+                "reclaim 1 all min-age",
+                "reclaim 1 all min-age x",
+                "reclaim 1 min-age 5",
+                "reclaim 1 all min-age -1",
+                "reclaim 1 all min-age 5 min-age 6",
+                "reclaim 1 bytes min-age 5",
+                "reexec 1",
+                "reexec now",
+                "REEXEC",
         };
         struct control_request req = { .pid = 4242 };
 
@@ -103,8 +135,10 @@ TEST(parse_binary_and_oversized) {
 /* The request the parser understood, written back in the protocol's words. */
 static void format_request(const struct control_request *req, char *buf, size_t size) {
         static const char *const verbs[] = {
-                [CONTROL_ATTACH] = "attach", [CONTROL_DETACH] = "detach",
-                [CONTROL_RECLAIM] = "reclaim", [CONTROL_STATS] = "stats",
+                [CONTROL_ATTACH] = "attach",
+                [CONTROL_DETACH] = "detach",
+                [CONTROL_RECLAIM] = "reclaim",
+                [CONTROL_STATS] = "stats",
         };
         int n = snprintf(buf, size, "%s", verbs[req->verb]);
 
@@ -123,9 +157,17 @@ static void format_request(const struct control_request *req, char *buf, size_t 
  * or a reason, and what it accepts means the same when written back. */
 TEST(parse_random_requests_round_trip) {
         static const char *const words[] = {
-                "attach", "detach", "reclaim", "stats", "json", "all", "bytes", "1", "42",
-                "0", "-1", "2147483647", "2147483648", "18446744073709551615", "x", " ", "  ",
-                "\n", "\t", "\xff", "",
+                "attach",     "detach",
+                "reclaim",    "stats",
+                "json",       "all",
+                "bytes",      "1",
+                "42",         "0",
+                "-1",         "2147483647",
+                "2147483648", "18446744073709551615",
+                "x",          " ",
+                "  ",         "\n",
+                "\t",         "\xff",
+                "",
         };
         uint64_t x = 0x2545f4914f6cdd1dull;
         unsigned accepted = 0;
@@ -182,8 +224,10 @@ TEST(json_emitter_nests_and_escapes) {
         json_array_close(&j);
         json_object_close(&j);
         ASSERT_EQ(fclose(f), 0);
-        ASSERT_STREQ(s, "{\"a\":18446744073709551615,\"o\":{},\"l\":[-3,{\"s\":\"q\\\"b\\\\n\\n\\u0001\"},"
-                        "0.333,null],\"e\":[]}");
+        ASSERT_STREQ(
+                s,
+                "{\"a\":18446744073709551615,\"o\":{},\"l\":[-3,{\"s\":\"q\\\"b\\\\n\\n\\u0001\"},"
+                "0.333,null],\"e\":[]}");
 }
 
 static int connect_to(const char *path) {

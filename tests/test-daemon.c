@@ -208,7 +208,7 @@ static char *request(const char *sock, const char *msg) {
 
 struct target {
         pid_t pid;
-        int cmd;        /* 'v': verify, answered '1' or '0' on res */
+        int cmd; /* 'v': verify, answered '1' or '0' on res */
         int res;
 };
 
@@ -402,17 +402,40 @@ static uint64_t json_u64(const char *s, const char *key) {
 }
 
 static const char *const target_fields[] = {
-        "pid", "resident_bytes", "stored_pages", "payload_bytes", "pool_bytes",
-        "same_filled_pages", "evicted_pages", "evict_aborted", "faults", "zero_faults",
-        "prefetched_pages", "prefetch_hits", "fault_ns_p50", "fault_ns_p95", "fault_ns_p99",
-        "refaults", "wp_faults", "scans", "idle_pages", "table_bytes", "scan_ns_total",
-        "stopped_ns", "max_ns", "attached_ns", "uses", "prefetch_window_now",
+        "pid",
+        "resident_bytes",
+        "stored_pages",
+        "payload_bytes",
+        "pool_bytes",
+        "same_filled_pages",
+        "evicted_pages",
+        "evict_aborted",
+        "faults",
+        "zero_faults",
+        "prefetched_pages",
+        "prefetch_hits",
+        "fault_ns_p50",
+        "fault_ns_p95",
+        "fault_ns_p99",
+        "refaults",
+        "wp_faults",
+        "scans",
+        "idle_pages",
+        "table_bytes",
+        "scan_ns_total",
+        "stopped_ns",
+        "max_ns",
+        "attached_ns",
+        "uses",
+        "prefetch_window_now",
 };
 static const char *const global_fields[] = {
-        "targets", "stored_pages", "payload_bytes", "pool_bytes", "same_filled_pages",
-        "incompressible_pages", "faults", "evicted_pages", "evict_aborted", "fault_ns_p50",
-        "fault_ns_p95", "fault_ns_p99", "refaults", "wp_faults", "age_scan_ns", "stops",
-        "stopped_ns",
+        "targets",      "stored_pages",      "payload_bytes",
+        "pool_bytes",   "same_filled_pages", "incompressible_pages",
+        "faults",       "evicted_pages",     "evict_aborted",
+        "fault_ns_p50", "fault_ns_p95",      "fault_ns_p99",
+        "refaults",     "wp_faults",         "age_scan_ns",
+        "stops",        "stopped_ns",
 };
 
 /* Checks `stats --json` and returns the part about pid (NULL: absent). */
@@ -457,8 +480,9 @@ TEST(zswapd_arguments) {
                   0);
         ASSERT_TRUE(strstr(err, "absolute path"));
         free(out), free(err);
-        ASSERT_NE(run_as(0, &out, &err, (const char *const[]) { zswapd_path, "-s", "/tmp/x.sock",
-                                                                "-c", "/nonexistent.conf", NULL }),
+        ASSERT_NE(run_as(0, &out, &err,
+                         (const char *const[]) { zswapd_path, "-s", "/tmp/x.sock", "-c",
+                                                 "/nonexistent.conf", NULL }),
                   0);
         ASSERT_TRUE(strstr(err, "/nonexistent.conf"));
 }
@@ -466,13 +490,24 @@ TEST(zswapd_arguments) {
 TEST(zswapctl_arguments) {
         /* Each is refused before any connection: the socket does not exist. */
         static const char *const cases[][5] = {
-                { "bogus" }, { "attach" }, { "attach", "abc" }, { "attach", "0" },
-                { "attach", "-5" }, { "attach", "1", "2" }, { "detach" },
-                { "reclaim", "1", "--bytes", "12X" }, { "reclaim", "1", "--bytes", "0" },
-                { "reclaim", "1", "--all", "--bytes", "1M" }, { "stats", "1", "2" },
-                { "reclaim", "1", "--min-age", "soon" }, { "stats", "--min-age", "1s" },
-                { "attach", "1", "--all" }, { "stats", "--bytes", "1K" }, { "--bogus" },
-                { "reclaim", "1", "--bytes" }, { "-x", "stats" },
+                { "bogus" },
+                { "attach" },
+                { "attach", "abc" },
+                { "attach", "0" },
+                { "attach", "-5" },
+                { "attach", "1", "2" },
+                { "detach" },
+                { "reclaim", "1", "--bytes", "12X" },
+                { "reclaim", "1", "--bytes", "0" },
+                { "reclaim", "1", "--all", "--bytes", "1M" },
+                { "stats", "1", "2" },
+                { "reclaim", "1", "--min-age", "soon" },
+                { "stats", "--min-age", "1s" },
+                { "attach", "1", "--all" },
+                { "stats", "--bytes", "1K" },
+                { "--bogus" },
+                { "reclaim", "1", "--bytes" },
+                { "-x", "stats" },
         };
         const char *none = "/nonexistent/zswapd.sock";
 
@@ -570,11 +605,29 @@ TEST(stale_socket_replaced_other_file_kept) {
 
 TEST(malformed_requests_change_nothing) {
         static const char *const bad[] = {
-                "\n", "frobnicate", "attach", "attach abc", "attach 0", "attach -1",
-                "attach 01", "attach 1 2", "attach 99999999999", "detach", "reclaim 1",
-                "reclaim 1 some", "reclaim 1 bytes", "reclaim 1 bytes 0", "reclaim 1 bytes -4",
-                "reclaim 1 bytes 1K", "reclaim 1 all 5", "stats 1 2", "stats x", "json",
-                "attach\t1", "a b c d e f g h", "stats 1 json json",
+                "\n",
+                "frobnicate",
+                "attach",
+                "attach abc",
+                "attach 0",
+                "attach -1",
+                "attach 01",
+                "attach 1 2",
+                "attach 99999999999",
+                "detach",
+                "reclaim 1",
+                "reclaim 1 some",
+                "reclaim 1 bytes",
+                "reclaim 1 bytes 0",
+                "reclaim 1 bytes -4",
+                "reclaim 1 bytes 1K",
+                "reclaim 1 all 5",
+                "stats 1 2",
+                "stats x",
+                "json",
+                "attach\t1",
+                "a b c d e f g h",
+                "stats 1 json json",
         };
         char big[1000];
         struct daemon d;
@@ -1047,9 +1100,9 @@ TEST(config_errors_refuse_start) {
 
         confdir_new(&c, "[Daemon]\nLogLevel=debug\n");
         policy_write(&c, "[Match]\nCgroupPath=/x\n\n[Policy]\nMemoryBudget=12X\n");
-        ASSERT_NE(run_as(0, &out, &err, (const char *const[]) { zswapd_path, "-s",
-                                                                "/tmp/zswapd-never.sock", "-c",
-                                                                c.dir, NULL }),
+        ASSERT_NE(run_as(0, &out, &err,
+                         (const char *const[]) { zswapd_path, "-s", "/tmp/zswapd-never.sock", "-c",
+                                                 c.dir, NULL }),
                   0);
         if (!strstr(err, "policy.d/50-test.conf:5") || !strstr(err, "Refusing to start"))
                 TEST_FAIL("expected file:line and a refusal in: %s", err);
@@ -1060,9 +1113,9 @@ TEST(config_errors_refuse_start) {
         /* A bad global file, named with -c FILE. */
         confdir_new(&c, "[Daemon]\nLogLevel=loud\n");
         snprintf(file, sizeof(file), "%s/zswapd.conf", c.dir);
-        ASSERT_NE(run_as(0, &out, &err, (const char *const[]) { zswapd_path, "-s",
-                                                                "/tmp/zswapd-never.sock", "-c",
-                                                                file, NULL }),
+        ASSERT_NE(run_as(0, &out, &err,
+                         (const char *const[]) { zswapd_path, "-s", "/tmp/zswapd-never.sock", "-c",
+                                                 file, NULL }),
                   0);
         if (!strstr(err, "zswapd.conf:2"))
                 TEST_FAIL("expected zswapd.conf:2 in: %s", err);
@@ -1087,8 +1140,10 @@ TEST(policy_attach_reclaim_reload) {
                 TEST_SKIP("needs a writable cgroup tree");
         g = test_cgroup_new(0);
         confdir_new(&c, "[Daemon]\nLogLevel=debug\n");
-        policy_write(&c, "[Match]\nCgroupPath=%s\n[Policy]\nMinColdAge=0\nMaxReclaimRate=256M/s\n"
-                         "RefaultLimit=infinity\n", g->name);
+        policy_write(&c,
+                     "[Match]\nCgroupPath=%s\n[Policy]\nMinColdAge=0\nMaxReclaimRate=256M/s\n"
+                     "RefaultLimit=infinity\n",
+                     g->name);
         target_cgroup = g;
         target_start(&t);
         target_cgroup = NULL;
@@ -1171,8 +1226,10 @@ TEST(policy_takes_pages_unused_for_min_cold_age) {
                 TEST_SKIP("needs a writable cgroup tree");
         g = test_cgroup_new(0);
         confdir_new(&c, "[Daemon]\nLogLevel=debug\n");
-        policy_write(&c, "[Match]\nCgroupPath=%s\n[Policy]\nMinColdAge=1s\nMaxReclaimRate=256M/s\n"
-                         "RefaultLimit=infinity\n", g->name);
+        policy_write(&c,
+                     "[Match]\nCgroupPath=%s\n[Policy]\nMinColdAge=1s\nMaxReclaimRate=256M/s\n"
+                     "RefaultLimit=infinity\n",
+                     g->name);
         target_cgroup = g;
         target_start(&t);
         target_cgroup = NULL;
@@ -1211,8 +1268,10 @@ TEST(budget_is_reached_and_held) {
                 TEST_SKIP("needs a writable cgroup tree");
         g = test_cgroup_new(0);
         confdir_new(&c, "[Daemon]\nLogLevel=debug\n");
-        policy_write(&c, "[Match]\nCgroupPath=%s\n[Policy]\nMinColdAge=0\nMemoryBudget=50%%\n"
-                         "MaxReclaimRate=8M/s\nRefaultLimit=infinity\n", g->name);
+        policy_write(&c,
+                     "[Match]\nCgroupPath=%s\n[Policy]\nMinColdAge=0\nMemoryBudget=50%%\n"
+                     "MaxReclaimRate=8M/s\nRefaultLimit=infinity\n",
+                     g->name);
         target_cgroup = g;
         target_start(&t);
         target_cgroup = NULL;
@@ -1229,8 +1288,8 @@ TEST(budget_is_reached_and_held) {
                 TEST_FAIL("the policy never reached its budget; see %s", d.log);
         usage = json_u64(out, "usage_bytes");
         budget = json_u64(out, "budget_bytes");
-        fprintf(stderr, "at budget: usage %" PRIu64 " KiB, budget %" PRIu64 " KiB\n",
-                usage / 1024, budget / 1024);
+        fprintf(stderr, "at budget: usage %" PRIu64 " KiB, budget %" PRIu64 " KiB\n", usage / 1024,
+                budget / 1024);
         ASSERT_LE(usage, budget - budget / 16);
         free(TAKE_PTR(out));
 
@@ -1359,8 +1418,9 @@ static void budget_daemon_start(struct daemon *d, struct confdir *c, const struc
 
         snprintf(pid_s, sizeof(pid_s), "%d", pid);
         confdir_new(c, "[Daemon]\nLogLevel=debug\n");
-        policy_write(c, "[Match]\nCgroupPath=%s\n[Policy]\nMinColdAge=0\nMemoryBudget=%" PRIu64 "\n"
-                        "MaxReclaimRate=%s\nRefaultLimit=infinity\nPressureThreshold=some 100%%/10s\n",
+        policy_write(c,
+                     "[Match]\nCgroupPath=%s\n[Policy]\nMinColdAge=0\nMemoryBudget=%" PRIu64 "\n"
+                     "MaxReclaimRate=%s\nRefaultLimit=infinity\nPressureThreshold=some 100%%/10s\n",
                      g->name, budget, rate);
         daemon_start_config(d, c->dir);
         for (int i = 0; i < 600; i++) {
@@ -1403,9 +1463,11 @@ TEST(budget_holds_against_a_fast_writer) {
         writer_go(&w);
         writer_wait_done(&w);
         peak = group_memory(g, true);
-        fprintf(stderr, "budget %" PRIu64 " KiB, peak %" PRIu64 " KiB, %" PRIu64 " faults held, "
-                        "%" PRIu64 " of them let go at the bound\n", budget / 1024, peak / 1024,
-                hold_figure(d.sock, w.pid, "held_faults"), hold_figure(d.sock, w.pid, "timeouts"));
+        fprintf(stderr,
+                "budget %" PRIu64 " KiB, peak %" PRIu64 " KiB, %" PRIu64 " faults held, "
+                "%" PRIu64 " of them let go at the bound\n",
+                budget / 1024, peak / 1024, hold_figure(d.sock, w.pid, "held_faults"),
+                hold_figure(d.sock, w.pid, "timeouts"));
 #ifndef __SANITIZE_THREAD__
         /* Under TSan the writer (a fork of this program) also fills the
          * runtime's shadow of its buffer: memory of the group that no
@@ -1499,8 +1561,10 @@ TEST(pressure_makes_the_policy_back_off) {
         file = test_thrash_file_create(128u << 20);
         ASSERT_OK(file);
         confdir_new(&c, "[Daemon]\nLogLevel=debug\n");
-        policy_write(&c, "[Match]\nCgroupPath=%s\n[Policy]\nMinColdAge=0\nMaxReclaimRate=64M/s\n"
-                         "RefaultLimit=infinity\nPressureThreshold=some 2%%/2s\n", g->name);
+        policy_write(&c,
+                     "[Match]\nCgroupPath=%s\n[Policy]\nMinColdAge=0\nMaxReclaimRate=64M/s\n"
+                     "RefaultLimit=infinity\nPressureThreshold=some 2%%/2s\n",
+                     g->name);
         target_cgroup = g;
         target_start(&t);
         target_cgroup = NULL;
@@ -1538,8 +1602,8 @@ TEST(pressure_makes_the_policy_back_off) {
                 fd = open(path, O_RDONLY | O_CLOEXEC);
                 n = fd >= 0 ? read(fd, psi, sizeof(psi) - 1) : -1;
                 psi[MAX(n, (ssize_t) 0)] = 0;
-                TEST_FAIL("no backoff in 60 s; the group's memory.pressure: %s; daemon log: %s", psi,
-                          log);
+                TEST_FAIL("no backoff in 60 s; the group's memory.pressure: %s; daemon log: %s",
+                          psi, log);
         }
         if (!strstr(log, "backing off (PSI trigger)") && !strstr(log, "backing off (pressure)"))
                 TEST_FAIL("no backoff for the group's pressure in the log %s", d.log);
@@ -1568,8 +1632,8 @@ TEST(pressure_makes_the_policy_back_off) {
 /* ---- the service: per-policy settings, the reclaim worker, the journal ----------- */
 
 /* Writes policy file NAME.conf of c with the given text. */
-_printf_(3, 4) static void policy_write_named(struct confdir *c, const char *name,
-                                              const char *fmt, ...) {
+_printf_(3, 4) static void policy_write_named(struct confdir *c, const char *name, const char *fmt,
+                                              ...) {
         char path[192], text[1024];
         va_list ap;
         int fd, n;
@@ -1652,8 +1716,11 @@ TEST(policy_settings_apply_per_target) {
         gb = test_cgroup_new(0);
         gc = test_cgroup_new(0);
         confdir_new(&c, "[Daemon]\nLogLevel=debug\n");
-        ASSERT_GT(asprintf(&global, "[Daemon]\nLogLevel=debug\n[Writeback]\nEnabled=yes\n"
-                                    "Swapfile=%s\nSwapfileSize=64M\n", c.dir), 0);
+        ASSERT_GT(asprintf(&global,
+                           "[Daemon]\nLogLevel=debug\n[Writeback]\nEnabled=yes\n"
+                           "Swapfile=%s\nSwapfileSize=64M\n",
+                           c.dir),
+                  0);
         {
                 char path[128];
                 int fd;
@@ -1665,13 +1732,19 @@ TEST(policy_settings_apply_per_target) {
                 close(fd);
         }
 #define COMMON "MinColdAge=0\nMaxReclaimRate=256M/s\nRefaultLimit=infinity\n"
-        policy_write_named(&c, "10-a", "[Match]\nCgroupPath=%s\n[Policy]\n" COMMON
-                           "Compressor=lz4\nPrefetchWindow=0\n", ga->name);
-        policy_write_named(&c, "20-b", "[Match]\nCgroupPath=%s\n[Policy]\n" COMMON
+        policy_write_named(&c, "10-a",
+                           "[Match]\nCgroupPath=%s\n[Policy]\n" COMMON
+                           "Compressor=lz4\nPrefetchWindow=0\n",
+                           ga->name);
+        policy_write_named(&c, "20-b",
+                           "[Match]\nCgroupPath=%s\n[Policy]\n" COMMON
                            "Compressor=zstd\nCompressionLevel=9\nPrefetchWindow=8\n"
-                           "PoolLimit=2M\nWriteback=no\n", gb->name);
-        policy_write_named(&c, "30-c", "[Match]\nCgroupPath=%s\n[Policy]\n" COMMON
-                           "PoolLimit=1M\nWriteback=yes\n", gc->name);
+                           "PoolLimit=2M\nWriteback=no\n",
+                           gb->name);
+        policy_write_named(&c, "30-c",
+                           "[Match]\nCgroupPath=%s\n[Policy]\n" COMMON
+                           "PoolLimit=1M\nWriteback=yes\n",
+                           gc->name);
 #undef COMMON
         target_cgroup = ga;
         target_start(&ta);
@@ -1754,8 +1827,10 @@ TEST(reclaim_rate_is_capped) {
                 TEST_SKIP("needs a writable cgroup tree");
         g = test_cgroup_new(0);
         confdir_new(&c, "[Daemon]\nLogLevel=debug\n");
-        policy_write(&c, "[Match]\nCgroupPath=%s\n[Policy]\nMinColdAge=0\nMaxReclaimRate=256K/s\n"
-                         "RefaultLimit=infinity\n", g->name);
+        policy_write(&c,
+                     "[Match]\nCgroupPath=%s\n[Policy]\nMinColdAge=0\nMaxReclaimRate=256K/s\n"
+                     "RefaultLimit=infinity\n",
+                     g->name);
         target_cgroup = g;
         target_start(&t);
         target_cgroup = NULL;

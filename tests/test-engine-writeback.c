@@ -20,8 +20,8 @@
 
 static _Atomic unsigned sigbus_logged;
 
-static void log_stderr(void *userdata, int priority, const char *file, int line,
-                       const char *func, const char *format, va_list ap) {
+static void log_stderr(void *userdata, int priority, const char *file, int line, const char *func,
+                       const char *format, va_list ap) {
         if (priority > LOG_WARNING)
                 return;
         if (priority <= LOG_ERR && strstr(format, "SIGBUS"))

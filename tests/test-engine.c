@@ -36,7 +36,10 @@ static size_t verify_all(void) {
                         if (bad++ < 8)
                                 fprintf(stderr, "page %zu at %p is wrong%s\n", i,
                                         (void *) (buf + i * PAGE),
-                                        corpus_page_sum(buf + i * PAGE) == corpus_page_sum((char[PAGE]){0}) ? " (zeros)" : "");
+                                        corpus_page_sum(buf + i * PAGE) ==
+                                                        corpus_page_sum((char[PAGE]) { 0 })
+                                                ? " (zeros)"
+                                                : "");
                 }
         return bad;
 }
@@ -113,8 +116,9 @@ static uint64_t child_command(char c, int reply) {
 
                 if (p == 0)
                         _exit(verify_all() == 0 ? 0 : 1);
-                return waitpid(p, &status, 0) == p && WIFEXITED(status) ?
-                               (uint64_t) WEXITSTATUS(status) : 99;
+                return waitpid(p, &status, 0) == p && WIFEXITED(status)
+                               ? (uint64_t) WEXITSTATUS(status)
+                               : 99;
         }
         case 'F': {
                 /* A child that lives on: it verifies, we answer its
@@ -161,8 +165,7 @@ static uint64_t child_command(char c, int reply) {
 static unsigned zero_percent;
 
 static int child_setup(void) {
-        buf = mmap(NULL, npages * PAGE, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        buf = mmap(NULL, npages * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         sums = calloc(npages, sizeof(uint64_t));
         if (buf == MAP_FAILED || !sums || corpus_fill(buf, npages, zero_percent, 42) < 0)
                 return -ENOMEM;
@@ -180,7 +183,8 @@ static struct test_child child_start(size_t mib, unsigned zeros) {
 static const struct zsw_log test_log = { .fn = test_log_stderr, .max_priority = LOG_DEBUG };
 
 static struct zsw_engine *engine_start(void) {
-        return test_engine_new(&(struct zsw_engine_config) { .prefetch_window = 8, .log = &test_log });
+        return test_engine_new(
+                &(struct zsw_engine_config) { .prefetch_window = 8, .log = &test_log });
 }
 
 static uint64_t rss_kb(pid_t pid) {
@@ -211,7 +215,8 @@ TEST(reclaim_fault_detach_round_trip) {
         ASSERT_OK(zsw_engine_attach(e, ch.pid, &err));
         if (zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err) < 0)
                 TEST_FAIL("reclaim: %s", err.message);
-        fprintf(stderr, "evicted %" PRIu64 " of %" PRIu64 " scanned, rss %" PRIu64 " -> %" PRIu64 " KiB\n",
+        fprintf(stderr,
+                "evicted %" PRIu64 " of %" PRIu64 " scanned, rss %" PRIu64 " -> %" PRIu64 " KiB\n",
                 res.evicted_pages, res.scanned_pages, before, rss_kb(ch.pid));
         ASSERT_GE(res.evicted_pages, npages * 8 / 10);
         ASSERT_LT(rss_kb(ch.pid), before - npages * 4 * 7 / 10);
@@ -249,7 +254,8 @@ TEST(refused_pages_are_not_write_cancellations) {
         ASSERT_OK(zsw_engine_attach(e, ch.pid, &err));
         if (zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err) < 0)
                 TEST_FAIL("reclaim: %s", err.message);
-        fprintf(stderr, "evicted %" PRIu64 ", refused %" PRIu64 ", cancelled by writes %" PRIu64 "\n",
+        fprintf(stderr,
+                "evicted %" PRIu64 ", refused %" PRIu64 ", cancelled by writes %" PRIu64 "\n",
                 res.evicted_pages, res.refused_pages, res.aborted_pages);
         ASSERT_GE(res.refused_pages, npages / 4);
 #ifndef __SANITIZE_THREAD__
@@ -272,7 +278,7 @@ TEST(fork_child_reads_evicted_pages) {
         struct zsw_engine *e = engine_start();
         struct zsw_reclaim_result res;
 
-        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);      /* filled */
+        ASSERT_EQ(test_child_ask(&ch, 'v'), 0); /* filled */
         ASSERT_OK(zsw_engine_attach(e, ch.pid, NULL));
         ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, NULL));
         ASSERT_GE(res.evicted_pages, npages * 8 / 10);
@@ -371,7 +377,8 @@ TEST(mremap_over_a_round_keeps_the_moved_pages) {
                 if (job.r < 0)
                         TEST_FAIL("reclaim: %s", job.err.message);
                 if (bad)
-                        TEST_FAIL("%" PRIu64 " of the %u moved pages read wrong right after the move",
+                        TEST_FAIL("%" PRIu64
+                                  " of the %u moved pages read wrong right after the move",
                                   bad, MOVE_PAGES);
         }
         ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
@@ -396,16 +403,20 @@ TEST(limits_in_bytes) {
         ASSERT_EQ_U(el.swapfile_max_bytes, 0);
         ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
 
-        ASSERT_OK(zsw_engine_attach_with(e, ch.pid, &(struct zsw_target_config) {
+        ASSERT_OK(zsw_engine_attach_with(e, ch.pid,
+                                         &(struct zsw_target_config) {
                                                  .max_pool_bytes = 3 * PAGE + 1,
-                                         }, &err));
+                                         },
+                                         &err));
         ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &ts));
         ASSERT_EQ_U(ts.max_pool_bytes, 3 * PAGE);
         ASSERT_OK(zsw_engine_detach(e, ch.pid, &err));
 
-        ASSERT_OK(zsw_engine_attach_with(e, ch.pid, &(struct zsw_target_config) {
+        ASSERT_OK(zsw_engine_attach_with(e, ch.pid,
+                                         &(struct zsw_target_config) {
                                                  .max_pool_bytes = 1,
-                                         }, &err));
+                                         },
+                                         &err));
         ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &ts));
         ASSERT_EQ_U(ts.max_pool_bytes, PAGE);
         ASSERT_OK(zsw_engine_detach(e, ch.pid, &err));

@@ -211,7 +211,8 @@ static uint64_t child_command(char c, int reply) {
 }
 
 static int child_setup(void) {
-        buf = mmap(NULL, 2 * HALF * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        buf = mmap(NULL, 2 * HALF * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                   0);
         if (buf == MAP_FAILED || corpus_fill(buf, HALF, 0, 3) < 0)
                 return -ENOMEM;
         for (size_t i = 0; i < HALF; i++)
@@ -335,8 +336,8 @@ static unsigned prefetch_now(struct zsw_engine *e, pid_t pid) {
 /* Prefetch that does not pay stops; a stream brings it back. */
 TEST(prefetch_follows_what_pays) {
         struct test_child ch = test_child_start(child_setup, child_command, true);
-        struct zsw_engine *e = test_engine_new(&(struct zsw_engine_config) {
-                .prefetch_window = 8, .log = &test_log });
+        struct zsw_engine *e = test_engine_new(
+                &(struct zsw_engine_config) { .prefetch_window = 8, .log = &test_log });
         struct zsw_engine_error err = {};
         struct zsw_reclaim_result res = {};
 

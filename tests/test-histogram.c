@@ -8,8 +8,9 @@
 #include "util.h"
 
 TEST(buckets_cover_values_in_order) {
-        uint64_t samples[] = { 0, 1, 7, 8, 9, 15, 16, 17, 100, 1000, 4095, 4096, 123456789,
-                               UINT64_C(1) << 40, UINT64_MAX };
+        uint64_t samples[] = { 0,         1,   7,    8,    9,    15,        16,
+                               17,        100, 1000, 4095, 4096, 123456789, UINT64_C(1) << 40,
+                               UINT64_MAX };
 
         for (size_t i = 0; i < ARRAY_SIZE(samples); i++) {
                 uint64_t v = samples[i];

@@ -74,10 +74,10 @@ static void ref_erase_range(struct ref *r, uint64_t start, uint64_t end) {
  * anywhere. */
 static uint64_t random_pgno(uint64_t *seed) {
         static const uint64_t bases[] = {
-                0x400,                              /* text at 4 MiB */
-                0x55555555ull,                      /* PIE heap */
-                0x7f0000000ull,                     /* mmap area */
-                ZSW_INDEX_MAX_PGNO - 0x3000,        /* stack, top of the range */
+                0x400,                       /* text at 4 MiB */
+                0x55555555ull,               /* PIE heap */
+                0x7f0000000ull,              /* mmap area */
+                ZSW_INDEX_MAX_PGNO - 0x3000, /* stack, top of the range */
         };
         uint64_t r = rng_next(seed);
 
@@ -224,9 +224,20 @@ TEST(insert_errors_and_limits) {
 TEST(next_walks_in_order_across_node_edges) {
         _cleanup_index_ struct zsw_index *idx = NULL;
         static const uint64_t keys[] = {
-                0, 1, 63, 64, 65, 4095, 4096, 262143, 262144,
-                (UINT64_C(1) << 30) - 1, UINT64_C(1) << 30, UINT64_C(1) << 35,
-                ZSW_INDEX_MAX_PGNO - 64, ZSW_INDEX_MAX_PGNO,
+                0,
+                1,
+                63,
+                64,
+                65,
+                4095,
+                4096,
+                262143,
+                262144,
+                (UINT64_C(1) << 30) - 1,
+                UINT64_C(1) << 30,
+                UINT64_C(1) << 35,
+                ZSW_INDEX_MAX_PGNO - 64,
+                ZSW_INDEX_MAX_PGNO,
         };
         uint64_t got;
         size_t i = 0;

@@ -149,7 +149,8 @@ static void daemon_start(struct daemon *d, bool netns) {
         }
         for (;;) {
                 if (waitpid(d->pid, &status, WNOHANG) == d->pid)
-                        TEST_FAIL("zswapd exited with status %d at start-up; see %s", status, d->log);
+                        TEST_FAIL("zswapd exited with status %d at start-up; see %s", status,
+                                  d->log);
                 if (can_connect(d->sock))
                         return;
                 usleep(10000);
@@ -409,7 +410,7 @@ TEST(stuck_thread_fails_reclaim_and_loses_nothing) {
 
 struct target {
         pid_t pid;
-        int cmd, res;   /* 'v' on cmd: '1' or '0' on res */
+        int cmd, res; /* 'v' on cmd: '1' or '0' on res */
 };
 
 static uint8_t target_byte(size_t p, size_t i) {
@@ -519,7 +520,8 @@ TEST(stop_keeps_pages_a_target_cannot_take_back) {
 
         if (access(TEST_CGROUP_V1_MEMORY "/cgroup.procs", F_OK) < 0 || !test_cgroups_usable())
                 TEST_SKIP("no cgroup v1 memory controller at %s: memory.oom_control, which "
-                          "makes UFFDIO_COPY fail at the limit, is v1 only", TEST_CGROUP_V1_MEMORY);
+                          "makes UFFDIO_COPY fail at the limit, is v1 only",
+                          TEST_CGROUP_V1_MEMORY);
         g = test_cgroup_new(0);
         daemon_start(&d, false);
         target_start(&t, g, 0);
@@ -543,7 +545,8 @@ TEST(stop_keeps_pages_a_target_cannot_take_back) {
 
                 if (waitpid(d.pid, &status, WNOHANG) == d.pid)
                         TEST_FAIL("zswapd exited (status %#x) holding the only copy of the "
-                                  "pages of %d; log:\n%s", status, t.pid, log);
+                                  "pages of %d; log:\n%s",
+                                  status, t.pid, log);
                 if (strstr(log, "Cannot give process") && strstr(log, g->name))
                         break;
                 if (i == GUARD_MS / 10)
@@ -621,7 +624,8 @@ TEST(idle_connections_never_lock_out_root) {
 
 int main(int argc, char **argv) {
         if (argc < 4) {
-                fprintf(stderr, "usage: %s ZSWAPD ZSWAPCTL ZSWAPD-TEST-FROZEN [TEST...]\n", argv[0]);
+                fprintf(stderr, "usage: %s ZSWAPD ZSWAPCTL ZSWAPD-TEST-FROZEN [TEST...]\n",
+                        argv[0]);
                 return EXIT_FAILURE;
         }
         test_pid = getpid();

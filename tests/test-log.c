@@ -186,7 +186,8 @@ TEST(journal_entries) {
         ASSERT_STREQ(entry_get(&e, "CODE_FUNC"), "test_journal_entries");
         ASSERT_STREQ(entry_get(&e, "ZSWAPD_TARGET_PID"), "1234");
         ASSERT_STREQ(entry_get(&e, "ZSWAPD_POLICY"), "browser");
-        ASSERT_STREQ(entry_get(&e, "ZSWAPD_CGROUP"), "/user.slice/user-1000.slice/app-firefox.scope");
+        ASSERT_STREQ(entry_get(&e, "ZSWAPD_CGROUP"),
+                     "/user.slice/user-1000.slice/app-firefox.scope");
         ASSERT_STREQ(entry_get(&e, "ZSWAPD_UNIT"), "app-firefox.scope");
         entry_free(&e);
 
@@ -249,7 +250,8 @@ TEST(real_journald_and_journalctl) {
         size_t n;
         FILE *f;
 
-        if (access("/lib/systemd/systemd-journald", X_OK) < 0 || access("/usr/bin/journalctl", X_OK) < 0)
+        if (access("/lib/systemd/systemd-journald", X_OK) < 0 ||
+            access("/usr/bin/journalctl", X_OK) < 0)
                 TEST_SKIP("no systemd-journald or journalctl");
         fd = private_journal();
         if (fd < 0)
@@ -299,8 +301,9 @@ TEST(real_journald_and_journalctl) {
         log_setup(LOG_INFO);
 
         /* journald writes what it received before it answers a sync. */
-        snprintf(cmd, sizeof(cmd), "journalctl --directory=/run/log/journal -o json --no-pager "
-                                   "ZSWAPD_UNIT=build-agent.service 2>&1");
+        snprintf(cmd, sizeof(cmd),
+                 "journalctl --directory=/run/log/journal -o json --no-pager "
+                 "ZSWAPD_UNIT=build-agent.service 2>&1");
         out[0] = 0;
         for (int i = 0; i < 100 && !strstr(out, marker); i++) {
                 f = popen(cmd, "re");

@@ -118,7 +118,7 @@ TEST(eligible_and_executable) {
         close(fd);
         fd = proc_dir(2);
         ASSERT_EQ(policy_process_eligible(fd, 2), 0); /* kthreadd */
-        ASSERT_OK(proc_exe_read(fd, NULL, &exe)); /* no exe: comm */
+        ASSERT_OK(proc_exe_read(fd, NULL, &exe));     /* no exe: comm */
         ASSERT_TRUE(!exe.path && !exe.argv0);
         ASSERT_STREQ(exe.comm, "kthreadd");
         proc_exe_done(&exe);
@@ -187,9 +187,8 @@ TEST(match_by_path_unit_and_executable) {
         b = spawn(by_unit);
         d = spawn(off);
         ASSERT_OK(zsw_engine_new(&(struct zsw_engine_config) { .log = log_get() }, &e));
-        ASSERT_OK(policy_manager_new(e, config_of((const char *[]) { t_path, t_unit, t_exe, t_off },
-                                                  names, 4),
-                                     &m));
+        ASSERT_OK(policy_manager_new(
+                e, config_of((const char *[]) { t_path, t_unit, t_exe, t_off }, names, 4), &m));
         /* b's and d's sleepers match 30-exe too, but the first policy in
          * file order wins: 20-unit for b; for d, 30-exe comes before the
          * disabled 40-off, so d is attached by executable. */
@@ -215,9 +214,9 @@ TEST(match_by_path_unit_and_executable) {
          * of d, and off. Their processes are detached, b stays. */
         snprintf(t_path, sizeof(t_path), "[Match]\nCgroupPath=%s\n[Policy]\nEnabled=no\n",
                  by_path->name);
-        policy_manager_set_config(m, config_of((const char *[]) { t_path, t_unit, t_off },
-                                               (const char *[]) { names[0], names[1], names[3] },
-                                               3));
+        policy_manager_set_config(m,
+                                  config_of((const char *[]) { t_path, t_unit, t_off },
+                                            (const char *[]) { names[0], names[1], names[3] }, 3));
         ASSERT_FALSE(attached(e, a));
         ASSERT_FALSE(attached(e, c));
         ASSERT_FALSE(attached(e, d));
@@ -281,15 +280,16 @@ TEST(match_executable_started_through_a_symlink) {
         b = spawn_how(NULL, false, &(struct start) { .file = rel, .cwd = dir });
         c = spawn_how(NULL, false, &(struct start) { .file = name, .path = dir });
         /* argv[0] tells nothing; the kernel's comm still has the link's name. */
-        d = spawn_how(NULL, false, &(struct start) { .file = link, .argv0 = "renamed",
-                                                      .no_env = true });
+        d = spawn_how(NULL, false,
+                      &(struct start) { .file = link, .argv0 = "renamed", .no_env = true });
         x = spawn(NULL); /* the same file, not started through the link */
 
         ASSERT_OK(zsw_engine_new(&(struct zsw_engine_config) { .log = log_get() }, &e));
-        ASSERT_OK(policy_manager_new(e, config_of((const char *[]) { t_path, t_name },
-                                                  (const char *[]) { "/p/10-path.conf",
-                                                                     "/p/20-name.conf" }, 2),
-                                     &m));
+        ASSERT_OK(policy_manager_new(
+                e,
+                config_of((const char *[]) { t_path, t_name },
+                          (const char *[]) { "/p/10-path.conf", "/p/20-name.conf" }, 2),
+                &m));
         ASSERT_EQ(policy_manager_scan(m), 4);
         ASSERT_STREQ(policy_manager_target_policy(m, a), "10-path");
         ASSERT_STREQ(policy_manager_target_policy(m, b), "10-path");
@@ -304,7 +304,8 @@ TEST(match_executable_started_through_a_symlink) {
                 TEST_FAIL("no %s in %s", pat, ea);
         snprintf(pat, sizeof(pat),
                  "\"match\":[{\"key\":\"Executable\",\"pattern\":\"%s\",\"form\":\"argv0\","
-                 "\"value\":\"%s\"}]", link, link);
+                 "\"value\":\"%s\"}]",
+                 link, link);
         if (!strstr(ea, pat))
                 TEST_FAIL("no %s in %s", pat, ea);
         ed = json_entry(json, d);
@@ -343,9 +344,9 @@ TEST(match_unit_in_the_systemd_hierarchy) {
         snprintf(text, sizeof(text), "[Match]\nUnit=%s\n", g->name + 1);
         a = spawn_in(g, true);
         ASSERT_OK(zsw_engine_new(&(struct zsw_engine_config) { .log = log_get() }, &e));
-        ASSERT_OK(policy_manager_new(e, config_of((const char *[]) { text },
-                                                  (const char *[]) { "/p/unit.conf" }, 1),
-                                     &m));
+        ASSERT_OK(policy_manager_new(
+                e, config_of((const char *[]) { text }, (const char *[]) { "/p/unit.conf" }, 1),
+                &m));
         ASSERT_EQ(policy_manager_scan(m), 1);
         ASSERT_STREQ(policy_manager_target_policy(m, a), "unit");
         policy_manager_free(m);

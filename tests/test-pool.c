@@ -144,10 +144,12 @@ TEST(pool_bytes_are_the_resident_memory) {
         rss1 = rss_anon_bytes();
         zsw_pool_get_stats(pool, &st);
 
-        fprintf(stderr, "pool_bytes %" PRIu64 " KiB, mapped %" PRIu64 " KiB, RssAnon grew %" PRIu64
-                        " KiB\n", st.pool_bytes >> 10, st.mapped_bytes >> 10, (rss1 - rss0) >> 10);
+        fprintf(stderr,
+                "pool_bytes %" PRIu64 " KiB, mapped %" PRIu64 " KiB, RssAnon grew %" PRIu64
+                " KiB\n",
+                st.pool_bytes >> 10, st.mapped_bytes >> 10, (rss1 - rss0) >> 10);
         ASSERT_LE(st.mapped_bytes, st.pool_bytes);
-        ASSERT_LT(st.pool_bytes - st.mapped_bytes, 2u << 20);   /* the arena's rest */
+        ASSERT_LT(st.pool_bytes - st.mapped_bytes, 2u << 20); /* the arena's rest */
         ASSERT_LE(st.pool_bytes, rss1 - rss0 + (512 << 10));
         if (!SANITIZED)
                 ASSERT_LE(rss1 - rss0, st.pool_bytes + st.meta_bytes + (512 << 10));
@@ -676,7 +678,8 @@ static void *cstress_thread(void *p) {
                         a->live[s] = false;
                 } else if (what < 6) {
                         pthread_rwlock_rdlock(a->lock);
-                        ASSERT_TRUE(verify(zsw_pool_map(a->pool, a->cell[s]), a->size[s], a->tag[s]));
+                        ASSERT_TRUE(
+                                verify(zsw_pool_map(a->pool, a->cell[s]), a->size[s], a->tag[s]));
                         pthread_rwlock_unlock(a->lock);
                 } else {
                         const void *m;

@@ -12,9 +12,8 @@
 #include "test.h"
 #include "test-cgroups.h"
 
-static const char kernel_text[] =
-        "some avg10=1.25 avg60=0.50 avg300=0.07 total=123456\n"
-        "full avg10=0.00 avg60=0.10 avg300=0.00 total=789\n";
+static const char kernel_text[] = "some avg10=1.25 avg60=0.50 avg300=0.07 total=123456\n"
+                                  "full avg10=0.00 avg60=0.10 avg300=0.00 total=789\n";
 
 TEST(parse_kernel_format) {
         struct zsw_psi psi;
@@ -30,8 +29,7 @@ TEST(parse_kernel_format) {
 
         /* cpu.pressure of older kernels: no full line. Keys in another
          * order, and one the parser does not know, are fine. */
-        ASSERT_OK(zsw_psi_parse("some total=5 avg300=1.00 avg60=2 avg10=100.00 new=7\n", 52,
-                                &psi));
+        ASSERT_OK(zsw_psi_parse("some total=5 avg300=1.00 avg60=2 avg10=100.00 new=7\n", 52, &psi));
         ASSERT_FALSE(psi.has_full);
         ASSERT_EQ(psi.some.avg10, 10000);
         ASSERT_EQ(psi.some.avg60, 200);
@@ -42,13 +40,13 @@ TEST(parse_malformed) {
         static const char *const bad[] = {
                 "",
                 "\n",
-                "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",  /* no some */
-                "some avg10=0.00 avg60=0.00 total=0\n",              /* avg300 missing */
+                "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", /* no some */
+                "some avg10=0.00 avg60=0.00 total=0\n",             /* avg300 missing */
                 "some avg10=0.00 avg60=0.00 avg300=0.00 total=\n",
                 "some avg10=x avg60=0.00 avg300=0.00 total=0\n",
                 "some avg10=1.234 avg60=0.00 avg300=0.00 total=0\n", /* three decimals */
                 "some avg10=0.00 avg60=0.00 avg300=0.00 total=-1\n",
-                "some avg10=100.01 avg60=0.00 avg300=0.00 total=0\n",      /* over 100% */
+                "some avg10=100.01 avg60=0.00 avg300=0.00 total=0\n", /* over 100% */
                 "some avg10=0.00 avg60=123456 avg300=0.00 total=0\n",
                 "some avg10=0.00 avg60=0.00 avg300=0.00 total=99999999999999999999\n",
                 "some avg10 avg60=0.00 avg300=0.00 total=0\n",
@@ -121,20 +119,20 @@ TEST(triggers_on_proc_and_group) {
                 TEST_SKIP("needs root and PSI");
 
         /* A 2 s window is allowed with or without CAP_SYS_RESOURCE. */
-        ASSERT_OK(zsw_psi_trigger_open_at(AT_FDCWD, "/proc/pressure/memory", false, 150000,
-                                          2000000, &fd));
+        ASSERT_OK(zsw_psi_trigger_open_at(AT_FDCWD, "/proc/pressure/memory", false, 150000, 2000000,
+                                          &fd));
         ASSERT_TRUE(fcntl(fd, F_GETFD) & FD_CLOEXEC);
         /* One trigger per open file. */
         ASSERT_ERRNO(write(fd, "some 150000 2000000", 20) < 0 ? -errno : 0, EBUSY);
         close(fd);
-        ASSERT_OK(zsw_psi_trigger_open_at(AT_FDCWD, "/proc/pressure/memory", true, 100000,
-                                          4000000, &fd));
+        ASSERT_OK(zsw_psi_trigger_open_at(AT_FDCWD, "/proc/pressure/memory", true, 100000, 4000000,
+                                          &fd));
         close(fd);
 
         /* A 1 s window needs CAP_SYS_RESOURCE; the widening variant gets a
          * trigger either way, of the same fraction. */
-        r = zsw_psi_trigger_open_widen_at(AT_FDCWD, "/proc/pressure/memory", false, 100000,
-                                          1000000, &fd, &stall, &window);
+        r = zsw_psi_trigger_open_widen_at(AT_FDCWD, "/proc/pressure/memory", false, 100000, 1000000,
+                                          &fd, &stall, &window);
         ASSERT_OK(r);
         close(fd);
         if (r == 1) {

@@ -83,7 +83,8 @@ static void daemon_start_with(struct daemon *d, const char *exe, const char *con
         }
         while (!can_connect(d->sock)) {
                 if (waitpid(d->pid, &status, WNOHANG) == d->pid)
-                        TEST_FAIL("zswapd exited with status %d at start-up; see %s", status, d->log);
+                        TEST_FAIL("zswapd exited with status %d at start-up; see %s", status,
+                                  d->log);
                 usleep(10000);
         }
 }
@@ -250,9 +251,10 @@ static void test_reexec_keeps_every_page(void) {
         uint64_t stored[3], rss[3], disk;
         pid_t quiet_pids[3];
 
-        daemon_start(&d, zswapd_path, "[Store]\nIncompressible=keep\n[Pool]\nLimit=8M\n"
-                                      "[Writeback]\nEnabled=yes\nSwapfile=/var/tmp\n"
-                                      "SwapfileSize=256M\n");
+        daemon_start(&d, zswapd_path,
+                     "[Store]\nIncompressible=keep\n[Pool]\nLimit=8M\n"
+                     "[Writeback]\nEnabled=yes\nSwapfile=/var/tmp\n"
+                     "SwapfileSize=256M\n");
         writer = target_start("--synthetic");
         parent = target_start(NULL);
         quiet = target_start(NULL);
@@ -282,8 +284,9 @@ static void test_reexec_keeps_every_page(void) {
                 rss[i] = rss_anon_kb(quiet_pids[i]);
                 ASSERT_GT(stored[i], 0);
         }
-        fprintf(stderr, "before: %" PRIu64 " pages on disk; stored %" PRIu64 "/%" PRIu64 "/%" PRIu64
-                "\n", disk, stored[0], stored[1], stored[2]);
+        fprintf(stderr,
+                "before: %" PRIu64 " pages on disk; stored %" PRIu64 "/%" PRIu64 "/%" PRIu64 "\n",
+                disk, stored[0], stored[1], stored[2]);
 
         reexec_ok(&d);
 
@@ -456,7 +459,8 @@ int main(int argc, char **argv) {
                 return 2;
         }
         if (geteuid() != 0) {
-                fprintf(stderr, "skipped: needs root (ptrace and userfaultfd of other processes)\n");
+                fprintf(stderr,
+                        "skipped: needs root (ptrace and userfaultfd of other processes)\n");
                 return EXIT_TEST_SKIP;
         }
         zswapd_path = argv[1];

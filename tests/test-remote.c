@@ -30,8 +30,8 @@
 
 #define PAGE 4096
 
-static void log_stderr(void *userdata, int priority, const char *file, int line,
-                       const char *func, const char *format, va_list ap) {
+static void log_stderr(void *userdata, int priority, const char *file, int line, const char *func,
+                       const char *format, va_list ap) {
         fprintf(stderr, "<%d> %s: ", priority, func);
         vfprintf(stderr, format, ap);
         fputc('\n', stderr);
@@ -129,7 +129,9 @@ TEST(blocked_read_resumes_after_madvise) {
         {
                 _cleanup_remote_ struct zsw_remote *r = NULL;
                 struct iovec ranges[] = {
-                        { buf, len / 4 }, { buf + len / 4, len / 4 }, { buf + len / 2, len / 2 },
+                        { buf, len / 4 },
+                        { buf + len / 4, len / 4 },
+                        { buf + len / 2, len / 2 },
                 };
 
                 ASSERT_OK(zsw_remote_seize(pid, &test_log, &r));
@@ -146,14 +148,16 @@ TEST(blocked_read_resumes_after_madvise) {
 
                 /* One range the per-range way (no room for iovecs), two batched. */
                 ASSERT_OK(zsw_remote_madvise_ranges(r, scratch, 0, ranges, 1, MADV_DONTNEED));
-                ASSERT_OK(zsw_remote_madvise_ranges(r, scratch, PAGE, ranges + 1, 2, MADV_DONTNEED));
+                ASSERT_OK(
+                        zsw_remote_madvise_ranges(r, scratch, PAGE, ranges + 1, 2, MADV_DONTNEED));
                 ASSERT_OK(zsw_remote_read(r, (uint64_t) (uintptr_t) buf, back, len));
                 for (size_t i = 0; i < len; i++)
                         ASSERT_EQ(back[i], 0);
                 /* An invalid range is reported, not ignored. */
                 ASSERT_ERRNO(zsw_remote_madvise_ranges(r, scratch, PAGE,
-                                                       &(struct iovec) { buf + 1, PAGE },
-                                                       1, MADV_DONTNEED), EINVAL);
+                                                       &(struct iovec) { buf + 1, PAGE }, 1,
+                                                       MADV_DONTNEED),
+                             EINVAL);
                 ASSERT_OK(zsw_remote_unmap(r, scratch, PAGE));
         }
         ASSERT_EQ(buf[0], 0xab); /* ours untouched */
@@ -192,8 +196,10 @@ TEST(nanosleep_continues) {
                 _cleanup_remote_ struct zsw_remote *r = NULL;
 
                 /* After the first round it sleeps on in restart_syscall. */
-                wait_in_syscall(pid, pid, (const long[]) { SYS_nanosleep, SYS_clock_nanosleep,
-                                                           SYS_restart_syscall }, 3);
+                wait_in_syscall(
+                        pid, pid,
+                        (const long[]) { SYS_nanosleep, SYS_clock_nanosleep, SYS_restart_syscall },
+                        3);
                 ASSERT_OK(zsw_remote_seize(pid, &test_log, &r));
                 for (int i = 0; i < 10; i++)
                         ASSERT_EQ(remote(r, SYS_getpid, no_args), pid);
@@ -228,7 +234,8 @@ TEST(futex_wait_continues) {
                 {
                         _cleanup_remote_ struct zsw_remote *r = NULL;
 
-                        wait_in_syscall(pid, pid, (const long[]) { SYS_futex, SYS_restart_syscall }, 2);
+                        wait_in_syscall(pid, pid, (const long[]) { SYS_futex, SYS_restart_syscall },
+                                        2);
                         ASSERT_OK(zsw_remote_seize(pid, &test_log, &r));
                         ASSERT_EQ(remote(r, SYS_getpid, no_args), pid);
                 }
@@ -291,7 +298,8 @@ TEST(busy_threads_keep_running) {
                 pthread_t t[BUSY_THREADS];
 
                 for (unsigned i = 1; i < BUSY_THREADS; i++)
-                        if (pthread_create(&t[i], NULL, busy_thread, (void *) ((uintptr_t) b | i)) != 0)
+                        if (pthread_create(&t[i], NULL, busy_thread,
+                                           (void *) ((uintptr_t) b | i)) != 0)
                                 _exit(20);
                 busy_loop(b, 0);
                 for (unsigned i = 1; i < BUSY_THREADS; i++)
@@ -381,10 +389,12 @@ TEST(stop_others_holds_every_thread) {
 
                 signal(SIGUSR1, count_usr1);
                 for (unsigned i = 1; i < BUSY_THREADS; i++)
-                        if (pthread_create(&t[i], NULL, busy_thread, (void *) ((uintptr_t) b | i)) != 0)
+                        if (pthread_create(&t[i], NULL, busy_thread,
+                                           (void *) ((uintptr_t) b | i)) != 0)
                                 _exit(20);
                 if (pthread_create(&t[0], NULL, spawner, b) != 0 ||
-                    pthread_create(&t[BUSY_THREADS], NULL, reader_thread_checked, (void *) (intptr_t) p[0]) != 0)
+                    pthread_create(&t[BUSY_THREADS], NULL, reader_thread_checked,
+                                   (void *) (intptr_t) p[0]) != 0)
                         _exit(22);
                 busy_loop(b, 0);
                 for (unsigned i = 1; i < BUSY_THREADS; i++)
@@ -466,7 +476,8 @@ TEST(moved_vdso_is_found) {
                 if (to == MAP_FAILED || syscall(SYS_mremap, start, end - start, end - start,
                                                 MREMAP_MAYMOVE | MREMAP_FIXED, to) != (long) to)
                         _exit(3);
-                if (syscall(SYS_write, ready[1], "m", 1) != 1 || syscall(SYS_read, go[0], &c, 1) != 1)
+                if (syscall(SYS_write, ready[1], "m", 1) != 1 ||
+                    syscall(SYS_read, go[0], &c, 1) != 1)
                         _exit(4);
                 _exit(0);
         }
@@ -676,7 +687,8 @@ static void signals_arrive_after_release(int nsignals) {
                 ASSERT_EQ(atomic_load(&sigrec->count[0]), 0); /* not while we hold it */
         }
         /* Delivered once each, siginfo as sent, and read(2) restarted. */
-        for (unsigned tries = 0; tries < 10000 && atomic_load(&sigrec->count[nsignals - 1]) == 0; tries++)
+        for (unsigned tries = 0; tries < 10000 && atomic_load(&sigrec->count[nsignals - 1]) == 0;
+             tries++)
                 usleep(1000);
         ASSERT_EQ(atomic_load(&sigrec->count[0]), 1);
         ASSERT_EQ(atomic_load(&sigrec->sender[0]), getpid());
@@ -736,7 +748,8 @@ TEST(injected_call_restarts_after_signal) {
                         long nr = -1, fd = -1;
 
                         if (f && fgets(buf, sizeof(buf), f) &&
-                            sscanf(buf, "%ld 0x%lx", &nr, &fd) == 2 && nr == SYS_read && fd == inj[0]) {
+                            sscanf(buf, "%ld 0x%lx", &nr, &fd) == 2 && nr == SYS_read &&
+                            fd == inj[0]) {
                                 fclose(f);
                                 kill(pid, SIGUSR2);
                                 usleep(50000);
@@ -748,7 +761,8 @@ TEST(injected_call_restarts_after_signal) {
                 }
                 _exit(72);
         }
-        ASSERT_EQ(remote(r, SYS_read, (unsigned long[6]) { (unsigned long) inj[0], scratch, 1 }), 1);
+        ASSERT_EQ(remote(r, SYS_read, (unsigned long[6]) { (unsigned long) inj[0], scratch, 1 }),
+                  1);
         ASSERT_EQ(wait_exit_code(helper), 0);
         ASSERT_OK(zsw_remote_read(r, scratch, &c, 1));
         ASSERT_EQ(c, 'z');
@@ -794,8 +808,8 @@ static void uffd_child(bool unprivileged, uint8_t *region, int ctl, int dp) {
         uint8_t page[PAGE];
         char c;
 
-        if (unprivileged && (setresgid(65534, 65534, 65534) < 0 ||
-                             setresuid(65534, 65534, 65534) < 0))
+        if (unprivileged &&
+            (setresgid(65534, 65534, 65534) < 0 || setresuid(65534, 65534, 65534) < 0))
                 _exit(50);
         if (read(ctl, &c, 1) != 1)
                 _exit(51);
@@ -815,8 +829,8 @@ static void uffd_child(bool unprivileged, uint8_t *region, int ctl, int dp) {
  * userfaultfd serves (a user-mode-only one would make read(2) fail EFAULT).
  */
 static void uffd_serves_child(bool unprivileged) {
-        uint8_t *region = mmap(NULL, 2 * PAGE, PROT_READ | PROT_WRITE,
-                               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        uint8_t *region =
+                mmap(NULL, 2 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         uint8_t page[PAGE], back[PAGE];
         int ctl[2], dp[2], tfd = -1, lfd = -1;
         unsigned fds_before;
@@ -854,7 +868,9 @@ static void uffd_serves_child(bool unprivileged) {
 
         /* Resolve page 0 ahead of any fault; the target's memory shows it. */
         fill(page, 1);
-        struct uffdio_copy copy = { .dst = (uintptr_t) region, .src = (uintptr_t) page, .len = PAGE };
+        struct uffdio_copy copy = { .dst = (uintptr_t) region,
+                                    .src = (uintptr_t) page,
+                                    .len = PAGE };
         ASSERT_OK(ioctl(lfd, UFFDIO_COPY, &copy));
         struct iovec liov = { back, PAGE }, riov = { region, PAGE };
         ASSERT_EQ(process_vm_readv(pid, &liov, 1, &riov, 1, 0), PAGE);
@@ -870,7 +886,8 @@ static void uffd_serves_child(bool unprivileged) {
         ASSERT_EQ(msg.event, UFFD_EVENT_PAGEFAULT);
         ASSERT_EQ_U(msg.arg.pagefault.address & ~(uint64_t) (PAGE - 1), (uintptr_t) region + PAGE);
         fill(page, 2);
-        copy = (struct uffdio_copy) { .dst = (uintptr_t) region + PAGE, .src = (uintptr_t) page,
+        copy = (struct uffdio_copy) { .dst = (uintptr_t) region + PAGE,
+                                      .src = (uintptr_t) page,
                                       .len = PAGE };
         ASSERT_OK(ioctl(lfd, UFFDIO_COPY, &copy));
         ASSERT_EQ(wait_exit_code(pid), 0);
@@ -978,10 +995,10 @@ static bool thread_in(pid_t pid, pid_t tid, const char *wchan) {
 
 struct frozen_child {
         pid_t pid, frozen_tid;
-        int uffd;               /* its number in the child */
-        uint8_t *page;          /* the same address in the child */
-        int ctl[2];             /* a byte on ctl ends the child (threaded) */
-        int *shared;            /* [0] = uffd, [1] = frozen tid */
+        int uffd;      /* its number in the child */
+        uint8_t *page; /* the same address in the child */
+        int ctl[2];    /* a byte on ctl ends the child (threaded) */
+        int *shared;   /* [0] = uffd, [1] = frozen tid */
 };
 
 static void *frozen_reader(void *arg) {
@@ -1024,8 +1041,7 @@ static void frozen_child_start(struct frozen_child *f, bool threaded) {
                         frozen_reader(f);
                         _exit(0);
                 }
-                if (pthread_create(&t, NULL, frozen_reader, f) != 0 ||
-                    read(f->ctl[0], &c, 1) != 1)
+                if (pthread_create(&t, NULL, frozen_reader, f) != 0 || read(f->ctl[0], &c, 1) != 1)
                         _exit(83);
                 pthread_join(t, NULL);
                 _exit(0);
@@ -1043,7 +1059,9 @@ static void frozen_child_start(struct frozen_child *f, bool threaded) {
 /* Resolves the page as its handler would: the read(2) then completes. */
 static void frozen_child_thaw_and_wait(struct frozen_child *f) {
         static uint8_t src[PAGE] __attribute__((aligned(PAGE))) = "thawed";
-        struct uffdio_copy copy = { .dst = (uintptr_t) f->page, .src = (uintptr_t) src, .len = PAGE };
+        struct uffdio_copy copy = { .dst = (uintptr_t) f->page,
+                                    .src = (uintptr_t) src,
+                                    .len = PAGE };
         int pidfd = (int) syscall(SYS_pidfd_open, f->pid, 0), uffd;
 
         ASSERT_GE(pidfd, 0);

@@ -44,8 +44,9 @@ static uint64_t slot_pgno(unsigned slot) {
         if (slot < DENSE)
                 return slot;
         /* Spread over the 47-bit space, the last one at the very top. */
-        return slot == SLOTS - 1 ? ZSW_INDEX_MAX_PGNO
-                                 : (uint64_t) (slot - DENSE + 1) * 0x1f3a5b7c9ull % ZSW_INDEX_MAX_PGNO;
+        return slot == SLOTS - 1
+                       ? ZSW_INDEX_MAX_PGNO
+                       : (uint64_t) (slot - DENSE + 1) * 0x1f3a5b7c9ull % ZSW_INDEX_MAX_PGNO;
 }
 
 static int pick_owner(void) {
@@ -103,7 +104,8 @@ static void op_store(struct zsw_worker *w, int oi) {
         const void *pages[ZSW_STORE_BATCH_MAX];
         uint64_t pgnos[ZSW_STORE_BATCH_MAX];
         struct content c[ZSW_STORE_BATCH_MAX];
-        unsigned slots[ZSW_STORE_BATCH_MAX], n = 1 + below(ZSW_STORE_BATCH_MAX), base = below(SLOTS);
+        unsigned slots[ZSW_STORE_BATCH_MAX], n = 1 + below(ZSW_STORE_BATCH_MAX),
+                                             base = below(SLOTS);
         uint32_t mask = 0;
         int r;
 
@@ -276,7 +278,8 @@ TEST(model_lz4) {
 }
 
 TEST(model_zstd_reject_incompressible) {
-        struct zsw_store_config cfg = { .compressor = ZSW_COMPRESSOR_ZSTD, .level = 3,
+        struct zsw_store_config cfg = { .compressor = ZSW_COMPRESSOR_ZSTD,
+                                        .level = 3,
                                         .reject_incompressible = true };
 
         run(3, 15000, &cfg);

@@ -159,7 +159,8 @@ static void *worker_main(void *p) {
 
         ASSERT_OK(zsw_worker_new(store, &w));
         for (int i = 0; i < OPS; i++) {
-                unsigned oi = (unsigned) (rnd(&a->rng) % OWNERS), dice = (unsigned) (rnd(&a->rng) % 100);
+                unsigned oi = (unsigned) (rnd(&a->rng) % OWNERS),
+                         dice = (unsigned) (rnd(&a->rng) % 100);
 
                 if (dice < 40)
                         worker_store(a, w, oi);
@@ -183,8 +184,9 @@ static void *worker_main(void *p) {
                         for (size_t k = 0; k < n; k++) {
                                 enum zsw_compressor c;
 
-                                ASSERT_GE(zsw_store_entry_payload(store, iso[k], &data[k],
-                                                                  &len[k], &c), 0);
+                                ASSERT_GE(zsw_store_entry_payload(store, iso[k], &data[k], &len[k],
+                                                                  &c),
+                                          0);
                                 sum[k] = fnv(data[k], len[k]);
                         }
                         worker_load(a, w, oi, false);

@@ -8,7 +8,7 @@
 #include "store-helpers.h"
 
 struct fault {
-        int stage;       /* -1: none */
+        int stage; /* -1: none */
         unsigned page;
         int error;
         unsigned hits;
@@ -49,8 +49,8 @@ static void env_free(struct env *e) {
 }
 
 /* Stores pages (kind[i], tag = pgno[i]) at pgno[i]. */
-static int store(struct env *e, struct zsw_owner *o, const uint64_t *pgnos, const enum page_kind *kinds,
-                 size_t n, uint32_t *ret_mask) {
+static int store(struct env *e, struct zsw_owner *o, const uint64_t *pgnos,
+                 const enum page_kind *kinds, size_t n, uint32_t *ret_mask) {
         static uint8_t bufs[ZSW_STORE_BATCH_MAX][ZSW_PAGE_SIZE];
         const void *pages[ZSW_STORE_BATCH_MAX];
 
@@ -61,7 +61,8 @@ static int store(struct env *e, struct zsw_owner *o, const uint64_t *pgnos, cons
         return zsw_store_pages(e->w, o, pgnos, pages, n, ret_mask);
 }
 
-static int store_run(struct env *e, struct zsw_owner *o, uint64_t first, size_t n, enum page_kind kind) {
+static int store_run(struct env *e, struct zsw_owner *o, uint64_t first, size_t n,
+                     enum page_kind kind) {
         uint64_t pgnos[ZSW_STORE_BATCH_MAX];
         enum page_kind kinds[ZSW_STORE_BATCH_MAX];
 
@@ -103,8 +104,8 @@ TEST(mixed_batch_roundtrip) {
         ASSERT_EQ_U(st.same_filled_pages, 3);
         ASSERT_EQ_U(st.incompressible_pages, 1);
         ASSERT_EQ_U(st.stores, 8);
-        ASSERT_GT(st.payload_bytes, ZSW_PAGE_SIZE);       /* the raw page at least */
-        ASSERT_LT(st.payload_bytes, 4 * ZSW_PAGE_SIZE);   /* data pages compressed */
+        ASSERT_GT(st.payload_bytes, ZSW_PAGE_SIZE);     /* the raw page at least */
+        ASSERT_LT(st.payload_bytes, 4 * ZSW_PAGE_SIZE); /* data pages compressed */
         ASSERT_GE(st.pool_bytes, st.payload_bytes);
         for (int i = 0; i < 8; i++)
                 check_load(&e, e.o, pgnos[i], kinds[i], 0);
@@ -204,7 +205,7 @@ static void rollback_case(int stage, unsigned page, int error, enum zsw_reject r
         for (int i = 0; i < 32; i++) {
                 /* 80..111: half replace stored pages, half are new. */
                 pgnos[i] = 80 + i;
-                kinds[i] = (enum page_kind) (i % _PAGE_KIND_MAX);
+                kinds[i] = (enum page_kind)(i % _PAGE_KIND_MAX);
         }
         before = stats(&e);
 
@@ -258,7 +259,9 @@ TEST(rollback_index_stage_first_middle_last) {
 }
 
 TEST(rollback_limit) {
-        struct zsw_owner_config oc = { .compressor = ZSW_COMPRESSOR_ZSTD, .level = 3, .max_pages = 40 };
+        struct zsw_owner_config oc = { .compressor = ZSW_COMPRESSOR_ZSTD,
+                                       .level = 3,
+                                       .max_pages = 40 };
         struct zsw_owner *o;
         struct env e;
 
@@ -432,9 +435,9 @@ TEST(isolate_second_chance_and_putback) {
 
         env_new(&e, NULL);
         ASSERT_OK(zsw_decompress_ctx_new(&dctx));
-        ASSERT_EQ(store_run(&e, e.o, 0, 16, PAGE_DATA), 16);  /* oldest */
+        ASSERT_EQ(store_run(&e, e.o, 0, 16, PAGE_DATA), 16); /* oldest */
         ASSERT_EQ(store_run(&e, e.o, 16, 16, PAGE_DATA), 16);
-        ASSERT_EQ(store_run(&e, e.o, 32, 8, PAGE_ZERO), 8);   /* not listed */
+        ASSERT_EQ(store_run(&e, e.o, 32, 8, PAGE_ZERO), 8); /* not listed */
         /* Touch 0..7: they get a second chance. */
         for (int i = 0; i < 8; i++)
                 check_load(&e, e.o, (uint64_t) i, PAGE_DATA, 0);
@@ -578,14 +581,14 @@ TEST(export_import_keeps_pages_and_sharing) {
         ASSERT_EQ(store_run(&e, e.o, 1 << 20, 16, PAGE_SAME), 16);
         ASSERT_EQ(store_run(&e, e.o, 5000, 4, PAGE_NOISE), 4);
         ASSERT_OK(zsw_store_owner_clone(e.o, &child));
-        ASSERT_EQ(store_run(&e, child, 0, 1, PAGE_ZERO), 1);     /* the child's own */
+        ASSERT_EQ(store_run(&e, child, 0, 1, PAGE_ZERO), 1); /* the child's own */
 
         to_parent = f.o;
         ASSERT_OK(zsw_store_owner_new_sibling(to_parent, &to_child));
         ASSERT_TRUE(zsw_store_same_family(to_parent, to_child));
         handover(&h, e.o, to_parent);
         handover(&h, child, to_child);
-        ASSERT_EQ_U(h.n, 53);   /* 52 shared or the parent's, 1 the child's */
+        ASSERT_EQ_U(h.n, 53); /* 52 shared or the parent's, 1 the child's */
 
         zsw_store_get_stats(e.s, &a);
         zsw_store_get_stats(f.s, &b);
@@ -610,11 +613,14 @@ TEST(export_import_keeps_pages_and_sharing) {
                 check_load(&f, to_child, 5000 + (uint64_t) i, PAGE_NOISE, 0);
 
         /* A page it has, and a malformed one, are refused. */
-        ASSERT_ERRNO(zsw_store_import(to_parent, &(struct zsw_store_page) { .pgno = 0 }, NULL, NULL),
-                     EEXIST);
-        ASSERT_ERRNO(zsw_store_import(to_parent, &(struct zsw_store_page) {
-                                                         .pgno = 999, .state = ZSW_ENTRY_COMPRESSED },
-                                      NULL, NULL), EINVAL);
+        ASSERT_ERRNO(
+                zsw_store_import(to_parent, &(struct zsw_store_page) { .pgno = 0 }, NULL, NULL),
+                EEXIST);
+        ASSERT_ERRNO(zsw_store_import(to_parent,
+                                      &(struct zsw_store_page) { .pgno = 999,
+                                                                 .state = ZSW_ENTRY_COMPRESSED },
+                                      NULL, NULL),
+                     EINVAL);
         ASSERT_FALSE(zsw_store_contains(to_parent, 999));
         env_free(&e);
         env_free(&f);
@@ -631,7 +637,8 @@ TEST(compaction_after_churn) {
 
         env_new(&e, NULL);
         for (uint64_t p = 0; p < N; p += ZSW_STORE_BATCH_MAX)
-                ASSERT_EQ(store_run(&e, e.o, p, ZSW_STORE_BATCH_MAX, PAGE_DATA), ZSW_STORE_BATCH_MAX);
+                ASSERT_EQ(store_run(&e, e.o, p, ZSW_STORE_BATCH_MAX, PAGE_DATA),
+                          ZSW_STORE_BATCH_MAX);
         for (uint64_t p = 0; p < N; p++)
                 if (p % 4 != 0)
                         ASSERT_EQ(zsw_store_invalidate(e.o, p, 1), 1);

@@ -34,11 +34,11 @@
 /* Compressed corpus pages: the payloads a shrinker would hand over. */
 struct payloads {
         size_t n;
-        uint8_t *pages;         /* the original pages */
-        uint8_t **data;         /* compressed, or the raw page if lz4 does not shrink it */
+        uint8_t *pages; /* the original pages */
+        uint8_t **data; /* compressed, or the raw page if lz4 does not shrink it */
         uint32_t *lens;
         uint64_t *slots;
-        bool cut;               /* lens were cut short: compare bytes only */
+        bool cut; /* lens were cut short: compare bytes only */
 };
 
 static void payloads_make(struct payloads *p, size_t n, uint64_t seed) {
@@ -88,7 +88,8 @@ static void check_entry(const struct payloads *p, size_t i, const uint8_t *got) 
                 memcpy(page, got, PAGE);
         else
                 ASSERT_EQ(LZ4_decompress_safe((const char *) got, (char *) page, (int) p->lens[i],
-                                              PAGE), (int) PAGE);
+                                              PAGE),
+                          (int) PAGE);
         ASSERT_MEMEQ(page, p->pages + i * PAGE, PAGE);
 }
 
@@ -102,13 +103,13 @@ static void read_check(struct zsw_swapfile *sf, const struct payloads *p, size_t
 /* Writes entries [from, from + n) as one batch; returns how many were written. */
 static int write_range(struct zsw_swapfile *sf, struct payloads *p, size_t from, size_t n,
                        int *errors) {
-        return zsw_swapfile_write_batch(sf, (const void *const *) p->data + from, p->lens + from,
-                                        n, p->slots + from, errors);
+        return zsw_swapfile_write_batch(sf, (const void *const *) p->data + from, p->lens + from, n,
+                                        p->slots + from, errors);
 }
 
 /* Counts warnings and worse: failures are logged once per burst. */
-static void count_log(void *userdata, int priority, const char *file, int line,
-                      const char *func, const char *format, va_list ap) {
+static void count_log(void *userdata, int priority, const char *file, int line, const char *func,
+                      const char *format, va_list ap) {
         if (priority <= LOG_WARNING)
                 (*(unsigned *) userdata)++;
 }
@@ -445,7 +446,8 @@ TEST(short_write_resubmitted_then_failed) {
                 if (below) {
                         ASSERT_EQ(errors[i - BATCH], 0);
                         ASSERT_LE(p.slots[i] * ZSW_SWAPFILE_SECTOR +
-                                  zsw_swapfile_entry_bytes(sf, p.lens[i]), limit);
+                                          zsw_swapfile_entry_bytes(sf, p.lens[i]),
+                                  limit);
                         read_check(sf, &p, i);
                         ok++;
                 } else
@@ -531,7 +533,8 @@ TEST(io_errors_fail_cleanly) {
                 ASSERT_TRUE(bufs[i] = malloc(PAGE));
                 memset(bufs[i], 0x5a, PAGE);
         }
-        ASSERT_ERRNO(zsw_swapfile_read_batch(sf, p.slots, p.lens, BATCH, (void *const *) bufs), EIO);
+        ASSERT_ERRNO(zsw_swapfile_read_batch(sf, p.slots, p.lens, BATCH, (void *const *) bufs),
+                     EIO);
         for (size_t i = 0; i < BATCH; i++) {
                 for (size_t j = 0; j < PAGE; j++)
                         ASSERT_EQ(bufs[i][j], 0x5a);
@@ -566,7 +569,7 @@ TEST(io_errors_fail_cleanly) {
 struct concurrent {
         struct zsw_swapfile *sf;
         struct payloads *p;
-        size_t published;       /* entries written, release/acquire */
+        size_t published; /* entries written, release/acquire */
         bool done;
         uint64_t reads;
 };

@@ -21,7 +21,7 @@
 #include "util.h"
 
 #define PAGE 4096ul
-#define ALL_EVENTS                                                                      \
+#define ALL_EVENTS                                                                        \
         (UFFD_FEATURE_EVENT_FORK | UFFD_FEATURE_EVENT_REMAP | UFFD_FEATURE_EVENT_REMOVE | \
          UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_THREAD_ID | UFFD_FEATURE_PAGEFAULT_FLAG_WP)
 
@@ -215,8 +215,8 @@ TEST(copy_over_present_page_is_eexist_and_short_copy_counts) {
         char *p = map_pages(4);
         static char src[4 * PAGE];
 
-        ASSERT_OK(zsw_uffd_register(fd, (uintptr_t) p, 4 * PAGE, UFFDIO_REGISTER_MODE_MISSING,
-                                    NULL));
+        ASSERT_OK(
+                zsw_uffd_register(fd, (uintptr_t) p, 4 * PAGE, UFFDIO_REGISTER_MODE_MISSING, NULL));
         memset(src, 0x5a, sizeof(src));
         /* Page 2 becomes present first; a 4-page copy then stops there. */
         ASSERT_EQ(zsw_uffd_copy(fd, (uintptr_t) p + 2 * PAGE, src, PAGE, 0), (ssize_t) PAGE);
@@ -270,8 +270,8 @@ TEST(event_remove_on_madv_dontneed) {
         struct handler h;
 
         memset(p, 1, 8 * PAGE);
-        ASSERT_OK(zsw_uffd_register(fd, (uintptr_t) p, 8 * PAGE, UFFDIO_REGISTER_MODE_MISSING,
-                                    NULL));
+        ASSERT_OK(
+                zsw_uffd_register(fd, (uintptr_t) p, 8 * PAGE, UFFDIO_REGISTER_MODE_MISSING, NULL));
         handler_start(&h, fd, (uintptr_t) p, SERVE_ZERO);
         ASSERT_OK(madvise(p + 2 * PAGE, 3 * PAGE, MADV_DONTNEED));
         ASSERT_EQ(handler_wait(&h, UFFD_EVENT_REMOVE, 1, ev), 1);
@@ -291,8 +291,8 @@ TEST(event_remap_on_mremap_and_unmap_on_munmap) {
         struct uffd_msg ev[MAX_MSGS];
         struct handler h;
 
-        ASSERT_OK(zsw_uffd_register(fd, (uintptr_t) p, 4 * PAGE, UFFDIO_REGISTER_MODE_MISSING,
-                                    NULL));
+        ASSERT_OK(
+                zsw_uffd_register(fd, (uintptr_t) p, 4 * PAGE, UFFDIO_REGISTER_MODE_MISSING, NULL));
         handler_start(&h, fd, (uintptr_t) dst + 2 * PAGE, SERVE_COPY);
         q = mremap(p, 4 * PAGE, 4 * PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, dst + 2 * PAGE);
         ASSERT_TRUE(q == dst + 2 * PAGE);
@@ -330,10 +330,9 @@ TEST(event_fork_delivers_child_uffd) {
         char page[PAGE];
         pid_t pid;
 
-        ASSERT_OK(zsw_uffd_register(fd, (uintptr_t) p, 4 * PAGE, UFFDIO_REGISTER_MODE_MISSING,
-                                    NULL));
-        ASSERT_EQ(zsw_uffd_copy(fd, (uintptr_t) p, memset(page, 9, PAGE), PAGE, 0),
-                  (ssize_t) PAGE);
+        ASSERT_OK(
+                zsw_uffd_register(fd, (uintptr_t) p, 4 * PAGE, UFFDIO_REGISTER_MODE_MISSING, NULL));
+        ASSERT_EQ(zsw_uffd_copy(fd, (uintptr_t) p, memset(page, 9, PAGE), PAGE, 0), (ssize_t) PAGE);
         handler_start(&h, fd, (uintptr_t) p, SERVE_COPY);
         pid = fork();
         ASSERT_GE(pid, 0);
@@ -389,8 +388,8 @@ TEST(uffd_taken_with_pidfd_getfd_serves_the_child) {
         pid = fork();
         ASSERT_GE(pid, 0);
         if (pid == 0) {
-                char *p = mmap(NULL, 2 * PAGE, PROT_READ | PROT_WRITE,
-                               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                char *p = mmap(NULL, 2 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                               -1, 0);
                 int ok;
 
                 /* Nobody else would ever serve it: a wait, never zeros. */

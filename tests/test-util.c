@@ -8,8 +8,8 @@
 static int last_priority;
 static char last_message[256];
 
-static void capture_log(void *userdata, int priority, const char *file, int line,
-                        const char *func, const char *format, va_list ap) {
+static void capture_log(void *userdata, int priority, const char *file, int line, const char *func,
+                        const char *format, va_list ap) {
         last_priority = priority;
         vsnprintf(last_message, sizeof(last_message), format, ap);
 }

@@ -58,15 +58,19 @@ static const char valid_smaps[] =
         "VmFlags: rd wr mr mw me ac \n"
         "7f0000000000-7f0000100000 rw-p 00000000 00:00 0 \n"
         "VmFlags: rd wr mr mw me ac \n"
-        "7f0000100000-7f0000200000 rw-s 00000000 00:01 1234                       /dev/zero (deleted)\n"
+        "7f0000100000-7f0000200000 rw-s 00000000 00:01 1234                       /dev/zero "
+        "(deleted)\n"
         "VmFlags: rd wr sh mr mw me ms \n"
         "7f0000200000-7f0000300000 rw-p 00000000 00:00 0 \n"
         "VmFlags: rd wr mr mw me lo ac \n"
-        "7f0000300000-7f0000500000 rw-p 00000000 00:10 77                         /anon_hugepage (deleted)\n"
+        "7f0000300000-7f0000500000 rw-p 00000000 00:10 77                         /anon_hugepage "
+        "(deleted)\n"
         "VmFlags: rd wr mr mw me de ht \n"
-        "7f0000500000-7f0000501000 r--p 00002000 08:01 4242                       /usr/lib/with space.so\n"
+        "7f0000500000-7f0000501000 r--p 00002000 08:01 4242                       /usr/lib/with "
+        "space.so\n"
         "VmFlags: rd mr mw me \n"
-        "7f0000501000-7f0000502000 rw-p 00003000 08:01 4242                       /usr/lib/with space.so\n"
+        "7f0000501000-7f0000502000 rw-p 00003000 08:01 4242                       /usr/lib/with "
+        "space.so\n"
         "VmFlags: rd wr mr mw me ac \n"
         "7f0000600000-7f0000610000 rw-p 00000000 00:00 0                          [anon:jit heap]\n"
         "VmFlags: rd wr mr mw me ac \n"
@@ -106,8 +110,8 @@ TEST(fixture_smaps_parses_and_judges_eligibility) {
         ASSERT_EQ_U(l.vmas[12].end, 0xffffffffff601000);
         for (size_t i = 0; i < l.n; i++) {
                 if (zsw_vma_eligible(&l.vmas[i]) != expected[i])
-                        TEST_FAIL("mapping %zu (%s): eligibility should be %d", i,
-                                  l.vmas[i].name, expected[i]);
+                        TEST_FAIL("mapping %zu (%s): eligibility should be %d", i, l.vmas[i].name,
+                                  expected[i]);
         }
 }
 
@@ -120,8 +124,8 @@ TEST(eligible_ranges_leave_out_the_excluded_range) {
         ASSERT_EQ(zsw_vma_eligible_ranges(&l, (struct zsw_range) {}, &r, &n), 4);
         free(TAKE_PTR(r));
         /* A hole in the middle of the anonymous mapping splits it. */
-        ASSERT_EQ(zsw_vma_eligible_ranges(
-                          &l, (struct zsw_range) { 0x7f0000010000, 0x7f0000020000 }, &r, &n),
+        ASSERT_EQ(zsw_vma_eligible_ranges(&l, (struct zsw_range) { 0x7f0000010000, 0x7f0000020000 },
+                                          &r, &n),
                   5);
         ASSERT_EQ(n, 5);
         ASSERT_EQ_U(r[1].start, 0x7f0000000000);
@@ -130,8 +134,8 @@ TEST(eligible_ranges_leave_out_the_excluded_range) {
         ASSERT_EQ_U(r[2].end, 0x7f0000100000);
         free(TAKE_PTR(r));
         /* Covering a whole mapping removes it. */
-        ASSERT_EQ(zsw_vma_eligible_ranges(
-                          &l, (struct zsw_range) { 0x7f0000600000, 0x7f0000610000 }, &r, &n),
+        ASSERT_EQ(zsw_vma_eligible_ranges(&l, (struct zsw_range) { 0x7f0000600000, 0x7f0000610000 },
+                                          &r, &n),
                   3);
 }
 
@@ -280,7 +284,8 @@ TEST(real_child_mappings_eligibility) {
         ASSERT_STREQ(find_vma(&l, c.addr[C_STACK])->name, "[stack]");
         ASSERT_TRUE(zsw_vma_eligible(find_vma(&l, c.addr[C_STACK])));
         for (size_t i = 0; i < l.n; i++) {
-                if (strcmp(l.vmas[i].name, "[vdso]") == 0 || strcmp(l.vmas[i].name, "[vvar]") == 0) {
+                if (strcmp(l.vmas[i].name, "[vdso]") == 0 ||
+                    strcmp(l.vmas[i].name, "[vvar]") == 0) {
                         have_vdso = true;
                         ASSERT_FALSE(zsw_vma_eligible(&l.vmas[i]));
                 }
@@ -297,7 +302,8 @@ TEST(real_child_mappings_eligibility) {
 
 TEST(pagemap_scan_finds_present_runs) {
         struct child c = child_start();
-        _cleanup_close_ int dfd = open_proc(c.pid), pm = openat(dfd, "pagemap", O_RDONLY | O_CLOEXEC);
+        _cleanup_close_ int dfd = open_proc(c.pid),
+                            pm = openat(dfd, "pagemap", O_RDONLY | O_CLOEXEC);
         const uint64_t base = c.addr[C_SPARSE], end = base + 40 * PAGE;
         const uint64_t expect[][2] = { { 0, 3 }, { 10, 11 }, { 20, 30 } };
         struct zsw_page_run runs[8], one;

@@ -49,9 +49,9 @@ static void fixture_open(struct fixture *f, const char *dir, uint64_t pool_limit
         sc.disk_userdata = f->sf;
         ASSERT_OK(zsw_store_new(&sc, &f->s));
         ASSERT_OK(zsw_worker_new(f->s, &f->w));
-        ASSERT_OK(zsw_writeback_new(f->s, f->sf,
-                                    &(struct zsw_writeback_config) { .pool_limit_bytes = pool_limit },
-                                    &f->wb));
+        ASSERT_OK(zsw_writeback_new(
+                f->s, f->sf, &(struct zsw_writeback_config) { .pool_limit_bytes = pool_limit },
+                &f->wb));
 }
 
 static void fixture_close(struct fixture *f) {

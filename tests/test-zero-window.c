@@ -20,8 +20,8 @@
 #include "test-child.h"
 
 #define PAGE ZSW_PAGE_SIZE
-#define BLOCK 64u               /* pages: a run of data and a run of fresh pages */
-#define NBLOCKS 96u             /* 24 MiB */
+#define BLOCK 64u   /* pages: a run of data and a run of fresh pages */
+#define NBLOCKS 96u /* 24 MiB */
 #define NPAGES (BLOCK * NBLOCKS)
 
 /* The child's view. Data pages belong to the data thread, fresh pages to
@@ -40,10 +40,18 @@ static atomic_size_t bad;
 
 /* Block b: its data run is 1-40 pages, at its start, or at its end for
  * every third block (then a window from the fresh run meets it at once). */
-static size_t data_len(size_t b) { return 1 + (b * 37) % 40; }
-static bool data_last(size_t b) { return b % 3 == 0; }
-static size_t fresh_first(size_t b) { return b * BLOCK + (data_last(b) ? 0 : data_len(b)); }
-static size_t fresh_len(size_t b) { return BLOCK - data_len(b); }
+static size_t data_len(size_t b) {
+        return 1 + (b * 37) % 40;
+}
+static bool data_last(size_t b) {
+        return b % 3 == 0;
+}
+static size_t fresh_first(size_t b) {
+        return b * BLOCK + (data_last(b) ? 0 : data_len(b));
+}
+static size_t fresh_len(size_t b) {
+        return BLOCK - data_len(b);
+}
 static bool is_data(size_t i) {
         size_t b = i / BLOCK;
 
@@ -273,7 +281,7 @@ static size_t stream_bad(void) {
  * only read them, 'm' count fresh pages not present, 'R' start the racing threads ('D': with data_dontneed),
  * 'S' stop them (answers their bad pages). */
 static uint64_t child_command(char c, int reply) {
-        static pthread_t th[2];         /* 'R' starts them, 'S' joins them */
+        static pthread_t th[2]; /* 'R' starts them, 'S' joins them */
 
         switch (c) {
         case 'v':
@@ -305,8 +313,8 @@ static uint64_t child_command(char c, int reply) {
 }
 
 static int child_setup(void) {
-        region = mmap(NULL, NPAGES * PAGE, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        region = mmap(NULL, NPAGES * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                      0);
         stream = mmap(NULL, STREAM_PAGES * PAGE, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (region == MAP_FAILED || stream == MAP_FAILED)
@@ -359,8 +367,10 @@ static void first_touch_next_to_evicted(unsigned w) {
          * evicted data around every fresh run. */
         ASSERT_EQ(test_child_ask(&ch, 'r'), 0);
         ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &s1));
-        fprintf(stderr, "window %u: %zu fresh pages read with %" PRIu64 " zero faults, %" PRIu64
-                " pages filled ahead\n", w, fresh_pages(), s1.zero_faults - s0.zero_faults,
+        fprintf(stderr,
+                "window %u: %zu fresh pages read with %" PRIu64 " zero faults, %" PRIu64
+                " pages filled ahead\n",
+                w, fresh_pages(), s1.zero_faults - s0.zero_faults,
                 s1.zero_ahead_pages - s0.zero_ahead_pages);
         /* (The child's own stack and heap fault too: a few pages.) */
         if (w == 0) {
@@ -373,7 +383,8 @@ static void first_touch_next_to_evicted(unsigned w) {
 #ifndef __SANITIZE_THREAD__
                 ASSERT_LE(s1.zero_faults - s0.zero_faults, 2 * NBLOCKS + 16);
 #endif
-                ASSERT_GE(s1.zero_faults - s0.zero_faults + s1.zero_ahead_pages - s0.zero_ahead_pages,
+                ASSERT_GE(s1.zero_faults - s0.zero_faults + s1.zero_ahead_pages -
+                                  s0.zero_ahead_pages,
                           fresh_pages());
         }
 
@@ -430,9 +441,11 @@ TEST(write_stream_fills_real_pages) {
         ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &s0));
         faults = test_child_ask(&ch, 'w');
         ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &s1));
-        fprintf(stderr, "%u pages written: %zu page faults in the writer, %" PRIu64
-                " zero faults of ours, %" PRIu64 " pages filled ahead\n", STREAM_PAGES, faults,
-                s1.zero_faults - s0.zero_faults, s1.zero_ahead_pages - s0.zero_ahead_pages);
+        fprintf(stderr,
+                "%u pages written: %zu page faults in the writer, %" PRIu64
+                " zero faults of ours, %" PRIu64 " pages filled ahead\n",
+                STREAM_PAGES, faults, s1.zero_faults - s0.zero_faults,
+                s1.zero_ahead_pages - s0.zero_ahead_pages);
         /* One fault of ours per window, and copy-on-write faults only in
          * the first window (it cannot know yet that a stream writes):
          * 144 page faults here, against one per page (4096 and more)
@@ -474,9 +487,12 @@ TEST(throttle_serves_one_page_per_fault) {
         /* (After the check: under ThreadSanitizer its runtime's memory
          * in the child faults on every access, throttled too.) */
         ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &s1));
-        fprintf(stderr, "throttled: %u pages written with %" PRIu64 " zero faults, %" PRIu64
-                " throttled, %" PRIu64 " filled ahead\n", STREAM_PAGES, s1.zero_faults - s0.zero_faults,
-                s1.throttled_faults - s0.throttled_faults, s1.zero_ahead_pages - s0.zero_ahead_pages);
+        fprintf(stderr,
+                "throttled: %u pages written with %" PRIu64 " zero faults, %" PRIu64
+                " throttled, %" PRIu64 " filled ahead\n",
+                STREAM_PAGES, s1.zero_faults - s0.zero_faults,
+                s1.throttled_faults - s0.throttled_faults,
+                s1.zero_ahead_pages - s0.zero_ahead_pages);
         ASSERT_EQ(s1.zero_ahead_pages, s0.zero_ahead_pages);
         ASSERT_GE(s1.throttled_faults - s0.throttled_faults, STREAM_PAGES);
         ASSERT_GE(s1.zero_faults - s0.zero_faults, STREAM_PAGES);
@@ -511,16 +527,18 @@ static void race(unsigned w, bool with_data_dontneed) {
         ASSERT_EQ(test_child_ask(&ch, with_data_dontneed ? 'D' : 'R'), 0);
         end = zsw_now_ns() + 4000000000ull;
         while (zsw_now_ns() < end) {
-                if (zsw_engine_reclaim(e, ch.pid, rounds % 2 ? 4u << 20 : UINT64_MAX, &res, &err) < 0)
+                if (zsw_engine_reclaim(e, ch.pid, rounds % 2 ? 4u << 20 : UINT64_MAX, &res, &err) <
+                    0)
                         TEST_FAIL("reclaim: %s", err.message);
                 evicted += res.evicted_pages;
                 rounds++;
         }
         ASSERT_EQ(test_child_ask(&ch, 'S'), 0);
         ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &s));
-        fprintf(stderr, "%u reclaims, %" PRIu64 " pages evicted, %" PRIu64 " zero faults, %" PRIu64
-                " pages filled ahead, %" PRIu64 " refaults\n", rounds, evicted, s.zero_faults,
-                s.zero_ahead_pages, s.refaults);
+        fprintf(stderr,
+                "%u reclaims, %" PRIu64 " pages evicted, %" PRIu64 " zero faults, %" PRIu64
+                " pages filled ahead, %" PRIu64 " refaults\n",
+                rounds, evicted, s.zero_faults, s.zero_ahead_pages, s.refaults);
         ASSERT_TRUE(w == 0 ? s.zero_ahead_pages == 0 : s.zero_ahead_pages > 0);
         ASSERT_GT(s.refaults, 0);
         ASSERT_EQ(test_child_ask(&ch, 'v'), 0);

@@ -39,33 +39,33 @@ static inline void test_register(const char *name, test_fn fn) {
         test_cases[test_count++] = (struct test_case) { name, fn };
 }
 
-#define TEST(name)                                                              \
-        static void test_##name(void);                                          \
-        __attribute__((constructor)) static void test_register_##name(void) {   \
-                test_register(#name, test_##name);                              \
-        }                                                                       \
+#define TEST(name)                                                            \
+        static void test_##name(void);                                        \
+        __attribute__((constructor)) static void test_register_##name(void) { \
+                test_register(#name, test_##name);                            \
+        }                                                                     \
         static void test_##name(void)
 
-#define TEST_FAIL(fmt, ...)                                                             \
-        do {                                                                            \
-                fprintf(stderr, "%s:%d: %s: " fmt "\n", __FILE__, __LINE__, __func__,   \
-                        ##__VA_ARGS__);                                                 \
-                abort();                                                                \
+#define TEST_FAIL(fmt, ...)                                                           \
+        do {                                                                          \
+                fprintf(stderr, "%s:%d: %s: " fmt "\n", __FILE__, __LINE__, __func__, \
+                        ##__VA_ARGS__);                                               \
+                abort();                                                              \
         } while (0)
 
-#define ASSERT_TRUE(expr)                                                       \
-        do {                                                                    \
-                if (!(expr))                                                    \
-                        TEST_FAIL("assertion failed: %s", #expr);               \
+#define ASSERT_TRUE(expr)                                         \
+        do {                                                      \
+                if (!(expr))                                      \
+                        TEST_FAIL("assertion failed: %s", #expr); \
         } while (0)
 #define ASSERT_FALSE(expr) ASSERT_TRUE(!(expr))
 
-#define ASSERT_CMP_(a, op, b, fmt, type)                                                \
-        do {                                                                            \
-                type _a_ = (type) (a), _b_ = (type) (b);                                \
-                if (!(_a_ op _b_))                                                      \
-                        TEST_FAIL("expected %s %s %s, got " fmt " vs " fmt, #a, #op, #b, \
-                                  _a_, _b_);                                            \
+#define ASSERT_CMP_(a, op, b, fmt, type)                                                      \
+        do {                                                                                  \
+                type _a_ = (type) (a), _b_ = (type) (b);                                      \
+                if (!(_a_ op _b_))                                                            \
+                        TEST_FAIL("expected %s %s %s, got " fmt " vs " fmt, #a, #op, #b, _a_, \
+                                  _b_);                                                       \
         } while (0)
 
 #define ASSERT_EQ(a, b) ASSERT_CMP_(a, ==, b, "%" PRIdMAX, intmax_t)
@@ -77,35 +77,33 @@ static inline void test_register(const char *name, test_fn fn) {
 #define ASSERT_EQ_U(a, b) ASSERT_CMP_(a, ==, b, "%" PRIuMAX, uintmax_t)
 
 /* For functions returning a negative errno on failure. */
-#define ASSERT_OK(expr)                                                                 \
-        do {                                                                            \
-                intmax_t _r_ = (intmax_t) (expr);                                       \
-                if (_r_ < 0)                                                            \
-                        TEST_FAIL("%s failed: %s", #expr, strerror((int) -_r_));        \
+#define ASSERT_OK(expr)                                                          \
+        do {                                                                     \
+                intmax_t _r_ = (intmax_t) (expr);                                \
+                if (_r_ < 0)                                                     \
+                        TEST_FAIL("%s failed: %s", #expr, strerror((int) -_r_)); \
         } while (0)
-#define ASSERT_ERRNO(expr, err)                                                         \
-        do {                                                                            \
-                intmax_t _r_ = (intmax_t) (expr);                                       \
-                if (_r_ != -(err))                                                      \
-                        TEST_FAIL("%s returned %" PRIdMAX ", expected -%s", #expr, _r_, \
-                                  #err);                                                \
+#define ASSERT_ERRNO(expr, err)                                                                \
+        do {                                                                                   \
+                intmax_t _r_ = (intmax_t) (expr);                                              \
+                if (_r_ != -(err))                                                             \
+                        TEST_FAIL("%s returned %" PRIdMAX ", expected -%s", #expr, _r_, #err); \
         } while (0)
 
-#define ASSERT_STREQ(a, b)                                                              \
-        do {                                                                            \
-                const char *_a_ = (a), *_b_ = (b);                                      \
-                if (!_a_ || !_b_ || strcmp(_a_, _b_) != 0)                              \
-                        TEST_FAIL("expected \"%s\" == \"%s\"", _a_ ?: "(null)",         \
-                                  _b_ ?: "(null)");                                     \
+#define ASSERT_STREQ(a, b)                                                                        \
+        do {                                                                                      \
+                const char *_a_ = (a), *_b_ = (b);                                                \
+                if (!_a_ || !_b_ || strcmp(_a_, _b_) != 0)                                        \
+                        TEST_FAIL("expected \"%s\" == \"%s\"", _a_ ?: "(null)", _b_ ?: "(null)"); \
         } while (0)
 
 #define ASSERT_MEMEQ(a, b, n) ASSERT_TRUE(memcmp((a), (b), (n)) == 0)
 
 /* Skips the whole binary: the case cannot run on this machine. */
-#define TEST_SKIP(fmt, ...)                                                     \
-        do {                                                                    \
-                fprintf(stderr, "SKIP: " fmt "\n", ##__VA_ARGS__);               \
-                exit(EXIT_TEST_SKIP);                                           \
+#define TEST_SKIP(fmt, ...)                                        \
+        do {                                                       \
+                fprintf(stderr, "SKIP: " fmt "\n", ##__VA_ARGS__); \
+                exit(EXIT_TEST_SKIP);                              \
         } while (0)
 
 /* Runs every case, or only those named in argv[1..argc-1]; the exit

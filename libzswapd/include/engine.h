@@ -24,12 +24,12 @@
 struct zsw_engine;
 
 struct zsw_engine_config {
-        const char *compressor;         /* "lz4" (default when NULL) or "zstd" */
-        int compression_level;          /* zstd level; 0 = library default */
-        bool reject_incompressible;     /* refuse pages that do not shrink */
-        unsigned prefetch_window;       /* pages brought back around a fault, 0 = off */
-        unsigned zero_window;           /* see struct zsw_target_config (target.h) */
-        unsigned fault_threads;         /* 0 = one per CPU we may run on; each target is served by one */
+        const char *compressor;     /* "lz4" (default when NULL) or "zstd" */
+        int compression_level;      /* zstd level; 0 = library default */
+        bool reject_incompressible; /* refuse pages that do not shrink */
+        unsigned prefetch_window;   /* pages brought back around a fault, 0 = off */
+        unsigned zero_window;       /* see struct zsw_target_config (target.h) */
+        unsigned fault_threads; /* 0 = one per CPU we may run on; each target is served by one */
         /* The pool limit (object bytes in the pool), 0 for none; stores
          * are refused from the limit until the pool is back under
          * accept_threshold_percent of it (0 = 90). */
@@ -40,7 +40,7 @@ struct zsw_engine_config {
          * it; NULL for ZSW_ENGINE_STATE_DIR) or a file to create. */
         bool writeback;
         const char *swapfile;
-        uint64_t swapfile_max_bytes;    /* 0 = ZSW_ENGINE_SWAPFILE_DEFAULT */
+        uint64_t swapfile_max_bytes; /* 0 = ZSW_ENGINE_SWAPFILE_DEFAULT */
         /* Page ages: targets that were asked for a minimum age (see
          * zsw_engine_reclaim_cold()) are age-scanned this often (0 =
          * ZSW_ENGINE_AGE_INTERVAL_DEFAULT_MS, UINT32_MAX = never by itself,
@@ -105,7 +105,7 @@ int zsw_engine_reclaim(struct zsw_engine *engine, pid_t pid, uint64_t max_bytes,
                        struct zsw_reclaim_result *ret, struct zsw_engine_error *err);
 
 struct zsw_reclaim_request {
-        uint64_t max_bytes;             /* UINT64_MAX: every page old enough */
+        uint64_t max_bytes; /* UINT64_MAX: every page old enough */
         /* Only pages unused for at least this long (0: any page, as
          * zsw_engine_reclaim()); the coldest go first. "Unused" is as the
          * age scans see it: not written and not faulted back in since; a
@@ -120,8 +120,8 @@ struct zsw_reclaim_request {
  * again before it has gone unused for twice the minimum age, longer if it
  * came back soon after it was taken (see heat.h). */
 int zsw_engine_reclaim_cold(struct zsw_engine *engine, pid_t pid,
-                            const struct zsw_reclaim_request *req,
-                            struct zsw_reclaim_result *ret, struct zsw_engine_error *err);
+                            const struct zsw_reclaim_request *req, struct zsw_reclaim_result *ret,
+                            struct zsw_engine_error *err);
 
 /* Registers pid's mappings made since its attach or its last reclaim (a
  * reclaim registers them itself), so that its first touches there reach
@@ -145,11 +145,11 @@ struct zsw_engine_stats {
         uint64_t stored_pages;
         uint64_t payload_bytes;
         uint64_t pool_bytes;
-        uint64_t pool_used_bytes;       /* of pool_bytes: objects, class-rounded */
-        uint64_t pool_cached_bytes;     /* of pool_bytes: empty memory kept for reuse */
+        uint64_t pool_used_bytes;        /* of pool_bytes: objects, class-rounded */
+        uint64_t pool_cached_bytes;      /* of pool_bytes: empty memory kept for reuse */
         uint64_t pool_compacted_objects; /* objects moved by compaction, in all */
-        uint64_t pool_compacted_bytes;  /* memory compaction gave back, in all */
-        uint64_t meta_bytes;            /* entries, index, pool bookkeeping */
+        uint64_t pool_compacted_bytes;   /* memory compaction gave back, in all */
+        uint64_t meta_bytes;             /* entries, index, pool bookkeeping */
         uint64_t same_filled_pages;
         uint64_t incompressible_pages;
         uint64_t faults;
@@ -157,14 +157,14 @@ struct zsw_engine_stats {
         uint64_t wp_faults;
         uint64_t evicted_pages;
         uint64_t evict_aborted;
-        uint64_t stops;                 /* all targets' eviction stops */
+        uint64_t stops; /* all targets' eviction stops */
         uint64_t stopped_ns;
-        uint64_t age_scan_ns_total;     /* all targets' age scans */
+        uint64_t age_scan_ns_total; /* all targets' age scans */
         uint64_t fault_ns_p50, fault_ns_p95, fault_ns_p99;
         /* Limits and the writeback tier. */
         uint64_t pool_limit_bytes;
         uint64_t pool_limit_hit;
-        uint64_t refused_limit;         /* owners' own limits */
+        uint64_t refused_limit; /* owners' own limits */
         uint64_t refused_pool_limit;
         uint64_t refused_writeback_off;
         uint64_t refused_reclaim_fail;
@@ -172,11 +172,11 @@ struct zsw_engine_stats {
         uint64_t shrink_steps;
         uint64_t written_back_pages;
         uint64_t write_requests;
-        uint64_t bytes_written;         /* disk bytes, sector-padded */
-        uint64_t write_failures;        /* pages kept in memory after a failed write */
+        uint64_t bytes_written;  /* disk bytes, sector-padded */
+        uint64_t write_failures; /* pages kept in memory after a failed write */
         uint64_t disk_reads;
         uint64_t disk_pages;
-        uint64_t disk_bytes_in_use;     /* swapfile space allocated */
+        uint64_t disk_bytes_in_use; /* swapfile space allocated */
 };
 
 /* While on, first touches of the target (pages zswapd never took) are
@@ -208,8 +208,8 @@ int zsw_engine_set_hold(struct zsw_engine *engine, pid_t pid, int memory_dir_fd,
  * never change, so this takes no lock and builds no statistics: cheap
  * enough for every attach. */
 struct zsw_engine_limits {
-        uint64_t pool_limit_bytes;      /* 0: none */
-        uint64_t swapfile_max_bytes;    /* 0: no writeback */
+        uint64_t pool_limit_bytes;   /* 0: none */
+        uint64_t swapfile_max_bytes; /* 0: no writeback */
 };
 
 int zsw_engine_get_limits(struct zsw_engine *engine, struct zsw_engine_limits *ret);
@@ -271,4 +271,3 @@ typedef void (*zsw_engine_adopted_fn)(void *userdata, pid_t pid, const char *lab
  */
 int zsw_engine_load(struct zsw_engine *engine, int fd, zsw_engine_adopted_fn adopted,
                     void *userdata, struct zsw_engine_error *err);
-

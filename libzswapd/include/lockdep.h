@@ -20,30 +20,30 @@
 
 /* Outermost first; engine-internal.h says what each lock guards. */
 enum zsw_lock_rank {
-        ZSW_LOCK_DAEMON_RECLAIM,        /* daemon/reclaim.c: reclaimer->lock */
-        ZSW_LOCK_CONTROL,               /* engine->control_lock */
-        ZSW_LOCK_EVICT,                 /* target->evict_lock */
-        ZSW_LOCK_WORKER,                /* engine->worker_lock */
-        ZSW_LOCK_SERVE,                 /* target->serve_lock */
-        ZSW_LOCK_ROUND_STORE,           /* target->round_store_lock (rwlock) */
-        ZSW_LOCK_BATCH,                 /* target->batch_lock */
-        ZSW_LOCK_TABLE,                 /* engine->table_lock */
-        ZSW_LOCK_AGE_STATS,             /* target->age_stats_lock */
-        ZSW_LOCK_OWNERS,                /* store->owners_lock */
-        ZSW_LOCK_OWNER,                 /* owner->lock; several, in family order */
-        ZSW_LOCK_STORE_POOL,            /* store->pool_lock (rwlock) */
-        ZSW_LOCK_LRU,                   /* lru->lock */
-        ZSW_LOCK_ENTRY_CACHE,           /* zsw_entry_cache->lock */
-        ZSW_LOCK_POOL_CLASS,            /* size_class->lock */
-        ZSW_LOCK_POOL_EMPTY,            /* zsw_pool->empty_lock */
-        ZSW_LOCK_POOL_ARENA,            /* zsw_pool->arena_lock */
-        ZSW_LOCK_POOL_TABLE,            /* zsw_pool->table_lock */
-        ZSW_LOCK_SWAPFILE_WRITE,        /* zsw_swapfile->write_lock */
-        ZSW_LOCK_SWAPFILE_READ,         /* zsw_swapfile->read_lock */
-        ZSW_LOCK_SWAPFILE_ALLOC,        /* zsw_swapfile->alloc_lock */
-        ZSW_LOCK_WRITEBACK,             /* zsw_writeback->lock */
-        ZSW_LOCK_PARALLEL,              /* zsw_parallel->lock */
-        ZSW_LOCK_HEAT,                  /* zsw_heat->lock */
+        ZSW_LOCK_DAEMON_RECLAIM, /* daemon/reclaim.c: reclaimer->lock */
+        ZSW_LOCK_CONTROL,        /* engine->control_lock */
+        ZSW_LOCK_EVICT,          /* target->evict_lock */
+        ZSW_LOCK_WORKER,         /* engine->worker_lock */
+        ZSW_LOCK_SERVE,          /* target->serve_lock */
+        ZSW_LOCK_ROUND_STORE,    /* target->round_store_lock (rwlock) */
+        ZSW_LOCK_BATCH,          /* target->batch_lock */
+        ZSW_LOCK_TABLE,          /* engine->table_lock */
+        ZSW_LOCK_AGE_STATS,      /* target->age_stats_lock */
+        ZSW_LOCK_OWNERS,         /* store->owners_lock */
+        ZSW_LOCK_OWNER,          /* owner->lock; several, in family order */
+        ZSW_LOCK_STORE_POOL,     /* store->pool_lock (rwlock) */
+        ZSW_LOCK_LRU,            /* lru->lock */
+        ZSW_LOCK_ENTRY_CACHE,    /* zsw_entry_cache->lock */
+        ZSW_LOCK_POOL_CLASS,     /* size_class->lock */
+        ZSW_LOCK_POOL_EMPTY,     /* zsw_pool->empty_lock */
+        ZSW_LOCK_POOL_ARENA,     /* zsw_pool->arena_lock */
+        ZSW_LOCK_POOL_TABLE,     /* zsw_pool->table_lock */
+        ZSW_LOCK_SWAPFILE_WRITE, /* zsw_swapfile->write_lock */
+        ZSW_LOCK_SWAPFILE_READ,  /* zsw_swapfile->read_lock */
+        ZSW_LOCK_SWAPFILE_ALLOC, /* zsw_swapfile->alloc_lock */
+        ZSW_LOCK_WRITEBACK,      /* zsw_writeback->lock */
+        ZSW_LOCK_PARALLEL,       /* zsw_parallel->lock */
+        ZSW_LOCK_HEAT,           /* zsw_heat->lock */
         _ZSW_LOCK_RANK_MAX,
 };
 
@@ -66,8 +66,8 @@ static inline void zsw_mutex_lock_at(pthread_mutex_t *m, enum zsw_lock_rank rank
         pthread_mutex_lock(m);
 }
 
-static inline int zsw_mutex_trylock_at(pthread_mutex_t *m, enum zsw_lock_rank rank, const char *name,
-                                       const char *file, int line) {
+static inline int zsw_mutex_trylock_at(pthread_mutex_t *m, enum zsw_lock_rank rank,
+                                       const char *name, const char *file, int line) {
         int r = pthread_mutex_trylock(m);
 
         if (r == 0)
@@ -80,14 +80,14 @@ static inline void zsw_mutex_unlock_at(pthread_mutex_t *m, const char *file, int
         pthread_mutex_unlock(m);
 }
 
-static inline void zsw_rwlock_rdlock_at(pthread_rwlock_t *l, enum zsw_lock_rank rank, const char *name,
-                                        const char *file, int line) {
+static inline void zsw_rwlock_rdlock_at(pthread_rwlock_t *l, enum zsw_lock_rank rank,
+                                        const char *name, const char *file, int line) {
         zsw_lockdep_acquire(l, rank, true, name, file, line);
         pthread_rwlock_rdlock(l);
 }
 
-static inline void zsw_rwlock_wrlock_at(pthread_rwlock_t *l, enum zsw_lock_rank rank, const char *name,
-                                        const char *file, int line) {
+static inline void zsw_rwlock_wrlock_at(pthread_rwlock_t *l, enum zsw_lock_rank rank,
+                                        const char *name, const char *file, int line) {
         zsw_lockdep_acquire(l, rank, true, name, file, line);
         pthread_rwlock_wrlock(l);
 }

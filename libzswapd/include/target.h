@@ -16,10 +16,10 @@
 /* What one target may have of its own (a policy's settings). Fork children
  * the engine follows inherit their parent's. */
 struct zsw_target_config {
-        const char *compressor;         /* "lz4" or "zstd"; NULL: the engine's */
-        int compression_level;          /* zstd level; 0: the engine's for its own
+        const char *compressor;   /* "lz4" or "zstd"; NULL: the engine's */
+        int compression_level;    /* zstd level; 0: the engine's for its own
                                          * compressor, else the library default */
-        unsigned prefetch_window;       /* pages brought back around a fault, 0 = off */
+        unsigned prefetch_window; /* pages brought back around a fault, 0 = off */
         /* A first touch of a page we never took is zero-filled together
          * with up to this many pages after it (0: that page alone; at
          * most ZSW_ZERO_WINDOW_MAX, and never past the end of its 2 MiB
@@ -34,31 +34,31 @@ struct zsw_target_config {
          * are written back, or with no_writeback its stores are refused
          * (counted in refused_limit / refused_writeback_off). */
         uint64_t max_pool_bytes;
-        bool no_writeback;              /* never write its pages to the swapfile */
+        bool no_writeback; /* never write its pages to the swapfile */
 };
 
 struct zsw_reclaim_result {
-        uint64_t scanned_pages;         /* present pages considered */
-        uint64_t evicted_pages;         /* dropped from the target, now in the store */
-        uint64_t aborted_pages;         /* eviction cancelled by a racing write */
-        uint64_t refused_pages;         /* the store refused them (limits, incompressible) */
-        uint64_t cold_pages;            /* old enough at the last age scan (with a minimum age) */
+        uint64_t scanned_pages; /* present pages considered */
+        uint64_t evicted_pages; /* dropped from the target, now in the store */
+        uint64_t aborted_pages; /* eviction cancelled by a racing write */
+        uint64_t refused_pages; /* the store refused them (limits, incompressible) */
+        uint64_t cold_pages;    /* old enough at the last age scan (with a minimum age) */
         uint64_t duration_ns;
 };
 
 struct zsw_target_stats {
         pid_t pid;
-        uint64_t resident_bytes;        /* VmRSS of the target now */
+        uint64_t resident_bytes; /* VmRSS of the target now */
         uint64_t stored_pages;
         uint64_t payload_bytes;
-        uint64_t pool_bytes;            /* share of the pool, by payload */
+        uint64_t pool_bytes; /* share of the pool, by payload */
         uint64_t same_filled_pages;
-        uint64_t evicted_pages;         /* total over the target's life */
+        uint64_t evicted_pages; /* total over the target's life */
         uint64_t evict_aborted;
         uint64_t faults;
-        uint64_t zero_faults;           /* faults on pages never taken */
-        uint64_t zero_ahead_pages;      /* zero-filled after such a fault (zero_window) */
-        uint64_t throttled_faults;      /* zero faults while throttled (zsw_engine_set_throttle()) */
+        uint64_t zero_faults;      /* faults on pages never taken */
+        uint64_t zero_ahead_pages; /* zero-filled after such a fault (zero_window) */
+        uint64_t throttled_faults; /* zero faults while throttled (zsw_engine_set_throttle()) */
         bool throttled;
         /* The first-touch hold (zsw_engine_set_hold()): its limit (0: off),
          * the faults it held, how many of them are held now, the ones let
@@ -69,8 +69,8 @@ struct zsw_target_stats {
         uint64_t held_now;
         uint64_t hold_timeouts;
         uint64_t held_ns;
-        uint64_t refaults;              /* faults that brought back a page we had taken */
-        uint64_t wp_faults;             /* writes to pages protected by age scans or rounds */
+        uint64_t refaults;  /* faults that brought back a page we had taken */
+        uint64_t wp_faults; /* writes to pages protected by age scans or rounds */
         uint64_t prefetched_pages;
         uint64_t prefetch_hits;
         uint64_t fault_ns_p50, fault_ns_p95, fault_ns_p99;
@@ -92,27 +92,27 @@ struct zsw_target_stats {
         /* Writeback tier: the target's share (per fork family for disk). */
         uint64_t written_back_pages;
         uint64_t disk_pages;
-        uint64_t disk_bytes;            /* payload bytes on disk */
+        uint64_t disk_bytes; /* payload bytes on disk */
         uint64_t disk_reads;
-        uint64_t refused_limit;         /* its own limit */
+        uint64_t refused_limit; /* its own limit */
         uint64_t refused_pool_limit;
         uint64_t refused_writeback_off;
         uint64_t refused_reclaim_fail;
         /* Its settings (struct zsw_target_config, as applied). */
-        const char *compressor;         /* static string */
-        int compression_level;          /* 0 with lz4 */
+        const char *compressor; /* static string */
+        int compression_level;  /* 0 with lz4 */
         unsigned prefetch_window;
-        unsigned prefetch_window_now;   /* as recent prefetches paid */
+        unsigned prefetch_window_now; /* as recent prefetches paid */
         unsigned zero_window;
-        uint64_t max_pool_bytes;        /* whole pages */
+        uint64_t max_pool_bytes; /* whole pages */
         bool no_writeback;
         /* Page ages, as the last age scan found them. */
         uint64_t age_scans;
-        uint64_t age_present_pages;     /* resident pages (the zero page left out) */
-        uint64_t age_idle_pages;        /* of those, unused since the scan before */
-        uint64_t age_protected_pages;   /* write-protected again by the last scan */
-        uint64_t age_table_bytes;       /* memory of the target's age table */
-        uint64_t age_scan_ns_last;      /* cost of the last scan */
+        uint64_t age_present_pages;   /* resident pages (the zero page left out) */
+        uint64_t age_idle_pages;      /* of those, unused since the scan before */
+        uint64_t age_protected_pages; /* write-protected again by the last scan */
+        uint64_t age_table_bytes;     /* memory of the target's age table */
+        uint64_t age_scan_ns_last;    /* cost of the last scan */
         uint64_t age_scan_ns_total;
         uint64_t age_unprotected_pages; /* written pages the last scan left unprotected
                                          * (backoff of hot pages, or the budget) */

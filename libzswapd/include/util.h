@@ -21,23 +21,23 @@
 #define _unused_ __attribute__((unused))
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define DIV_ROUND_UP(n, d) (((n) + (d) - 1) / (d))
+#define DIV_ROUND_UP(n, d) (((n) + (d) -1) / (d))
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 
 /* Hand ownership over: return the value and leave the variable empty so
  * that its cleanup handler does nothing. */
-#define TAKE_PTR(p)                     \
-        ({                              \
-                typeof(p) _p_ = (p);    \
-                (p) = NULL;             \
-                _p_;                    \
+#define TAKE_PTR(p)                  \
+        ({                           \
+                typeof(p) _p_ = (p); \
+                (p) = NULL;          \
+                _p_;                 \
         })
-#define TAKE_FD(fd)                     \
-        ({                              \
-                int _fd_ = (fd);        \
-                (fd) = -EBADF;          \
-                _fd_;                   \
+#define TAKE_FD(fd)              \
+        ({                       \
+                int _fd_ = (fd); \
+                (fd) = -EBADF;   \
+                _fd_;            \
         })
 
 static inline void freep(void *p) {
@@ -63,10 +63,10 @@ static inline void closep(int *fd) {
 
 /* Declares NAME##p(T **) that calls FUNC(*p) when *p is not NULL, for use
  * with _cleanup_(). FUNC must return NULL (destructors here all do). */
-#define DEFINE_TRIVIAL_CLEANUP_FUNC(type, func)         \
-        static inline void func##p(type *p) {           \
-                if (*p)                                 \
-                        *p = func(*p);                  \
+#define DEFINE_TRIVIAL_CLEANUP_FUNC(type, func) \
+        static inline void func##p(type *p) {   \
+                if (*p)                         \
+                        *p = func(*p);          \
         }
 
 /*
@@ -88,24 +88,22 @@ _printf_(6, 7) void zsw_log_internal(const struct zsw_log *log, int priority, co
 
 /* Logs and evaluates to -abs(error), so callers can log and return in one
  * step: return zsw_log_errno(log, LOG_ERR, r, "Failed to ...: %m"); */
-#define zsw_log_errno(log, prio, error, ...)                                            \
-        ({                                                                              \
-                int _e_ = (error) < 0 ? -(error) : (error);                             \
-                const struct zsw_log *_l_ = (log);                                      \
-                if (_l_ && _l_->fn && (prio) <= _l_->max_priority) {                    \
-                        errno = _e_;                                                    \
-                        zsw_log_internal(_l_, (prio), __FILE__, __LINE__, __func__,     \
-                                         __VA_ARGS__);                                  \
-                }                                                                       \
-                -_e_;                                                                   \
+#define zsw_log_errno(log, prio, error, ...)                                                      \
+        ({                                                                                        \
+                int _e_ = (error) < 0 ? -(error) : (error);                                       \
+                const struct zsw_log *_l_ = (log);                                                \
+                if (_l_ && _l_->fn && (prio) <= _l_->max_priority) {                              \
+                        errno = _e_;                                                              \
+                        zsw_log_internal(_l_, (prio), __FILE__, __LINE__, __func__, __VA_ARGS__); \
+                }                                                                                 \
+                -_e_;                                                                             \
         })
 
-#define zsw_log(log, prio, ...)                                                         \
-        do {                                                                            \
-                const struct zsw_log *_l_ = (log);                                      \
-                if (_l_ && _l_->fn && (prio) <= _l_->max_priority)                      \
-                        zsw_log_internal(_l_, (prio), __FILE__, __LINE__, __func__,     \
-                                         __VA_ARGS__);                                  \
+#define zsw_log(log, prio, ...)                                                                   \
+        do {                                                                                      \
+                const struct zsw_log *_l_ = (log);                                                \
+                if (_l_ && _l_->fn && (prio) <= _l_->max_priority)                                \
+                        zsw_log_internal(_l_, (prio), __FILE__, __LINE__, __func__, __VA_ARGS__); \
         } while (0)
 
 /* Monotonic clock in nanoseconds, for latency accounting. */

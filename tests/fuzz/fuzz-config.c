@@ -32,8 +32,8 @@ static char *dump(const struct zsw_config *c, size_t policy) {
 
         if (!f)
                 abort();
-        if ((policy == SIZE_MAX ? config_dump_global(c, f)
-                                : policy_dump(&c->policies[policy], f)) < 0)
+        if ((policy == SIZE_MAX ? config_dump_global(c, f) : policy_dump(&c->policies[policy], f)) <
+            0)
                 abort();
         fclose(f);
         return buf;
@@ -69,14 +69,17 @@ static void round_trip(const struct zsw_config *c) {
 
 static void match_some(const struct zsw_config *c) {
         static const char *const groups[] = {
-                "/", "/system.slice/nginx.service",
+                "/",
+                "/system.slice/nginx.service",
                 "/user.slice/user-1000.slice/user@1000.service/app.slice/app-firefox-1.scope",
-                "//a//b.service/", NULL,
+                "//a//b.service/",
+                NULL,
         };
         static const struct zsw_proc_exe exes[] = {
                 { .path = (char *) "/usr/bin/firefox", .comm = (char *) "firefox" },
                 { .path = (char *) "/usr/bin/redis-check-rdb",
-                  .argv0 = (char *) "/usr/bin/redis-server", .comm = (char *) "redis-server" },
+                  .argv0 = (char *) "/usr/bin/redis-server",
+                  .comm = (char *) "redis-server" },
                 { .comm = (char *) "java" },
                 { .path = (char *) "", .argv0 = (char *) "/", .comm = (char *) "" },
                 {},
