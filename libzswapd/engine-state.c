@@ -513,7 +513,7 @@ static int load_pages(struct reader *rd, struct zsw_owner *o, uint64_t n) {
 
 /* Whether the saved target is still the same process; its new pidfd. */
 static bool load_same_process(const struct state_target *st, int *ret_pidfd) {
-        uint64_t start;
+        uint64_t start = 0;
         int pidfd;
 
         pidfd = (int) syscall(SYS_pidfd_open, st->pid, 0);

@@ -192,7 +192,7 @@ static int wait_task(struct zsw_remote *r, pid_t tid, bool our_child, uint64_t d
                               (long) (deadline_ns % 1000000000u) },
                 .it_interval = { 0, 1000000 },
         };
-        int status, k = 0;
+        int status = 0, k = 0;
         pid_t p;
 
         if (timer_settime(r->wake_timer, TIMER_ABSTIME, &when, NULL) < 0)
