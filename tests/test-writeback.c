@@ -425,7 +425,8 @@ struct racer {
         struct fixture *f;
         struct zsw_owner *o;
         _Atomic bool stop;
-        size_t loads, invalidations;
+        _Atomic size_t loads;
+        size_t invalidations;
 };
 
 /* Loads and invalidates (then stores again) pages of the owner while the
@@ -481,7 +482,9 @@ TEST(loads_and_invalidations_race_the_switch) {
         rc.f = &f;
         rc.o = o;
         ASSERT_OK(-pthread_create(&t, NULL, racer_main, &rc));
-        for (int i = 0; i < 2000; i++)
+        /* Until the racer has loaded, however late the scheduler runs it
+         * (on a loaded machine 2000 steps may all come first). */
+        for (int i = 0; i < 2000 || atomic_load(&rc.loads) < 64; i++)
                 ASSERT_GE(zsw_writeback_shrink_owner(f.wb, o, ZSW_WRITEBACK_STEP), 0);
         atomic_store(&rc.stop, true);
         ASSERT_OK(-pthread_join(t, NULL));
