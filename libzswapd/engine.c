@@ -92,19 +92,27 @@ int zsw_engine_reclaim_cold(struct zsw_engine *e, pid_t pid, const struct zsw_re
         return r;
 }
 
-int zsw_engine_age_scan(struct zsw_engine *e, pid_t pid, struct zsw_engine_error *err) {
+/* The target of pid with its evict_lock held, which keeps it alive
+ * without control_lock (detach and the reaper take it before freeing a
+ * target); NULL if pid is not attached. */
+static struct zsw_target *lock_for_evict(struct zsw_engine *e, pid_t pid) {
         struct zsw_target *t;
-        int r;
 
         zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
         t = engine_find_target(e, pid);
-        if (!t) {
-                zsw_mutex_unlock(&e->control_lock);
+        if (t)
+                zsw_mutex_lock(&t->evict_lock, ZSW_LOCK_EVICT);
+        zsw_mutex_unlock(&e->control_lock);
+        return t;
+}
+
+int zsw_engine_age_scan(struct zsw_engine *e, pid_t pid, struct zsw_engine_error *err) {
+        struct zsw_target *t = lock_for_evict(e, pid);
+        int r;
+
+        if (!t)
                 return engine_fail(err, -ENOENT, "process %d is not attached; attach it first",
                                    pid);
-        }
-        zsw_mutex_lock(&t->evict_lock, ZSW_LOCK_EVICT);
-        zsw_mutex_unlock(&e->control_lock);
         r = evict_age_scan(&e->evict, t);
         zsw_mutex_unlock(&t->evict_lock);
         return r < 0 ? engine_fail(err, r, "age scan of process %d failed: %s", pid, strerror(-r))
@@ -112,18 +120,11 @@ int zsw_engine_age_scan(struct zsw_engine *e, pid_t pid, struct zsw_engine_error
 }
 
 int zsw_engine_register(struct zsw_engine *e, pid_t pid) {
-        struct zsw_target *t;
+        struct zsw_target *t = lock_for_evict(e, pid);
         int r;
 
-        zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
-        t = engine_find_target(e, pid);
-        if (!t) {
-                zsw_mutex_unlock(&e->control_lock);
+        if (!t)
                 return -ENOENT;
-        }
-        /* As a reclaim: evict_lock keeps t alive without control_lock. */
-        zsw_mutex_lock(&t->evict_lock, ZSW_LOCK_EVICT);
-        zsw_mutex_unlock(&e->control_lock);
         r = evict_register_ranges(&e->evict, t, NULL, NULL);
         zsw_mutex_unlock(&t->evict_lock);
         return r;
