@@ -14,7 +14,8 @@
  * Write protection is what costs the target: a page's first write after
  * a scan protected it is a WP fault served by a fault thread (one
  * userfaultfd round trip, tens of microseconds). Two rules keep that cost
- * below ZSW_AGE_COST_PERCENT of the target's time:
+ * below a share of the target's time (struct zsw_age_cost, 1% unless the
+ * engine is told otherwise):
  *
  * - Backoff per page. A page found written (HOT) keeps a level in its
  *   age bits (a written page has age 0). Each time it is found written
@@ -26,7 +27,7 @@
  *   page written all the time costs one fault per 2^LEVEL_MAX scans, and
  *   a hot page that turns cold starts aging at most 2^level - 1 scans
  *   late. A page found untouched ages and forgets its level.
- * - A budget per target: ZSW_AGE_COST_PERCENT of its time, kept as a
+ * - A budget per target: that share of its time, kept as a
  *   bucket that fills at that share of the time up to what a minute
  *   gives (BUDGET_WINDOW_NS), from which each scan takes what the WP
  *   faults on pages the scans protected cost since the scan before
@@ -325,7 +326,7 @@ uint64_t zsw_age_cost_ns(const struct zsw_age_cost *c) {
  * again. */
 static void scan_budget(struct scan *s, const struct zsw_age_cost *cost, uint64_t now) {
         struct zsw_age *a = s->a;
-        const int64_t full = BUDGET_WINDOW_NS / 100 * ZSW_AGE_COST_PERCENT;
+        int64_t full;
         uint64_t last_end = a->times[a->scans % (ZSW_AGE_MAX + 1)];
         uint64_t allowed = 0, spent, per_fault;
         struct zsw_age_cost d;
@@ -333,6 +334,7 @@ static void scan_budget(struct scan *s, const struct zsw_age_cost *cost, uint64_
         s->rearm_left = UINT64_MAX;
         if (!cost)
                 return;
+        full = (int64_t) (BUDGET_WINDOW_NS / 100 * cost->percent);
         if (!a->budget_started) {
                 a->bucket_ns = full;
                 a->budget_started = true;
@@ -341,7 +343,7 @@ static void scan_budget(struct scan *s, const struct zsw_age_cost *cost, uint64_
                                     cost->wp_fault_ns - a->cost_seen.wp_fault_ns };
         spent = zsw_age_cost_ns(&d);
         if (a->scans > 0 && now > last_end)
-                allowed = (now - last_end) / 100 * ZSW_AGE_COST_PERCENT;
+                allowed = (now - last_end) / 100 * cost->percent;
         /* A burst of writes to pages long protected can overdraw it; a
          * minute of the share pays any debt back. */
         a->bucket_ns = MAX(MIN(a->bucket_ns + (int64_t) allowed - (int64_t) spent, full), -full);

@@ -32,10 +32,6 @@
 /* zsw_age_threshold(): no page can be old enough yet. */
 #define ZSW_AGE_NEVER UINT32_MAX
 
-/* The most of a target's time that the WP faults on pages age scans
- * protected may cost it (age.c says how). */
-#define ZSW_AGE_COST_PERCENT 1u
-
 struct zsw_age;
 
 /* The WP faults a target took on pages that age scans protected, and
@@ -44,6 +40,9 @@ struct zsw_age;
 struct zsw_age_cost {
         uint64_t wp_faults;
         uint64_t wp_fault_ns;
+        /* The most of the target's time they may cost it (age.c says
+         * how), 1-99. */
+        uint32_t percent;
 };
 
 struct zsw_age_scan_stats {

@@ -223,6 +223,7 @@ int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **r
                 return -ENOMEM;
         e->config = *config;
         e->log = e->evict.log = config->log;
+        e->evict.age_cost_percent = config->age_cost_percent ?: ZSW_ENGINE_AGE_COST_PERCENT_DEFAULT;
         if (config->age_interval_ms != UINT32_MAX)
                 e->age_interval_ns =
                         (uint64_t) (config->age_interval_ms ?: ZSW_ENGINE_AGE_INTERVAL_DEFAULT_MS) *

@@ -1308,6 +1308,7 @@ int evict_age_scan(struct evictor *e, struct zsw_target *t) {
         struct zsw_age_cost cost = {
                 atomic_load_explicit(&t->age_wp_faults, memory_order_relaxed),
                 atomic_load_explicit(&t->age_wp_fault_ns, memory_order_relaxed),
+                e->age_cost_percent,
         };
         uint64_t start = zsw_now_ns();
         size_t n_ranges = 0;
@@ -1325,7 +1326,8 @@ int evict_age_scan(struct evictor *e, struct zsw_target *t) {
                 if (r < 0)
                         return r;
         }
-        r = zsw_age_scan(t->age, pagemap, t->uffd, ranges, n_ranges, &cost, &st);
+        r = zsw_age_scan(t->age, pagemap, t->uffd, ranges, n_ranges,
+                         e->age_cost_percent < 100 ? &cost : NULL, &st);
         if (r < 0)
                 return zsw_log_errno(e->log, LOG_DEBUG, r, "Age scan of %d failed: %m", t->pid);
         age_note_refaults(t);

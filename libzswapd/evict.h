@@ -17,6 +17,7 @@ struct evictor {
         struct zsw_worker *worker; /* the engine's */
         struct zsw_parallel *evict_pool;
         struct evict_round *evict_round;
+        uint32_t age_cost_percent; /* see struct zsw_engine_config */
 };
 
 /* A round's pages are read and stored ZSW_EVICT_CHUNK_PAGES at a time,

@@ -47,10 +47,18 @@ struct zsw_engine_config {
          * only zsw_engine_age_scan()). The interval is the resolution of
          * a minimum cold age; see zsw_engine_age_scan() for the cost. */
         uint32_t age_interval_ms;
+        /* The most of a target's time the write faults its age scans
+         * cause may cost it, in percent (0 = ZSW_ENGINE_AGE_COST_PERCENT_DEFAULT).
+         * Past it, a scan leaves written pages unprotected, young. 100 or
+         * more: no limit, every written page is protected again at each
+         * scan, whatever the faults cost (so that what a scan protects
+         * does not depend on how fast the machine serves them). */
+        uint32_t age_cost_percent;
         const struct zsw_log *log;
 };
 
 #define ZSW_ENGINE_AGE_INTERVAL_DEFAULT_MS 5000u
+#define ZSW_ENGINE_AGE_COST_PERCENT_DEFAULT 1u
 
 #define ZSW_ENGINE_STATE_DIR "/var/lib/zswapd"
 #define ZSW_ENGINE_SWAPFILE_DEFAULT (4ull << 30)
