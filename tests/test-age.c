@@ -15,11 +15,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "age.h"
 #include "corpus.h"
 #include "engine.h"
 #include "test.h"
 #include "test-child.h"
-#include "uffd-compat.h"
+#include "uffd.h"
 
 #define PAGE ZSW_PAGE_SIZE
 #define MIN_AGE_MS 200u
@@ -358,6 +359,75 @@ TEST(first_touches_are_not_refaults) {
         ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
         test_child_stop(&ch);
         zsw_engine_free(e);
+}
+
+/* The cost budget, on the age table alone: the budget's input is the
+ * faults' count and service time, given here, not measured, so that the
+ * verdict does not depend on the machine. The memory is the test's own,
+ * write-protected with WP_ASYNC (the kernel lets a write through and
+ * clears the protection itself; PAGEMAP_SCAN sees it written), which
+ * needs no fault thread. */
+#define BUDGET_PAGES 512u
+
+TEST(cost_budget_leaves_written_pages_unprotected) {
+        uint8_t *mem = mmap(NULL, BUDGET_PAGES * PAGE, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        struct zsw_range range = { (uint64_t) (uintptr_t) mem,
+                                   (uint64_t) (uintptr_t) mem + BUDGET_PAGES * PAGE };
+        /* Ten seconds of faults against a bucket of 1% of a minute: in
+         * debt for as long as the test could take (a minute of the share
+         * pays it back). */
+        struct zsw_age_cost none = { 0, 0, 1 }, dear = { 1000, 10 * UINT64_C(1000000000), 1 };
+        struct zsw_age_scan_stats st;
+        struct zsw_age *a;
+        int uffd, pagemap;
+
+        ASSERT_TRUE(mem != MAP_FAILED);
+        for (size_t i = 0; i < BUDGET_PAGES; i++)
+                mem[i * PAGE] = 1;
+        uffd = zsw_uffd_new(0);
+        ASSERT_GE(uffd, 0);
+        ASSERT_OK(zsw_uffd_api(uffd, UFFD_FEATURE_WP_ASYNC, NULL));
+        ASSERT_OK(zsw_uffd_register(uffd, range.start, range.end - range.start,
+                                    UFFDIO_REGISTER_MODE_WP, NULL));
+        pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+        ASSERT_GE(pagemap, 0);
+        ASSERT_OK(zsw_age_new(&a));
+
+        /* New pages are protected whatever the budget: each cost its
+         * first touch already. */
+        ASSERT_OK(zsw_age_scan(a, pagemap, uffd, &range, 1, &none, &st));
+        ASSERT_EQ_U(st.present_pages, BUDGET_PAGES);
+        ASSERT_EQ_U(st.protected_pages, BUDGET_PAGES);
+
+        /* Written, and the faults cost more than the bucket holds: no
+         * written page is protected again, the backoff's floor rises, and
+         * every page stays young (nothing written is old). */
+        for (size_t i = 0; i < BUDGET_PAGES; i++)
+                mem[i * PAGE] = 2;
+        ASSERT_OK(zsw_age_scan(a, pagemap, uffd, &range, 1, &dear, &st));
+        ASSERT_EQ_U(st.protected_pages, 0);
+        ASSERT_EQ_U(st.unprotected_pages, BUDGET_PAGES);
+        ASSERT_EQ_U(st.rearm_floor, 1);
+        ASSERT_EQ_U(zsw_age_count(a, 1), 0);
+
+        /* No new faults, still in debt: left unprotected, they read as
+         * written again, and stay young. */
+        ASSERT_OK(zsw_age_scan(a, pagemap, uffd, &range, 1, &dear, &st));
+        ASSERT_EQ_U(st.protected_pages, 0);
+        ASSERT_EQ_U(st.unprotected_pages, BUDGET_PAGES);
+        ASSERT_EQ_U(zsw_age_count(a, 1), 0);
+
+        /* Without a budget the same table protects them again, as far as
+         * the backoff lets it: the budget alone held them back. */
+        ASSERT_OK(zsw_age_scan(a, pagemap, uffd, &range, 1, NULL, &st));
+        ASSERT_GT(st.protected_pages, 0);
+        ASSERT_EQ_U(st.protected_pages + st.unprotected_pages, BUDGET_PAGES);
+
+        zsw_age_free(a);
+        close(pagemap);
+        close(uffd);
+        ASSERT_EQ(munmap(mem, BUDGET_PAGES * PAGE), 0);
 }
 
 TEST(engine_scans_on_its_own) {
