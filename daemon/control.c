@@ -414,6 +414,11 @@ static void stats_text(FILE *f, const struct zsw_engine_stats *g, const struct z
         fprintf(f, "same-filled: %" PRIu64 " pages   incompressible: %" PRIu64 " pages\n",
                 g->same_filled_pages, g->incompressible_pages);
         fprintf(f,
+                "pool: %.1f MiB of objects, %.1f MiB cached empty, %" PRIu64
+                " objects moved by compaction (%.1f MiB)   bookkeeping: %.1f MiB\n",
+                g->pool_used_bytes / MIB, g->pool_cached_bytes / MIB, g->pool_compacted_objects,
+                g->pool_compacted_bytes / MIB, g->meta_bytes / MIB);
+        fprintf(f,
                 "writeback: %" PRIu64 " pages on disk (%.1f MiB), %" PRIu64 " written in %" PRIu64
                 " requests, %" PRIu64 " failed, %" PRIu64 " read back   pool limit hit %" PRIu64
                 " times\n",
@@ -462,6 +467,13 @@ static void stats_text(FILE *f, const struct zsw_engine_stats *g, const struct z
                         "longest %.2f ms; uses seen %" PRIu64 ", heat table %.1f KiB\n",
                         t->stops, t->stopped_ns / 1e6, stopped_percent(t), t->attached_ns / 1e9,
                         t->stop_ns_max / 1e6, t->heat_uses, t->heat_table_bytes / 1024.0);
+                if (t->hold_limit_bytes > 0 || t->held_faults > 0)
+                        fprintf(f,
+                                "memory budget hold: %s, %" PRIu64 " faults held (%" PRIu64
+                                " now), %.1f ms in all, %" PRIu64
+                                " served at the time bound without room\n",
+                                t->hold_limit_bytes > 0 ? "on" : "off", t->held_faults, t->held_now,
+                                t->held_ns / 1e6, t->hold_timeouts);
         }
 }
 

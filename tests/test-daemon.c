@@ -888,6 +888,7 @@ TEST(attach_reclaim_stats_detach) {
         free(out);
         out = ctl_ok(d.sock, CTL_ARGS(d.sock, "stats", pid_s));
         ASSERT_TRUE(strstr(out, "RATIO") && strstr(out, "MiB"));
+        ASSERT_TRUE(strstr(out, "pool: ") && strstr(out, "bookkeeping: "));
         free(out);
 
         /* ...and through detach, after another reclaim. */
@@ -1410,6 +1411,16 @@ static uint64_t hold_figure(const char *sock, pid_t pid, const char *key) {
         return json_u64(t, key);
 }
 
+/* Whether `zswapctl stats PID` shows the hold's line. */
+static bool hold_text_shown(const char *sock, pid_t pid) {
+        _cleanup_free_ char *out = NULL;
+        char pid_s[16];
+
+        snprintf(pid_s, sizeof(pid_s), "%d", pid);
+        out = ctl_ok(sock, CTL_ARGS(sock, "stats", pid_s));
+        return strstr(out, "memory budget hold: ") && strstr(out, " faults held (");
+}
+
 /* A policy with an absolute budget of budget bytes on the group, started,
  * and returning once it holds pid's first touches at that budget. */
 static void budget_daemon_start(struct daemon *d, struct confdir *c, const struct test_cgroup *g,
@@ -1476,6 +1487,7 @@ TEST(budget_holds_against_a_fast_writer) {
 #endif
         /* It got there by being held, not by a slow writer. */
         ASSERT_GT(hold_figure(d.sock, w.pid, "held_faults"), 0);
+        ASSERT_TRUE(hold_text_shown(d.sock, w.pid));
         ASSERT_TRUE(target_verify(&w));
 
         target_stop(&w);
