@@ -651,15 +651,22 @@ TEST(malformed_requests_change_nothing) {
                 ASSERT_TRUE(strncmp(reply, "error EMSGSIZE\n", 15) == 0);
         }
 
-        /* Clients that vanish before or after asking are harmless. */
+        /* Clients that vanish before or after asking are harmless. The
+         * attach names the daemon itself, which it refuses on any machine
+         * (PID 1 would be attached where it can be traced). */
         for (int i = 0; i < 3; i++) {
                 struct sockaddr_un sa = { .sun_family = AF_UNIX };
+                char attach[32];
+                const char *req = attach;
 
+                snprintf(attach, sizeof(attach), "attach %d", d.pid);
+                if (i == 1)
+                        req = "stats";
                 fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
                 snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d.sock);
                 ASSERT_OK(connect(fd, (struct sockaddr *) &sa, sizeof(sa)));
                 if (i > 0)
-                        ASSERT_GT(send(fd, i == 1 ? "stats" : "attach 1", i == 1 ? 5 : 8, 0), 0);
+                        ASSERT_GT(send(fd, req, strlen(req), 0), 0);
                 close(fd);
         }
 
