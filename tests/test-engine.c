@@ -328,8 +328,9 @@ TEST(fork_child_holds_its_own_uffd) {
         ASSERT_EQ(test_child_read(&ch), 0);
         gc = (pid_t) test_child_read(&ch);
         /* The parent's uffd it inherited, and its own that the engine
-         * gives it once the reaper has named it. */
-        for (int i = 0; i < 50 && count_uffds(gc) < 2; i++)
+         * gives it once the reaper has named it: waited for (up to a
+         * minute), however late a loaded machine runs the reaper. */
+        for (int i = 0; i < 600 && count_uffds(gc) < 2; i++)
                 usleep(100 * 1000);
         ASSERT_EQ(count_uffds(gc), 2);
         ASSERT_EQ(zsw_engine_list_targets(e, NULL, 0), 2);
