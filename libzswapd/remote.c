@@ -112,7 +112,11 @@ struct zsw_remote {
         /* The thread that makes every ptrace call of this handle (see the
          * top of this file); callers post one operation at a time. */
         pthread_t tracer;
+        pid_t tracer_tid;
         bool tracer_started;
+        /* A thread was seized and never seen stopped: only the tracer's
+         * exit lets it go (see zsw_remote_release()). */
+        bool exit_lets_go;
         pthread_mutex_t lock;
         pthread_cond_t cond;
         int (*op)(struct zsw_remote *r, void *arg);
@@ -458,6 +462,7 @@ static int on_tracer(struct zsw_remote *r, int (*op)(struct zsw_remote *r, void 
 static void *tracer_main(void *userdata) {
         struct zsw_remote *r = userdata;
 
+        r->tracer_tid = gettid();
         /* Its sleeps while a thread leaves a userfault are short. */
         (void) prctl(PR_SET_TIMERSLACK, 1000ul);
         pthread_mutex_lock(&r->lock);
@@ -770,8 +775,11 @@ static void release_held(struct zsw_remote *r) {
                 /* Seized but never seen stopped (the hold failed first):
                  * its stop comes soon, or it is let go when the tracer
                  * thread exits. */
-                if (!h->stopped && wait_task(r, h->tid, h->our_child, deadline_in(10), &status) < 0)
+                if (!h->stopped &&
+                    wait_task(r, h->tid, h->our_child, deadline_in(10), &status) < 0) {
+                        r->exit_lets_go = true;
                         continue;
+                }
                 if (!h->stopped)
                         h->sig = event_of(status) == 0 ? WSTOPSIG(status) : 0;
                 if (ptrace(PTRACE_DETACH, h->tid, NULL, (void *) (long) h->sig) < 0 &&
@@ -1007,6 +1015,8 @@ static int pick_detach_signal(struct zsw_remote *r) {
 static void release_on_tracer(struct zsw_remote *r) {
         int keep, sig = 0;
 
+        if (r->seized && !r->gone && !r->stopped)
+                r->exit_lets_go = true;
         if (r->seized && !r->gone && r->stopped) {
                 if (r->regs_dirty && set_regs(r, &r->saved) < 0)
                         zsw_log(r->log, LOG_ERR, "Failed to restore registers of %d: %m", r->tid);
@@ -1024,6 +1034,21 @@ static void release_on_tracer(struct zsw_remote *r) {
         release_held(r);
 }
 
+/* The kernel lets go of the threads a tracer never saw stopped as the
+ * tracer exits (exit_ptrace()), after pthread_join() has returned: the
+ * joiner is woken earlier in the exit, when the thread's memory goes.
+ * Until then such a target still names us as its tracer (another seize
+ * would get -EBUSY). The thread leaves the process's list right after,
+ * so wait for that: microseconds. The deadline only guards against the
+ * thread id being reused meanwhile, which would take a full cycle of the
+ * pid space. */
+static void wait_tracer_gone(struct zsw_remote *r) {
+        uint64_t deadline = deadline_in(ZSW_REMOTE_STOP_TIMEOUT_MS);
+
+        while (syscall(SYS_tgkill, getpid(), r->tracer_tid, 0) == 0 && zsw_now_ns() < deadline)
+                (void) nanosleep(&(struct timespec) { .tv_nsec = 20000 }, NULL);
+}
+
 struct zsw_remote *zsw_remote_release(struct zsw_remote *r) {
         if (!r)
                 return NULL;
@@ -1033,6 +1058,8 @@ struct zsw_remote *zsw_remote_release(struct zsw_remote *r) {
                 pthread_cond_broadcast(&r->cond);
                 pthread_mutex_unlock(&r->lock);
                 pthread_join(r->tracer, NULL);
+                if (r->exit_lets_go)
+                        wait_tracer_gone(r);
         }
         if (r->wake_timer_made)
                 (void) timer_delete(r->wake_timer);

@@ -66,7 +66,9 @@ struct zsw_remote;
  */
 int zsw_remote_seize(pid_t pid, const struct zsw_log *log, struct zsw_remote **ret);
 
-/* Restores the thread and detaches. Accepts NULL, returns NULL. */
+/* Restores the thread and detaches; returns once no thread of the
+ * target is traced by us any more (one that never stopped included).
+ * Accepts NULL, returns NULL. */
 struct zsw_remote *zsw_remote_release(struct zsw_remote *r);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_remote *, zsw_remote_release);
 #define _cleanup_remote_ _cleanup_(zsw_remote_releasep)

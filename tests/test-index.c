@@ -367,6 +367,10 @@ static void enomem_child(void) {
                 r = zsw_index_insert(idx, k, tag(k));
                 if (r == -ENOMEM)
                         break;
+                /* A key drawn twice: how many fit before the limit (and
+                 * so whether one repeats) is the allocator's business. */
+                if (r == -EEXIST)
+                        continue;
                 ASSERT_OK(r);
                 inserted++;
         }
@@ -377,8 +381,20 @@ static void enomem_child(void) {
         ASSERT_EQ_U(zsw_index_mem_bytes(idx), 0);
 }
 
-TEST(enomem_leaves_no_empty_nodes) {
+/* gcc defines __SANITIZE_ADDRESS__; clang 14 only answers __has_feature(). */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define INDEX_TEST_SANITIZED 1
+#endif
+#endif
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define INDEX_TEST_SANITIZED 1
+#endif
+
+TEST(enomem_leaves_no_empty_nodes) {
+#ifdef INDEX_TEST_SANITIZED
+        /* Their allocators abort at the address-space limit rather than
+         * return NULL. */
         fprintf(stderr, "skipped under a sanitizer\n");
         return;
 #endif
