@@ -273,7 +273,8 @@ static int loop(struct zsw_engine *engine, struct policy_manager *policies, stru
                 return log_error_errno(errno, "Failed to create an epoll instance: %m");
         if ((r = watch(epfd, sfd)) < 0 || (r = watch(epfd, tfd)) < 0 ||
             (r = watch(epfd, pfd)) < 0 || (r = watch(epfd, rfd)) < 0 ||
-            (r = watch(epfd, control_get_fd(control))) < 0)
+            (r = watch(epfd, control_get_fd(control))) < 0 ||
+            (r = policy_manager_set_loop(policies, epfd)) < 0)
                 return log_error_errno(r, "Failed to set up the event loop: %m");
 
         for (;;) {
@@ -303,7 +304,9 @@ static int loop(struct zsw_engine *engine, struct policy_manager *policies, stru
                                 if (r < 0)
                                         return log_error_errno(r, "Failed to run the policies: %m");
                                 r = 1;
-                        } else
+                        } else if (policy_manager_trigger(policies, ev[i].data.fd))
+                                r = 1;
+                        else
                                 r = process_control(control, engine, policies);
                         if (r <= 0)
                                 return r;

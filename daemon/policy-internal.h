@@ -88,7 +88,10 @@ struct policy_manager {
         } * adopted;
         size_t n_adopted;
 
-        int epoll_fd; /* the timer and every PSI trigger */
+        int epoll_fd; /* the timers */
+        /* The loop's epoll, where the PSI triggers are watched
+         * (policy_manager_set_loop()); -EBADF until it is known. */
+        int loop_fd;
         int timer_fd;
         int global_trigger_fd;
         int budget_timer_fd; /* armed while a group has a MemoryBudget */

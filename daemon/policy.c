@@ -73,6 +73,23 @@ static const struct zsw_policy *find_policy(const struct zsw_config *c, const ch
         return NULL;
 }
 
+/* Watches a PSI trigger in the loop's epoll (policy_manager_set_loop()),
+ * once the loop is known; until then it is watched from there on. */
+static int trigger_watch(struct policy_manager *m, int fd) {
+        if (m->loop_fd < 0)
+                return 0;
+        return epoll_ctl(m->loop_fd, EPOLL_CTL_ADD, fd,
+                         &(struct epoll_event) { .events = EPOLLPRI, .data.fd = fd }) < 0
+                       ? -errno
+                       : 0;
+}
+
+static int trigger_close(struct policy_manager *m, int fd) {
+        if (fd >= 0 && m->loop_fd >= 0)
+                (void) epoll_ctl(m->loop_fd, EPOLL_CTL_DEL, fd, NULL);
+        return safe_close(fd);
+}
+
 /* Registers the group's PSI trigger from its policy's threshold. A group
  * without one still works from the averages, one period later. */
 static void group_arm_trigger(struct policy_manager *m, struct policy_group *g) {
@@ -80,10 +97,7 @@ static void group_arm_trigger(struct policy_manager *m, struct policy_group *g) 
         uint64_t stall, window;
         int r;
 
-        if (g->trigger_fd >= 0) {
-                (void) epoll_ctl(m->epoll_fd, EPOLL_CTL_DEL, g->trigger_fd, NULL);
-                g->trigger_fd = safe_close(g->trigger_fd);
-        }
+        g->trigger_fd = trigger_close(m, g->trigger_fd);
         if (g->psi_dir_fd < 0)
                 return;
         r = zsw_psi_trigger_open_widen_at(g->psi_dir_fd, g->psi_name, pr->full, pr->stall_usec,
@@ -95,9 +109,9 @@ static void group_arm_trigger(struct policy_manager *m, struct policy_group *g) 
                                   g->policy_name, g->cgroup, g->psi_path, g->psi_name);
                 return;
         }
-        if (epoll_ctl(m->epoll_fd, EPOLL_CTL_ADD, g->trigger_fd,
-                      &(struct epoll_event) { .events = EPOLLPRI, .data.ptr = g }) < 0) {
-                log_warning_errno(errno, "Cannot watch a PSI trigger, ignoring: %m");
+        r = trigger_watch(m, g->trigger_fd);
+        if (r < 0) {
+                log_warning_errno(r, "Cannot watch a PSI trigger, ignoring: %m");
                 g->trigger_fd = safe_close(g->trigger_fd);
                 return;
         }
@@ -249,8 +263,7 @@ static void group_detach_all(struct policy_manager *m, struct policy_group *g, c
 static void group_remove(struct policy_manager *m, size_t i) {
         struct policy_group *g = m->groups[i];
 
-        if (g->trigger_fd >= 0)
-                (void) epoll_ctl(m->epoll_fd, EPOLL_CTL_DEL, g->trigger_fd, NULL);
+        g->trigger_fd = trigger_close(m, g->trigger_fd);
         group_free(g);
         m->groups[i] = m->groups[--m->n_groups];
 }
@@ -919,31 +932,58 @@ int policy_manager_process(struct policy_manager *m) {
         if (n < 0)
                 return errno == EINTR ? 0 : -errno;
         for (int i = 0; i < n; i++) {
-                struct policy_group *g = ev[i].data.ptr;
+                void *what = ev[i].data.ptr;
                 uint64_t ticks;
 
-                if (g == (void *) m) {
+                if (what == m) {
                         if (read(m->timer_fd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
                                 return -errno;
                         manager_tick(m);
-                } else if (g == (void *) &m->budget_timer_fd) {
+                } else if (what == &m->budget_timer_fd) {
                         if (read(m->budget_timer_fd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
                                 return -errno;
                         for (size_t k = 0; k < m->n_groups; k++)
                                 group_check_budget(m, m->groups[k]);
-                } else if (!g) {
-                        m->global_fired = true;
-                        m->global_events++;
-                        log_debug("System memory pressure crossed the threshold.");
-                } else {
-                        /* Act now, not at the next period: that is what the
-                         * trigger is for. */
-                        g->trigger_events++;
-                        g->trigger_fired = true;
-                        group_backoff(g, "PSI trigger");
                 }
         }
         return 0;
+}
+
+int policy_manager_set_loop(struct policy_manager *m, int loop_fd) {
+        int r;
+
+        m->loop_fd = loop_fd;
+        if (m->global_trigger_fd >= 0 && (r = trigger_watch(m, m->global_trigger_fd)) < 0)
+                return r;
+        for (size_t i = 0; i < m->n_groups; i++)
+                if (m->groups[i]->trigger_fd >= 0 &&
+                    (r = trigger_watch(m, m->groups[i]->trigger_fd)) < 0)
+                        return r;
+        return 0;
+}
+
+bool policy_manager_trigger(struct policy_manager *m, int fd) {
+        if (fd < 0)
+                return false;
+        if (fd == m->global_trigger_fd) {
+                m->global_fired = true;
+                m->global_events++;
+                log_debug("System memory pressure crossed the threshold.");
+                return true;
+        }
+        for (size_t i = 0; i < m->n_groups; i++) {
+                struct policy_group *g = m->groups[i];
+
+                if (g->trigger_fd != fd)
+                        continue;
+                /* Act now, not at the next period: that is what the
+                 * trigger is for. */
+                g->trigger_events++;
+                g->trigger_fired = true;
+                group_backoff(g, "PSI trigger");
+                return true;
+        }
+        return false;
 }
 
 /* ---- the manager --------------------------------------------------------------- */
@@ -952,10 +992,7 @@ static void arm_global_trigger(struct policy_manager *m) {
         const struct zsw_pressure *pr = &m->config->pressure;
         int r;
 
-        if (m->global_trigger_fd >= 0) {
-                (void) epoll_ctl(m->epoll_fd, EPOLL_CTL_DEL, m->global_trigger_fd, NULL);
-                m->global_trigger_fd = safe_close(m->global_trigger_fd);
-        }
+        m->global_trigger_fd = trigger_close(m, m->global_trigger_fd);
         r = zsw_psi_trigger_open_widen_at(AT_FDCWD, "/proc/pressure/memory", pr->full,
                                           pr->stall_usec, pr->window_usec, &m->global_trigger_fd,
                                           NULL, NULL);
@@ -964,9 +1001,9 @@ static void arm_global_trigger(struct policy_manager *m) {
                                      "ignoring: %m");
                 return;
         }
-        if (epoll_ctl(m->epoll_fd, EPOLL_CTL_ADD, m->global_trigger_fd,
-                      &(struct epoll_event) { .events = EPOLLPRI, .data.ptr = NULL }) < 0) {
-                log_warning_errno(errno, "Cannot watch the system PSI trigger, ignoring: %m");
+        r = trigger_watch(m, m->global_trigger_fd);
+        if (r < 0) {
+                log_warning_errno(r, "Cannot watch the system PSI trigger, ignoring: %m");
                 m->global_trigger_fd = safe_close(m->global_trigger_fd);
         }
 }
@@ -988,7 +1025,7 @@ int policy_manager_new(struct zsw_engine *engine, struct zsw_config *config,
         }
         m->engine = engine;
         m->config = config;
-        m->epoll_fd = m->timer_fd = m->global_trigger_fd = m->budget_timer_fd = -EBADF;
+        m->epoll_fd = m->loop_fd = m->timer_fd = m->global_trigger_fd = m->budget_timer_fd = -EBADF;
 
         r = zsw_cgroup_layout_detect(&m->layout);
         if (r < 0)

@@ -56,13 +56,25 @@ struct reclaimer;
  * policy_manager_process(). */
 void policy_manager_set_reclaimer(struct policy_manager *m, struct reclaimer *reclaimer);
 
-/* A descriptor that polls readable when the manager has work: its period
- * timer, or a PSI trigger event. */
+/* A descriptor that polls readable when the manager's timers are due. */
 int policy_manager_get_fd(const struct policy_manager *m);
 
-/* Does the work that is due (discovery, control, trigger events), without
- * waiting. Failures of single groups or targets are logged and contained. */
+/* Does the work that is due (discovery, control), without waiting.
+ * Failures of single groups or targets are logged and contained. */
 int policy_manager_process(struct policy_manager *m);
+
+/* PSI triggers go straight into the caller's epoll instance loop_fd (with
+ * EPOLLPRI, data.fd the trigger's descriptor), those registered so far
+ * and all later ones: a trigger's event is consumed by the first poll of
+ * its descriptor, and an epoll that held it inside another would have
+ * that poll done by the outer one's readiness check, leaving the inner
+ * epoll_wait nothing. The loop hands each such event to
+ * policy_manager_trigger(). Returns 0 or a negative errno. */
+int policy_manager_set_loop(struct policy_manager *m, int loop_fd);
+
+/* Whether fd is one of the manager's PSI triggers; if so, acts on its
+ * event (the group, or every group for the system's trigger, backs off). */
+bool policy_manager_trigger(struct policy_manager *m, int fd);
 
 /*
  * Replaces the configuration with CONFIG (owned from now on). Groups whose

@@ -1571,8 +1571,10 @@ TEST(held_first_touches_go_on_daemon_stop) {
 
 /* A real pressure source in the policy's group: a child re-reads a file
  * much larger than what the group's limit leaves beside the target. The
- * group stalls (its own memory.pressure says so) and the daemon backs off
- * for that reason, which its log and `policies` show. */
+ * group stalls (its own memory.pressure says so), the group's PSI trigger
+ * reaches the daemon, and it backs off for that reason at once, which its
+ * log and `policies` show (a backoff from the averages, one period later,
+ * is not enough: triggers once never reached the policies). */
 TEST(pressure_makes_the_policy_back_off) {
         char path[256], psi[256];
         _cleanup_free_ char *out = NULL, *log = NULL;
@@ -1581,7 +1583,7 @@ TEST(pressure_makes_the_policy_back_off) {
         struct confdir c;
         struct daemon d;
         struct target t;
-        uint64_t backoffs_before, backoffs = 0;
+        uint64_t backoffs_before, backoffs = 0, triggers = 0;
         int status, fd, file;
         pid_t thrash;
 
@@ -1618,25 +1620,27 @@ TEST(pressure_makes_the_policy_back_off) {
                 test_thrash_read(file, 0);
                 _exit(0);
         }
-        for (int i = 0; i < 600 && backoffs <= backoffs_before; i++) {
+        for (int i = 0; i < 600 && (backoffs <= backoffs_before || triggers == 0); i++) {
                 usleep(100000);
                 out = ctl_ok(d.sock, CTL_ARGS(d.sock, "policies", "--json"));
                 backoffs = json_u64(out, "backoffs");
-                if (backoffs > backoffs_before)
+                triggers = json_u64(out, "trigger_events");
+                if (backoffs > backoffs_before && triggers > 0)
                         fprintf(stderr, "policies: %s", out);
                 free(TAKE_PTR(out));
         }
         log = read_log(&d);
-        if (backoffs <= backoffs_before) {
+        if (backoffs <= backoffs_before || triggers == 0) {
                 snprintf(path, sizeof(path), "%s/memory.pressure", g->v2);
                 fd = open(path, O_RDONLY | O_CLOEXEC);
                 n = fd >= 0 ? read(fd, psi, sizeof(psi) - 1) : -1;
                 psi[MAX(n, (ssize_t) 0)] = 0;
-                TEST_FAIL("no backoff in 60 s; the group's memory.pressure: %s; daemon log: %s",
-                          psi, log);
+                TEST_FAIL("%" PRIu64 " backoffs, %" PRIu64 " trigger events in 60 s; the group's "
+                          "memory.pressure: %s; daemon log: %s",
+                          backoffs - backoffs_before, triggers, psi, log);
         }
-        if (!strstr(log, "backing off (PSI trigger)") && !strstr(log, "backing off (pressure)"))
-                TEST_FAIL("no backoff for the group's pressure in the log %s", d.log);
+        if (!strstr(log, "backing off (PSI trigger)"))
+                TEST_FAIL("no backoff for the group's PSI trigger in the log %s", d.log);
 
         /* What the kernel measured in the group meanwhile. */
         snprintf(path, sizeof(path), "%s/memory.pressure", g->v2);
