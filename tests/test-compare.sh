@@ -87,6 +87,33 @@ assert_restored() {
         [ -z "$left" ] || fail "$1: groups left behind: $left"
 }
 
+# await_exit_or_line PID FILE REGEX: waits up to two minutes until FILE
+# has a line matching REGEX (or, with an empty FILE, until PID exits).
+await_exit_or_line() {
+        local i
+
+        for i in $(seq 1 2400); do
+                if [ -n "$2" ]; then
+                        grep -q "$3" "$2" && return 0
+                        kill -0 "$1" 2>/dev/null || return 1
+                else
+                        kill -0 "$1" 2>/dev/null || return 0
+                        # A zombie has exited: wait reaps it.
+                        [ "$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null)" = Z ] && return 0
+                fi
+                sleep 0.05
+        done
+        return 1
+}
+
+# What a process that did not get on is doing: its state, whom it waits
+# for, what traces it.
+proc_report() {
+        [ -d "/proc/$1" ] || { echo "process $1 is gone"; return 0; }
+        echo "process $1: $(grep -E '^(State|TracerPid|SigPnd|ShdPnd|SigBlk)' "/proc/$1/status" | tr '\n\t' '  ')"
+        echo "wchan $(cat "/proc/$1/wchan" 2>/dev/null); stack: $(tr '\n' ' ' < "/proc/$1/stack" 2>/dev/null)"
+}
+
 # A JSON checker that exists here, strongest first.
 json_ok() {
         if command -v jq >/dev/null; then
@@ -238,14 +265,18 @@ assert_restored "refusal"
 echo "== the workload counts changed bytes exactly"
 # Without this, "0 corrupted bytes" above could come from a check that
 # never finds anything.
+# Each mode writes a file of its own: the ready line of the one before
+# must not start the next before it has blocked its go signal.
 for mode in reread usemem; do
-        "$builddir/bench/zswapd-bench-workload" $mode --size 16 --inject-corruption 3 > "$tmp/w.out" &
+        out=$tmp/w-$mode.out
+        "$builddir/bench/zswapd-bench-workload" $mode --size 16 --inject-corruption 3 > "$out" &
         pid=$!
-        for _ in $(seq 1 600); do grep -q '^ready' "$tmp/w.out" && break; sleep 0.05; done
+        await_exit_or_line $pid "$out" '^ready' || fail "workload $mode: no ready line; $(proc_report $pid)"
         kill -USR1 $pid
+        await_exit_or_line $pid "" "" || fail "workload $mode did not finish; $(proc_report $pid)"
         wait $pid || fail "workload $mode failed"
-        grep -qx 'corrupted_bytes=3' "$tmp/w.out" || fail "$mode: $(grep corrupted "$tmp/w.out")"
-        grep -qx 'corrupted_pages=3' "$tmp/w.out" || fail "$mode: wrong corrupted page count"
+        grep -qx 'corrupted_bytes=3' "$out" || fail "$mode: $(grep corrupted "$out")"
+        grep -qx 'corrupted_pages=3' "$out" || fail "$mode: wrong corrupted page count"
 done
 
 echo "== bad usage"
