@@ -213,8 +213,8 @@ def zswapd_delta(args):
     """What zswapd counted for PID between two snapshots: its faults,
     refaults, evictions and prefetches, and every field whose name holds
     "stop" (the target's stopped time, however the daemon names it):
-    counters as differences, maxima, percentages and ratios as they stand at
-    the end. A stopped time in ns is also given as a share of WALL_S."""
+    counters as differences, maxima, percentiles, percentages and ratios as
+    they stand at the end. A stopped time in ns is also given as a share of WALL_S."""
     a, b = target_of(args.before, args.pid), target_of(args.after, args.pid)
     if not b:
         return
@@ -230,7 +230,7 @@ def zswapd_delta(args):
         if "stop" not in k:
             continue
         name = "zswapd_" + k.replace(".", "_")
-        if any(w in k for w in ("max", "percent", "ratio", "attached")):
+        if any(w in k for w in ("max", "percent", "ratio", "attached", "p50", "p99")):
             print("%s %s" % (name, v))
         else:
             print("%s %s" % (name, v - a.get(k, 0)))

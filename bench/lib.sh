@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 #
-# bench/lib.sh: what bench/compare and bench/apps share, sourced by both:
-# the record of everything they change on the machine and cleanup(), which
-# puts it back; the cgroup v1/v2 helpers; the kernel contenders (zswap with
+# bench/lib.sh: what bench/compare, bench/apps, bench/coldage and
+# bench/stops share, sourced by each: the record of everything they change
+# on the machine and cleanup(), which puts it back; the cgroup v1/v2
+# helpers and one application's groups; the kernel contenders (zswap with
 # a swapfile behind it, zram, a plain swapfile) and the zswapd daemon; the
 # per-run figures and their medians.
 #
@@ -141,6 +142,82 @@ cg_limit_file() { if [ $cg_mode = v2 ]; then echo "$1/memory.max"; else echo "$1
 cg_peak_reset() { [ $cg_mode = v1 ] && cg_write "$1/memory.max_usage_in_bytes" 0; return 0; }
 cg_peak() { if [ $cg_mode = v2 ]; then cat "$1/memory.peak" 2>/dev/null; else cat "$1/memory.max_usage_in_bytes"; fi; }
 cg_unlimit() { if [ $cg_mode = v2 ]; then cg_write "$1/memory.max" max; else cg_write "$1/memory.limit_in_bytes" -1; fi; }
+
+# ---- one application's groups (bench/apps, bench/coldage, bench/stops) ---------
+# A memory group (the kernel's limit, and the usage zswapd's budget counts)
+# and, where the memory controller is v1, a group of the same name in the v2
+# hierarchy (or the name=systemd one), which is what zswapd matches a
+# process's cgroup path against (zswapd.conf(5), CgroupPath=): the policy
+# takes this application and nothing else on the machine.
+
+match_root=
+
+match_detect() {
+        if [ $cg_mode = v2 ]; then
+                match_root=$cg_parent
+        else
+                match_root=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
+                [ -n "$match_root" ] || match_root=$(awk '$3 == "cgroup" && $4 ~ /name=systemd/ { print $2; exit }' /proc/mounts)
+        fi
+        [ -n "$match_root" ] || refuse "no cgroup hierarchy to match zswapd's policy with (v2 or name=systemd)"
+}
+
+# Makes the groups of run $1: memory group in app_cg, the cgroup path
+# zswapd sees in app_path, the directories to join in app_dirs.
+app_groups() {
+        cg_create "$1"
+        app_cg=$cg_new
+        app_dirs=("$app_cg")
+        if [ $cg_mode = v2 ]; then
+                app_path=${app_cg#"$match_root"}
+        else
+                mkdir "$match_root/zswapd-$bench_name.$$.$1"
+                cgroups_made+=("$match_root/zswapd-$bench_name.$$.$1")
+                app_dirs+=("$match_root/zswapd-$bench_name.$$.$1")
+                app_path=/zswapd-$bench_name.$$.$1
+        fi
+}
+
+app_groups_remove() {
+        local d
+        for d in "${app_dirs[@]}"; do cg_remove "$d"; done
+}
+
+# Starts "$@" in the application's groups, pinned to the workload CPU,
+# output in $out (emptied here: wait_line must never find a line of the
+# run before); its pid in started.
+start_app() {
+        local out=$1
+        shift
+        : > "$out"
+        taskset -c "$arg_workload_cpu" sh -c 'for d in $1; do echo $$ > "$d/cgroup.procs" || exit 1; done; shift; exec "$@"' \
+                sh "${app_dirs[*]}" "$@" >"$out" 2>"$out.err" &
+        started=$!
+        pids+=("$started")
+}
+
+# Runs "$@" on the reclaim CPU in the background and waits for it, so that
+# an interrupt is acted on at once; output in $1.
+run_side() {
+        local out=$1 pid
+        shift
+        taskset -c "$arg_reclaim_cpu" "$@" >"$out" 2>"$out.err" &
+        pid=$!
+        pids+=("$pid")
+        reap "$pid"
+}
+
+# Waits until the line $3 appears in file $2 of process $1.
+wait_line() {
+        local pid=$1 out=$2 what=$3
+        for _ in $(seq 1 24000); do
+                grep -qs "^$what" "$out" && return 0
+                kill -0 "$pid" 2>/dev/null || { log "the application died before '$what': $(tail -n 3 "$out.err")"; return 1; }
+                sleep 0.05
+        done
+        log "no '$what' after 20 minutes"
+        return 1
+}
 
 # ---- small helpers -------------------------------------------------------------
 
@@ -328,13 +405,17 @@ held() {
 
 daemon_pid=
 
+# zswapd_start COMPRESSOR [POLICY [LOGLEVEL]]: POLICY, when given, is the
+# text of a policy file there from the start (a policy's settings that
+# only a start applies, such as the age scans' interval, take effect).
 zswapd_start() {
         # A config directory of our own (the caller's budget policies go
         # into its policy.d) and a socket of our own, so that a
         # daemon running on the machine is neither used nor disturbed.
         rm -rf "$tmp/zswapd.d"
         mkdir -p "$tmp/zswapd.d/policy.d"
-        printf '[Store]\nCompressor=%s\n' "$1" > "$tmp/zswapd.d/zswapd.conf"
+        printf '[Daemon]\nLogLevel=%s\n[Store]\nCompressor=%s\n' "${3:-info}" "$1" > "$tmp/zswapd.d/zswapd.conf"
+        [ -z "${2:-}" ] || printf '%s\n' "$2" > "$tmp/zswapd.d/policy.d/$bench_name.conf"
         export ZSWAPD_SOCKET=$tmp/zswapd.sock
         # The daemon starts unpinned, so that its fault threads pin
         # themselves one per CPU: a fault is served on the CPU that took

@@ -20,6 +20,13 @@
  *   uffd-floor  times FLOOR_PAGES faults answered by a bare userfaultfd
  *           handler process (bench/uffd-floor.c) on any CPU, then on ours: the
  *           floor under any userfaultfd service's fault latency.
+ *   threads fills --size MiB with corpus pages, then --threads threads use
+ *           them until SIGUSR1: each checks a page's checksum (all but
+ *           --cold-permille of them in the first fifth, the hot set),
+ *           rewrites a byte of one in eight with its own value, and sleeps
+ *           1 ms every 64 pages, as a server's workers that wait for
+ *           requests. bench/stops holds it at a budget to measure the
+ *           stops of a many-threaded process.
  *
  * Results are printed as key=value lines on stdout for the driver to parse.
  * Bookkeeping memory is mlock()ed (when allowed) so that only the measured
@@ -30,8 +37,10 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,13 +64,21 @@
 #define FLOOR_PAGES 16384u
 #define TEMPLATE_SHARE 32u
 
-enum mode { MODE_REREAD, MODE_USEMEM, MODE_FILL, MODE_UFFD_FLOOR };
+/* threads: the hot set is the first HOT_SHARE-th of the pages; a worker
+ * sleeps 1 ms every BURST pages. */
+#define HOT_SHARE 5u
+#define BURST 64u
+#define THREADS_MAX 1024ul
+
+enum mode { MODE_REREAD, MODE_USEMEM, MODE_FILL, MODE_UFFD_FLOOR, MODE_THREADS };
 
 static enum mode arg_mode;
 static size_t arg_size_mib = 256;
 static unsigned arg_zero_percent = 10;
 static uint64_t arg_seed = 1;
 static size_t arg_inject_corruption;
+static unsigned arg_threads = 16;
+static unsigned arg_cold_permille = 10;
 
 struct region {
         void *mem;
@@ -364,6 +381,106 @@ static int run_uffd_floor(void) {
         return 0;
 }
 
+struct workers {
+        uint8_t *mem;
+        const uint64_t *sum;
+        uint8_t *bad; /* per page, set once its checksum failed */
+        size_t npages;
+        atomic_bool stop;
+        _Atomic uint64_t ops, bad_pages;
+};
+
+struct worker {
+        struct workers *w;
+        uint64_t seed;
+        pthread_t thread;
+};
+
+static uint64_t next_random(uint64_t *s) {
+        *s ^= *s << 13;
+        *s ^= *s >> 7;
+        *s ^= *s << 17;
+        return *s;
+}
+
+static void *worker_main(void *userdata) {
+        struct worker *me = userdata;
+        struct workers *w = me->w;
+        size_t hot = MAX(w->npages / HOT_SHARE, (size_t) 1);
+        uint64_t s = me->seed, ops = 0;
+
+        while (!atomic_load_explicit(&w->stop, memory_order_relaxed)) {
+                for (unsigned i = 0; i < BURST; i++) {
+                        uint64_t x = next_random(&s);
+                        size_t p = x % 1000 >= arg_cold_permille ? (x >> 10) % hot
+                                                                 : (x >> 10) % w->npages;
+                        volatile uint8_t *page = w->mem + p * PAGE;
+
+                        if (corpus_page_sum((const void *) page) != w->sum[p] && !w->bad[p]) {
+                                w->bad[p] = 1;
+                                atomic_fetch_add(&w->bad_pages, 1);
+                        }
+                        if ((x >> 40) % 8 == 0)
+                                page[(x >> 20) % PAGE] = page[(x >> 20) % PAGE];
+                }
+                ops += BURST;
+                (void) nanosleep(&(struct timespec) { .tv_nsec = 1000000 }, NULL);
+        }
+        atomic_fetch_add(&w->ops, ops);
+        return NULL;
+}
+
+static int run_threads(void) {
+        _cleanup_(region_unmap) struct region data = {}, sums = {}, bad = {};
+        size_t npages = arg_size_mib * 1024 * 1024 / PAGE;
+        struct workers w = { .npages = npages };
+        _cleanup_free_ struct worker *workers = calloc(arg_threads, sizeof(*workers));
+        unsigned started = 0;
+        uint64_t t0, t;
+        int r;
+
+        if (!workers)
+                return -ENOMEM;
+        r = region_map(npages * PAGE, false, &data);
+        if (r < 0)
+                return r;
+        r = region_map(npages * sizeof(uint64_t), true, &sums);
+        if (r < 0)
+                return r;
+        r = region_map(npages, true, &bad);
+        if (r < 0)
+                return r;
+        r = corpus_fill(data.mem, npages, arg_zero_percent, arg_seed);
+        if (r < 0)
+                return r;
+        w.mem = data.mem;
+        w.sum = sums.mem;
+        w.bad = bad.mem;
+        for (size_t p = 0; p < npages; p++)
+                ((uint64_t *) sums.mem)[p] = corpus_page_sum(w.mem + p * PAGE);
+
+        for (; started < arg_threads; started++) {
+                workers[started] =
+                        (struct worker) { .w = &w, .seed = arg_seed * 7919 + started + 1 };
+                r = -pthread_create(&workers[started].thread, NULL, worker_main, &workers[started]);
+                if (r < 0)
+                        break;
+        }
+        t0 = zsw_now_ns();
+        if (r >= 0)
+                r = announce_and_wait("");
+        atomic_store(&w.stop, true);
+        for (unsigned i = 0; i < started; i++)
+                pthread_join(workers[i].thread, NULL);
+        t = zsw_now_ns() - t0;
+        if (r < 0)
+                return r;
+        printf("pages=%zu\nthreads=%u\nops=%" PRIu64 "\nops_per_s=%.0f\nbad_pages=%" PRIu64 "\n",
+               npages, arg_threads, atomic_load(&w.ops), (double) atomic_load(&w.ops) / (t / 1e9),
+               atomic_load(&w.bad_pages));
+        return 0;
+}
+
 static int run_fill(void) {
         _cleanup_(region_unmap) struct region data = {};
         size_t npages = arg_size_mib * 1024 * 1024 / PAGE;
@@ -378,12 +495,15 @@ static int run_fill(void) {
 static void help(void) {
         printf("zswapd-bench-workload MODE [OPTIONS]\n\n"
                "Modes: reread, usemem, fill, uffd-floor (see bench/workload.c; run by\n"
-               "bench/compare)\n\n"
+               "bench/compare), threads (run by bench/stops)\n\n"
                "  --size MIB          memory to fill (default 256)\n"
                "  --zero-percent P    share of zero pages (default 10)\n"
                "  --seed N            corpus seed (default 1)\n"
                "  --inject-corruption N  change one byte in each of the first N pages\n"
-               "                      after filling (tests the verification)\n");
+               "                      after filling (tests the verification)\n"
+               "  --threads N         threads of the threads mode (default 16)\n"
+               "  --cold-permille N   its accesses outside the hot fifth, per mille (default "
+               "10)\n");
 }
 
 static int parse_ulong(const char *s, unsigned long max, unsigned long *ret) {
@@ -406,6 +526,8 @@ static int parse_argv(int argc, char *argv[]) {
                                                  { "seed", required_argument, NULL, 'S' },
                                                  { "inject-corruption", required_argument, NULL,
                                                    'C' },
+                                                 { "threads", required_argument, NULL, 'T' },
+                                                 { "cold-permille", required_argument, NULL, 'P' },
                                                  {} };
         unsigned long v;
         int c;
@@ -437,11 +559,26 @@ static int parse_argv(int argc, char *argv[]) {
                                        -EINVAL;
                         arg_inject_corruption = v;
                         break;
+                case 'T':
+                        if (parse_ulong(optarg, THREADS_MAX, &v) < 0 || v == 0)
+                                return fprintf(stderr, "Invalid --threads (1-%lu): %s\n",
+                                               THREADS_MAX, optarg),
+                                       -EINVAL;
+                        arg_threads = (unsigned) v;
+                        break;
+                case 'P':
+                        if (parse_ulong(optarg, 1000, &v) < 0)
+                                return fprintf(stderr, "Invalid --cold-permille (0-1000): %s\n",
+                                               optarg),
+                                       -EINVAL;
+                        arg_cold_permille = (unsigned) v;
+                        break;
                 default:
                         return -EINVAL;
                 }
         if (optind != argc - 1)
-                return fprintf(stderr, "Expected one mode: reread, usemem, fill or uffd-floor\n"),
+                return fprintf(stderr,
+                               "Expected one mode: reread, usemem, fill, uffd-floor or threads\n"),
                        -EINVAL;
         if (strcmp(argv[optind], "reread") == 0)
                 arg_mode = MODE_REREAD;
@@ -451,6 +588,8 @@ static int parse_argv(int argc, char *argv[]) {
                 arg_mode = MODE_FILL;
         else if (strcmp(argv[optind], "uffd-floor") == 0)
                 arg_mode = MODE_UFFD_FLOOR;
+        else if (strcmp(argv[optind], "threads") == 0)
+                arg_mode = MODE_THREADS;
         else
                 return fprintf(stderr, "Unknown mode: %s\n", argv[optind]), -EINVAL;
         return 1;
@@ -482,6 +621,9 @@ static int run(int argc, char *argv[]) {
                 break;
         case MODE_UFFD_FLOOR:
                 r = run_uffd_floor();
+                break;
+        case MODE_THREADS:
+                r = run_threads();
                 break;
         }
         if (r < 0)

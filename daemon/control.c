@@ -351,6 +351,9 @@ static void stats_json_target(struct json *j, const struct zsw_target_stats *t) 
         json_u64(j, "count", t->stops);
         json_u64(j, "stopped_ns", t->stopped_ns);
         json_u64(j, "max_ns", t->stop_ns_max);
+        json_u64(j, "p50_ns", t->stop_ns_p50);
+        json_u64(j, "p99_ns", t->stop_ns_p99);
+        json_u64(j, "over_5ms", t->stops_over_5ms);
         json_u64(j, "attached_ns", t->attached_ns);
         json_double(j, "stopped_percent", stopped_percent(t));
         json_object_close(j);
@@ -464,9 +467,11 @@ static void stats_text(FILE *f, const struct zsw_engine_stats *g, const struct z
                         age_cost_percent(t));
                 fprintf(f,
                         "stops: %" PRIu64 ", %.1f ms in all (%.2f%% of the %.0f s attached), "
-                        "longest %.2f ms; uses seen %" PRIu64 ", heat table %.1f KiB\n",
+                        "median %.2f ms, p99 %.2f ms, longest %.2f ms, %" PRIu64 " over 5 ms; "
+                        "uses seen %" PRIu64 ", heat table %.1f KiB\n",
                         t->stops, t->stopped_ns / 1e6, stopped_percent(t), t->attached_ns / 1e9,
-                        t->stop_ns_max / 1e6, t->heat_uses, t->heat_table_bytes / 1024.0);
+                        t->stop_ns_p50 / 1e6, t->stop_ns_p99 / 1e6, t->stop_ns_max / 1e6,
+                        t->stops_over_5ms, t->heat_uses, t->heat_table_bytes / 1024.0);
                 if (t->hold_limit_bytes > 0 || t->held_faults > 0)
                         fprintf(f,
                                 "memory budget hold: %s, %" PRIu64 " faults held (%" PRIu64

@@ -149,8 +149,10 @@ struct zsw_target {
         uint64_t hand;
         /* Ptrace stops of the target (eviction drops, attach, detach):
          * how many, their total and longest time, from the first thread
-         * seized to the last one let go. */
-        _Atomic uint64_t stops, stopped_ns, stop_ns_max;
+         * seized to the last one let go, their distribution and how many
+         * lasted longer than TARGET_STOP_LONG_NS. */
+        _Atomic uint64_t stops, stopped_ns, stop_ns_max, stops_long;
+        struct zsw_histogram stop_hist;
         /* UFFD_EVENT_REMOVE events read (each a round trip the target
          * waited for). */
         _Atomic uint64_t remove_events;
@@ -212,15 +214,26 @@ static inline void target_note_refault(struct zsw_target *t, uint64_t pgno) {
         atomic_store_explicit(&t->refault_head, h + 1, memory_order_release);
 }
 
-/* Accounts a ptrace stop of t that began at start_ns and ends now. */
-static inline void target_count_stop(struct zsw_target *t, uint64_t start_ns) {
-        uint64_t ns = zsw_now_ns() - start_ns;
+/* A stop longer than this is counted apart: an application notices a
+ * pause of its threads of that length in its tail latency. */
+#define TARGET_STOP_LONG_NS (5 * 1000000ull)
+
+/* Accounts a ptrace stop of t that lasted ns. */
+static inline void target_count_stop_ns(struct zsw_target *t, uint64_t ns) {
         uint64_t max = atomic_load_explicit(&t->stop_ns_max, memory_order_relaxed);
 
         atomic_fetch_add_explicit(&t->stops, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&t->stopped_ns, ns, memory_order_relaxed);
+        if (ns > TARGET_STOP_LONG_NS)
+                atomic_fetch_add_explicit(&t->stops_long, 1, memory_order_relaxed);
+        zsw_histogram_record(&t->stop_hist, ns);
         while (ns > max &&
                !atomic_compare_exchange_weak_explicit(&t->stop_ns_max, &max, ns,
                                                       memory_order_relaxed, memory_order_relaxed))
                 ;
+}
+
+/* Accounts a ptrace stop of t that began at start_ns and ends now. */
+static inline void target_count_stop(struct zsw_target *t, uint64_t start_ns) {
+        target_count_stop_ns(t, zsw_now_ns() - start_ns);
 }

@@ -145,6 +145,7 @@ void target_fill_stats(struct zsw_target *t, struct zsw_store *store, struct zsw
                 .stops = atomic_load(&t->stops),
                 .stopped_ns = atomic_load(&t->stopped_ns),
                 .stop_ns_max = atomic_load(&t->stop_ns_max),
+                .stops_over_5ms = atomic_load(&t->stops_long),
                 .remove_events = atomic_load(&t->remove_events),
                 .attached_ns = zsw_now_ns() - t->attached_at_ns,
                 .heat_uses = zsw_heat_touched(t->heat),
@@ -165,6 +166,10 @@ void target_fill_stats(struct zsw_target *t, struct zsw_store *store, struct zsw
                 .max_pool_bytes = t->owner_config.max_pages * ZSW_PAGE_SIZE,
                 .no_writeback = t->owner_config.no_writeback,
         };
+        /* A percentile is its bucket's midpoint, which may lie above the
+         * longest stop itself. */
+        s->stop_ns_p50 = MIN(zsw_histogram_percentile(&t->stop_hist, 0.50), s->stop_ns_max);
+        s->stop_ns_p99 = MIN(zsw_histogram_percentile(&t->stop_hist, 0.99), s->stop_ns_max);
         zsw_mutex_lock(&t->age_stats_lock, ZSW_LOCK_AGE_STATS);
         s->age_scans = t->age_scans;
         s->age_present_pages = t->age_last.present_pages;

@@ -13,6 +13,7 @@
 #include "engine.h"
 #include "evict.h"
 #include "heat.h"
+#include "target-internal.h"
 #include "test.h"
 #include "test-child.h"
 
@@ -226,6 +227,28 @@ static const struct zsw_log test_log = { .fn = test_log_stderr, .max_priority = 
  * are not taken while pages never seen in use (the second half, filled
  * after) are there to take, although the first half comes first in
  * address order. */
+/* Stops are counted with their length: the long ones apart, the
+ * distribution in buckets of at most 12.5%. */
+TEST(stops_are_counted_by_length) {
+        struct zsw_target *t = target_new(getpid(), &test_log);
+        uint64_t ms = 1000000;
+
+        ASSERT_TRUE(t);
+        for (int i = 0; i < 8; i++)
+                target_count_stop_ns(t, 2 * ms);
+        target_count_stop_ns(t, 20 * ms);
+        target_count_stop_ns(t, 6 * ms);
+        target_count_stop_ns(t, 5 * ms);
+        ASSERT_EQ(atomic_load(&t->stops), 11);
+        ASSERT_EQ(atomic_load(&t->stops_long), 2);
+        ASSERT_EQ(atomic_load(&t->stop_ns_max), 20 * ms);
+        ASSERT_EQ(atomic_load(&t->stopped_ns), 47 * ms);
+        ASSERT_GE(zsw_histogram_percentile(&t->stop_hist, 0.5), 2 * ms - ms / 8);
+        ASSERT_LE(zsw_histogram_percentile(&t->stop_hist, 0.5), 3 * ms);
+        ASSERT_GE(zsw_histogram_percentile(&t->stop_hist, 0.99), 20 * ms - 20 * ms / 8);
+        target_free(t);
+}
+
 TEST(refaulted_pages_stay_while_colder_ones_exist) {
         struct test_child ch = test_child_start(child_setup, child_command, true);
         struct zsw_engine *e = test_engine_new(&(struct zsw_engine_config) { .log = &test_log });
@@ -250,6 +273,10 @@ TEST(refaulted_pages_stay_while_colder_ones_exist) {
         ASSERT_GE(st.heat_uses, HALF);
         ASSERT_GE(st.stops, 2);
         ASSERT_GE(st.stopped_ns, st.stop_ns_max);
+        ASSERT_GT(st.stop_ns_p50, 0);
+        ASSERT_LE(st.stop_ns_p50, st.stop_ns_p99);
+        ASSERT_LE(st.stop_ns_p99, st.stop_ns_max);
+        ASSERT_LE(st.stops_over_5ms, st.stops);
         ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
         test_child_finish(&ch, e);
 }

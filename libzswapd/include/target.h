@@ -76,10 +76,14 @@ struct zsw_target_stats {
         uint64_t fault_ns_p50, fault_ns_p95, fault_ns_p99;
         /* Ptrace stops of every thread of the target by eviction drops:
          * how many, their total and longest time (first thread seized to
-         * last let go), against the time it has been attached. */
+         * last let go), against the time it has been attached; their
+         * median and 99th percentile (within 12.5%, never above the
+         * longest), and how many lasted over 5 ms. */
         uint64_t stops;
         uint64_t stopped_ns;
         uint64_t stop_ns_max;
+        uint64_t stop_ns_p50, stop_ns_p99;
+        uint64_t stops_over_5ms;
         /* UFFD_EVENT_REMOVE events, each a round trip its madvise waited
          * for: its own MADV_DONTNEED/FREE of registered memory (and our
          * drops' where the kernel lacks guard regions). */
