@@ -509,6 +509,12 @@ static int round_read_store(struct evictor *e, struct zsw_target *t, struct evic
         return r;
 }
 
+/* Runs of a round at most this far apart are scanned by one PAGEMAP_SCAN
+ * walk: a call costs a few microseconds, walking the entries of a short
+ * gap far less, and a round of scattered pages has a thousand runs, which
+ * the commit scans with every thread of the target stopped. */
+#define SCAN_JOIN_GAP (512 * ZSW_PAGE_SIZE)
+
 /* After step 2, and again at the commit with the target stopped: only
  * pages present and write-protected now stay in the round. The scan that
  * chose them ran before the round was published, so a page the target
@@ -527,9 +533,16 @@ static int round_keep_protected(struct zsw_target *t, struct evict_round *rd) {
         size_t j = 0;
 
         memset(rd->protected_, 0, b->n * sizeof(bool));
-        for (size_t i = 0; i < rd->n_runs; i++) {
+        for (size_t i = 0, next; i < rd->n_runs; i = next) {
                 uint64_t pos = (uint64_t) rd->runs[i].iov_base;
                 uint64_t end = pos + rd->runs[i].iov_len;
+
+                /* Runs close together are one walk (see SCAN_JOIN_GAP):
+                 * what it finds between them is no page of the round. */
+                for (next = i + 1;
+                     next < rd->n_runs && (uint64_t) rd->runs[next].iov_base - end <= SCAN_JOIN_GAP;
+                     next++)
+                        end = (uint64_t) rd->runs[next].iov_base + rd->runs[next].iov_len;
 
                 while (pos < end) {
                         struct zsw_page_run found[64];
@@ -538,14 +551,12 @@ static int round_keep_protected(struct zsw_target *t, struct evict_round *rd) {
 
                         if (k < 0)
                                 return k;
-                        for (int f = 0; f < k; f++)
-                                for (uint64_t a = found[f].start; a < found[f].end;
-                                     a += ZSW_PAGE_SIZE) {
-                                        while (j < b->n && b->addrs[j] < a)
-                                                j++;
-                                        if (j < b->n && b->addrs[j] == a)
-                                                rd->protected_[j] = true;
-                                }
+                        for (int f = 0; f < k; f++) {
+                                while (j < b->n && b->addrs[j] < found[f].start)
+                                        j++;
+                                for (; j < b->n && b->addrs[j] < found[f].end; j++)
+                                        rd->protected_[j] = true;
+                        }
                 }
         }
         zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
