@@ -125,6 +125,9 @@ struct zsw_remote {
         bool op_done, quit;
         timer_t wake_timer; /* ends the tracer's waits at their deadlines */
         bool wake_timer_made;
+        /* The first interrupt of a thread of the target, and when the
+         * last one was let go (zsw_remote_release_held_ns()). */
+        uint64_t interrupted_ns, let_go_ns;
 };
 
 /* Another thread of the target, held in a ptrace stop until release. */
@@ -286,6 +289,7 @@ static int attach(struct zsw_remote *r, uint64_t deadline_ns) {
                                      r->tid, r->pid);
         }
         r->seized = true;
+        r->interrupted_ns = zsw_now_ns();
         if (ptrace(PTRACE_INTERRUPT, r->tid, NULL, NULL) < 0)
                 return zsw_log_errno(r->log, LOG_DEBUG, errno, "Failed to interrupt %d: %m",
                                      r->tid);
@@ -1032,6 +1036,7 @@ static void release_on_tracer(struct zsw_remote *r) {
                         zsw_log(r->log, LOG_ERR, "Failed to detach from %d: %m", r->tid);
         }
         release_held(r);
+        r->let_go_ns = zsw_now_ns();
 }
 
 /* The kernel lets go of the threads a tracer never saw stopped as the
@@ -1049,18 +1054,37 @@ static void wait_tracer_gone(struct zsw_remote *r) {
                 (void) nanosleep(&(struct timespec) { .tv_nsec = 20000 }, NULL);
 }
 
+/* Ends the tracer thread, which lets the target go (release_on_tracer()). */
+static void tracer_stop(struct zsw_remote *r) {
+        if (!r->tracer_started)
+                return;
+        pthread_mutex_lock(&r->lock);
+        r->quit = true;
+        pthread_cond_broadcast(&r->cond);
+        pthread_mutex_unlock(&r->lock);
+        pthread_join(r->tracer, NULL);
+        r->tracer_started = false;
+        if (r->exit_lets_go)
+                wait_tracer_gone(r);
+}
+
+uint64_t zsw_remote_release_held_ns(struct zsw_remote *r) {
+        uint64_t held;
+
+        if (!r)
+                return 0;
+        tracer_stop(r);
+        held = r->interrupted_ns > 0 && r->let_go_ns > r->interrupted_ns
+                       ? r->let_go_ns - r->interrupted_ns
+                       : 0;
+        zsw_remote_release(r);
+        return held;
+}
+
 struct zsw_remote *zsw_remote_release(struct zsw_remote *r) {
         if (!r)
                 return NULL;
-        if (r->tracer_started) {
-                pthread_mutex_lock(&r->lock);
-                r->quit = true;
-                pthread_cond_broadcast(&r->cond);
-                pthread_mutex_unlock(&r->lock);
-                pthread_join(r->tracer, NULL);
-                if (r->exit_lets_go)
-                        wait_tracer_gone(r);
-        }
+        tracer_stop(r);
         if (r->wake_timer_made)
                 (void) timer_delete(r->wake_timer);
         pthread_mutex_destroy(&r->lock);

@@ -71,6 +71,13 @@ int zsw_remote_seize(pid_t pid, const struct zsw_log *log, struct zsw_remote **r
  * Accepts NULL, returns NULL. */
 struct zsw_remote *zsw_remote_release(struct zsw_remote *r);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_remote *, zsw_remote_release);
+
+/* Releases r as zsw_remote_release() does and returns how long the
+ * target was held: from the first interrupt of one of its threads to the
+ * last one let go (0 if none was interrupted). Finding the thread, the
+ * tracer thread's start and its exit are not part of it: the target runs
+ * meanwhile. */
+uint64_t zsw_remote_release_held_ns(struct zsw_remote *r);
 #define _cleanup_remote_ _cleanup_(zsw_remote_releasep)
 
 /* Stops every other thread of the target too, and holds them (in a ptrace

@@ -147,10 +147,10 @@ struct zsw_target {
          * goes on from where the last stopped, round the address space,
          * as a clock hand. Under evict_lock. */
         uint64_t hand;
-        /* Ptrace stops of the target (eviction drops, attach, detach):
-         * how many, their total and longest time, from the first thread
-         * seized to the last one let go, their distribution and how many
-         * lasted longer than TARGET_STOP_LONG_NS. */
+        /* Ptrace stops of the target by eviction drops: how many, their
+         * total and longest time, from the first thread interrupted to the
+         * last one let go, their distribution and how many lasted longer
+         * than TARGET_STOP_LONG_NS. */
         _Atomic uint64_t stops, stopped_ns, stop_ns_max, stops_long;
         struct zsw_histogram stop_hist;
         /* UFFD_EVENT_REMOVE events read (each a round trip the target
@@ -231,9 +231,4 @@ static inline void target_count_stop_ns(struct zsw_target *t, uint64_t ns) {
                !atomic_compare_exchange_weak_explicit(&t->stop_ns_max, &max, ns,
                                                       memory_order_relaxed, memory_order_relaxed))
                 ;
-}
-
-/* Accounts a ptrace stop of t that began at start_ns and ends now. */
-static inline void target_count_stop(struct zsw_target *t, uint64_t start_ns) {
-        target_count_stop_ns(t, zsw_now_ns() - start_ns);
 }

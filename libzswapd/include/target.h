@@ -75,8 +75,8 @@ struct zsw_target_stats {
         uint64_t prefetch_hits;
         uint64_t fault_ns_p50, fault_ns_p95, fault_ns_p99;
         /* Ptrace stops of every thread of the target by eviction drops:
-         * how many, their total and longest time (first thread seized to
-         * last let go), against the time it has been attached; their
+         * how many, their total and longest time (first thread interrupted
+         * to last let go), against the time it has been attached; their
          * median and 99th percentile (within 12.5%, never above the
          * longest), and how many lasted over 5 ms. */
         uint64_t stops;
