@@ -687,8 +687,6 @@ static void group_reclaim(struct policy_manager *m, struct policy_group *g, uint
         struct zsw_reclaim_request what = {
                 .max_bytes = want,
                 .min_cold_age_ms = DIV_ROUND_UP(g->policy->min_cold_age_usec, 1000),
-                /* Without a budget nothing waits for it. */
-                .background = !group_has_budget(g),
         };
         uint64_t got = 0, page = (uint64_t) ZSW_PAGE_SIZE;
         size_t n;

@@ -10,10 +10,8 @@
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <linux/capability.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "engine-internal.h"
@@ -21,16 +19,6 @@
 #include "parallel.h"
 #include "uffd.h"
 #include "writeback.h"
-
-/* Whether we may raise a thread's priority at will (background reclaim,
- * evict_background()). */
-static bool have_cap_sys_nice(void) {
-        struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
-        struct __user_cap_data_struct d[_LINUX_CAPABILITY_U32S_3] = {};
-
-        return syscall(SYS_capget, &h, d) == 0 &&
-               (d[CAP_SYS_NICE / 32].effective & (1u << (CAP_SYS_NICE % 32)));
-}
 
 int zsw_engine_reclaim(struct zsw_engine *e, pid_t pid, uint64_t max_bytes,
                        struct zsw_reclaim_result *ret, struct zsw_engine_error *err) {
@@ -93,11 +81,8 @@ int zsw_engine_reclaim_cold(struct zsw_engine *e, pid_t pid, const struct zsw_re
         if (scan_due)
                 (void) evict_age_scan(&e->evict, t);
         zsw_mutex_lock(&e->worker_lock, ZSW_LOCK_WORKER);
-        if (req->background)
-                evict_background(&e->evict, true);
         r = evict_target(&e->evict, t, req->max_bytes, req->min_cold_age_ms, &res,
                          err ? err->message : NULL, sizeof(err->message));
-        evict_background(&e->evict, false);
         zsw_mutex_unlock(&e->worker_lock);
         reclaim_note_stuck(t, r, err);
         zsw_mutex_unlock(&t->evict_lock);
@@ -239,7 +224,6 @@ int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **r
         e->config = *config;
         e->log = e->evict.log = config->log;
         e->evict.age_cost_percent = config->age_cost_percent ?: ZSW_ENGINE_AGE_COST_PERCENT_DEFAULT;
-        e->evict.cap_sys_nice = have_cap_sys_nice();
         if (config->age_interval_ms != UINT32_MAX)
                 e->age_interval_ns =
                         (uint64_t) (config->age_interval_ms ?: ZSW_ENGINE_AGE_INTERVAL_DEFAULT_MS) *

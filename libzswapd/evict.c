@@ -52,7 +52,6 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/uio.h>
 
 #include "evict.h"
@@ -845,39 +844,6 @@ static int round_commit_drop(struct evictor *e, struct zsw_target *t, struct evi
         return r;
 }
 
-/* The calling thread's nice value (Linux keeps one per thread). */
-static int set_thread_nice(int nice) {
-        return setpriority(PRIO_PROCESS, 0, nice) < 0 ? -errno : 0;
-}
-
-void evict_background(struct evictor *e, bool on) {
-        struct rlimit rl;
-        int nice;
-
-        if (!on) {
-                if (!e->background)
-                        return;
-                (void) set_thread_nice(e->nice);
-                zsw_parallel_set_nice(e->evict_pool, e->nice);
-                e->background = false;
-                return;
-        }
-        errno = 0;
-        nice = getpriority(PRIO_PROCESS, 0);
-        if (e->background || errno != 0 || nice >= EVICT_BACKGROUND_NICE)
-                return;
-        /* Going back from nice N to M < N takes RLIMIT_NICE >= 20 - M. */
-        if (!e->cap_sys_nice &&
-            (getrlimit(RLIMIT_NICE, &rl) < 0 ||
-             (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (rlim_t) (20 - nice))))
-                return;
-        if (set_thread_nice(EVICT_BACKGROUND_NICE) < 0)
-                return;
-        e->nice = nice;
-        e->background = true;
-        zsw_parallel_set_nice(e->evict_pool, EVICT_BACKGROUND_NICE);
-}
-
 static int round_drop(struct evictor *e, struct zsw_target *t, struct evict_round *rd,
                       struct zsw_reclaim_result *res) {
         struct evict_batch *b = &t->batch;
@@ -886,10 +852,6 @@ static int round_drop(struct evictor *e, struct zsw_target *t, struct evict_roun
         size_t dropped = 0;
         int r;
 
-        /* The target waits for the drop: at the reclaim's own priority
-         * (the tracer thread inherits it). */
-        if (e->background)
-                (void) set_thread_nice(e->nice);
         r = zsw_remote_seize(t->pid, e->log, &remote);
         if (r >= 0)
                 r = zsw_remote_stop_others(remote);
@@ -902,8 +864,6 @@ static int round_drop(struct evictor *e, struct zsw_target *t, struct evict_roun
                 if (held > 0)
                         target_count_stop_ns(t, held);
         }
-        if (e->background)
-                (void) set_thread_nice(EVICT_BACKGROUND_NICE);
         /* Dropped: the group has room for the first touches held. */
         if (r >= 0)
                 hold_kick(t);

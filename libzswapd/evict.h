@@ -18,23 +18,7 @@ struct evictor {
         struct zsw_parallel *evict_pool;
         struct evict_round *evict_round;
         uint32_t age_cost_percent; /* see struct zsw_engine_config */
-        /* Background reclaim (struct zsw_reclaim_request): whether the
-         * process has CAP_SYS_NICE, and while one runs (background), the
-         * reclaiming thread's own nice value to go back to. */
-        bool cap_sys_nice;
-        bool background;
-        int nice;
 };
-
-/* Background work below the priority of the programs on the same CPUs
- * (struct zsw_reclaim_request): nice 10 gets a tenth of the CPU against a
- * program of nice 0 that wants it all, and is preempted when one wakes. */
-#define EVICT_BACKGROUND_NICE 10
-
-/* Begins (on) or ends background work on the calling thread and the
- * compression pool. Begins only where the thread may raise its priority
- * back (for each drop, and at the end): CAP_SYS_NICE or RLIMIT_NICE. */
-void evict_background(struct evictor *e, bool on);
 
 /* A round's pages are read and stored ZSW_EVICT_CHUNK_PAGES at a time,
  * the next chunk read while the last one is compressed, through the two

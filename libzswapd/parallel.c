@@ -4,7 +4,6 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
-#include <sys/resource.h>
 
 #include "lockdep.h"
 #include "parallel.h"
@@ -25,7 +24,6 @@ struct zsw_parallel {
         _Atomic size_t next;
         unsigned busy;
         bool stop;
-        int nice; /* zsw_parallel_set_nice() */
 };
 
 /* Takes items until none is left. */
@@ -41,22 +39,16 @@ static void *thread_main(void *userdata) {
         struct zsw_worker *w;
         uint64_t seen = 0;
         unsigned me;
-        int nice;
 
         zsw_mutex_lock(&p->lock, ZSW_LOCK_PARALLEL);
         me = p->started++;
         w = p->workers[me];
-        nice = p->nice;
         for (;;) {
                 while (!p->stop && p->generation == seen)
                         pthread_cond_wait(&p->start, &p->lock);
                 if (p->stop)
                         break;
                 seen = p->generation;
-                /* Per thread (Linux): ours alone. A failed change keeps
-                 * the old value, tried again at the next job. */
-                if (p->nice != nice && setpriority(PRIO_PROCESS, 0, p->nice) == 0)
-                        nice = p->nice;
                 zsw_mutex_unlock(&p->lock);
                 drain(p, w);
                 zsw_mutex_lock(&p->lock, ZSW_LOCK_PARALLEL);
@@ -76,7 +68,6 @@ int zsw_parallel_new(struct zsw_store *store, unsigned n_threads, struct zsw_par
         pthread_mutex_init(&p->lock, NULL);
         pthread_cond_init(&p->start, NULL);
         pthread_cond_init(&p->done, NULL);
-        p->nice = getpriority(PRIO_PROCESS, 0); /* ours, which its threads inherit */
         p->threads = calloc(n_threads ?: 1, sizeof(pthread_t));
         p->workers = calloc(n_threads ?: 1, sizeof(struct zsw_worker *));
         if (!p->threads || !p->workers)
@@ -150,10 +141,4 @@ void zsw_parallel_run(struct zsw_parallel *p, struct zsw_worker *caller_worker, 
                       void *arg, size_t n_items) {
         zsw_parallel_start(p, fn, arg, n_items);
         zsw_parallel_join(p, caller_worker);
-}
-
-void zsw_parallel_set_nice(struct zsw_parallel *p, int nice) {
-        zsw_mutex_lock(&p->lock, ZSW_LOCK_PARALLEL);
-        p->nice = nice;
-        zsw_mutex_unlock(&p->lock);
 }

@@ -36,7 +36,3 @@ void zsw_parallel_run(struct zsw_parallel *p, struct zsw_worker *caller_worker, 
  * be followed by its join before the next start. */
 void zsw_parallel_start(struct zsw_parallel *p, zsw_parallel_fn fn, void *arg, size_t n_items);
 void zsw_parallel_join(struct zsw_parallel *p, struct zsw_worker *caller_worker);
-
-/* The nice value the pool's threads take for the jobs started from now
- * on (each sets its own as it takes a job). Between jobs only. */
-void zsw_parallel_set_nice(struct zsw_parallel *p, int nice);

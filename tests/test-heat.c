@@ -3,11 +3,9 @@
  * Page heat (heat.c) and the order it gives eviction: pages that came back
  * by a fault stay while colder pages exist, on a real process.
  */
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -279,68 +277,6 @@ TEST(refaulted_pages_stay_while_colder_ones_exist) {
         ASSERT_LE(st.stop_ns_p50, st.stop_ns_p99);
         ASSERT_LE(st.stop_ns_p99, st.stop_ns_max);
         ASSERT_LE(st.stops_over_5ms, st.stops);
-        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
-        test_child_finish(&ch, e);
-}
-
-/* The nice values of our threads called zswapd-evict (the engine's
- * compression pool): how many there are, and whether all have nice. */
-static unsigned pool_threads_at(int nice, bool *ret_all) {
-        DIR *d = opendir("/proc/self/task");
-        struct dirent *de;
-        unsigned n = 0;
-
-        ASSERT_TRUE(d);
-        *ret_all = true;
-        while ((de = readdir(d))) {
-                char path[300], comm[32] = "";
-                FILE *f;
-
-                if (de->d_name[0] == '.')
-                        continue;
-                snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
-                f = fopen(path, "re");
-                if (!f)
-                        continue;
-                if (fgets(comm, sizeof(comm), f) && strcmp(comm, "zswapd-evict\n") == 0) {
-                        n++;
-                        errno = 0;
-                        if (getpriority(PRIO_PROCESS, (id_t) atoi(de->d_name)) != nice || errno)
-                                *ret_all = false;
-                }
-                fclose(f);
-        }
-        closedir(d);
-        return n;
-}
-
-/* A background reclaim compresses at a low priority, on the calling
- * thread and the pool, and gives the calling thread its own back; the
- * next reclaim that is not background gives the pool its own back too. */
-TEST(background_reclaim_runs_below_the_programs) {
-        struct test_child ch = test_child_start(child_setup, child_command, true);
-        struct zsw_engine *e = test_engine_new(&(struct zsw_engine_config) { .log = &test_log });
-        struct zsw_engine_error err = {};
-        struct zsw_reclaim_result res = {};
-        int nice = getpriority(PRIO_PROCESS, 0);
-        bool all;
-
-        ASSERT_LT(nice, EVICT_BACKGROUND_NICE);
-        ASSERT_OK(zsw_engine_attach(e, ch.pid, &err));
-        ASSERT_OK(zsw_engine_reclaim_cold(
-                e, ch.pid,
-                &(struct zsw_reclaim_request) { .max_bytes = HALF * PAGE, .background = true },
-                &res, &err));
-        ASSERT_GT(res.evicted_pages, 0);
-        ASSERT_EQ(getpriority(PRIO_PROCESS, 0), nice);
-        if (pool_threads_at(EVICT_BACKGROUND_NICE, &all) > 0)
-                ASSERT_TRUE(all);
-
-        res = (struct zsw_reclaim_result) {};
-        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
-        ASSERT_GT(res.evicted_pages, 0);
-        if (pool_threads_at(nice, &all) > 0)
-                ASSERT_TRUE(all);
         ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
         test_child_finish(&ch, e);
 }

@@ -119,13 +119,6 @@ struct zsw_reclaim_request {
          * age scans see it: not written and not faulted back in since; a
          * page only read ages like an unused one (see age.h). */
         uint64_t min_cold_age_ms;
-        /* Work nothing waits for (a policy without a budget): reading,
-         * compressing and storing run at a low CPU priority, so that the
-         * programs that share the CPUs preempt them, and only the drop,
-         * with the target stopped, at the engine's own. Needs the right to
-         * raise the priority back (CAP_SYS_NICE, or an RLIMIT_NICE that
-         * allows the engine's nice value); without it, ignored. */
-        bool background;
 };
 
 /* Evicts pid's pages as req says. The first call with a minimum age
