@@ -154,7 +154,7 @@ void engine_name_children(struct zsw_engine *e) {
                 if (pid > 0) {
                         t->pid = pid;
                         t->pidfd = (int) syscall(SYS_pidfd_open, pid, 0);
-                        ev.data.ptr = t;
+                        ev.data.u64 = REAPER_EVENT_EXIT;
                         if (t->pidfd >= 0)
                                 epoll_ctl(e->reaper_epfd, EPOLL_CTL_ADD, t->pidfd, &ev);
                 }

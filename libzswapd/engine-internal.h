@@ -97,6 +97,10 @@ struct zsw_engine {
         bool reaper_started;
 };
 
+/* The reaper's epoll data: its stop eventfd is 0, every target's pidfd
+ * this (see mark_exited() in engine-reaper.c). */
+#define REAPER_EVENT_EXIT UINT64_C(1)
+
 /* engine-targets.c: the target table, and control calls' errors. */
 int engine_fail(struct zsw_engine_error *err, int r, const char *fmt, ...) _printf_(3, 4);
 /* -ETIMEDOUT for a process none of whose threads stopped in time, with

@@ -8,6 +8,7 @@
  * then, without control_lock, compacts the store's pool when it is due.
  */
 #include <errno.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
@@ -72,6 +73,19 @@ static bool target_unnamed_gone(struct zsw_target *t) {
         return t->pid == 0 && t->parent_pid == 0 && zsw_uffd_mm_alive(t->uffd) == -ESRCH;
 }
 
+/* Marks the targets whose process has exited (their pidfd reads ready),
+ * with control_lock held. An epoll event names no target: the one it
+ * was registered for may have been detached and freed since epoll_wait()
+ * returned, and its memory reused by another. */
+static void mark_exited(struct zsw_engine *e) {
+        zsw_mutex_lock(&e->table_lock, ZSW_LOCK_TABLE);
+        for (struct zsw_target *t = e->targets; t; t = t->next)
+                if (t->pidfd >= 0 &&
+                    poll(&(struct pollfd) { .fd = t->pidfd, .events = POLLIN }, 1, 0) > 0)
+                        atomic_store(&t->dead, true);
+        zsw_mutex_unlock(&e->table_lock);
+}
+
 static void reap(struct zsw_engine *e) {
         for (;;) {
                 struct zsw_target *t;
@@ -126,16 +140,18 @@ static void *reaper_main(void *userdata) {
         for (;;) {
                 struct epoll_event evs[8];
                 int n = epoll_wait(e->reaper_epfd, evs, (int) ARRAY_SIZE(evs), MAX(timeout_ms, 1));
+                bool exited = false;
                 uint64_t v;
 
                 if (n < 0 && errno != EINTR)
                         break;
                 for (int i = 0; i < n; i++)
-                        if (evs[i].data.ptr)
-                                atomic_store(&((struct zsw_target *) evs[i].data.ptr)->dead, true);
+                        exited = exited || evs[i].data.u64 == REAPER_EVENT_EXIT;
                 if (read(e->reaper_stop_fd, &v, sizeof(v)) == sizeof(v) && v >= (1ull << 32))
                         break;
                 zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
+                if (exited)
+                        mark_exited(e);
                 engine_name_children(e);
                 reap(e);
                 age_due_targets(e);

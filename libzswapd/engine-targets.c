@@ -52,7 +52,7 @@ int engine_publish(struct zsw_engine *e, struct zsw_target *t) {
         if (r < 0)
                 return r;
         if (t->pidfd >= 0) {
-                struct epoll_event ev = { .events = EPOLLIN, .data.ptr = t };
+                struct epoll_event ev = { .events = EPOLLIN, .data.u64 = REAPER_EVENT_EXIT };
 
                 if (epoll_ctl(e->reaper_epfd, EPOLL_CTL_ADD, t->pidfd, &ev) < 0) {
                         r = -errno;
