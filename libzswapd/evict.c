@@ -612,9 +612,16 @@ static int round_collect(struct evictor *e, struct zsw_target *t, struct evict_r
 static void round_unprotect_kept(struct zsw_target *t) {
         struct evict_batch *b = &t->batch;
 
-        for (size_t i = 0; i < b->n; i++)
-                if (b->cancelled[i])
+        for (size_t i = 0; i < b->n; i++) {
+                bool cancelled;
+
+                /* A fault thread may cancel a page meanwhile (a REMOVE). */
+                zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
+                cancelled = b->cancelled[i];
+                zsw_mutex_unlock(&t->batch_lock);
+                if (cancelled)
                         zsw_uffd_writeprotect(t->uffd, b->addrs[i], ZSW_PAGE_SIZE, false, false);
+        }
 }
 
 /* After a failed drop: it may still have dropped some ranges, or parts of
