@@ -193,6 +193,25 @@ static int count_corrupted_bytes(const struct region *r, const uint8_t *bad, siz
         return 0;
 }
 
+/* Maps npages of corpus pages in data and their checksums, locked, in
+ * sums: what the reread and threads modes check every page against. */
+static int map_corpus(size_t npages, struct region *data, struct region *sums) {
+        int r;
+
+        r = region_map(npages * PAGE, false, data);
+        if (r < 0)
+                return r;
+        r = region_map(npages * sizeof(uint64_t), true, sums);
+        if (r < 0)
+                return r;
+        r = corpus_fill(data->mem, npages, arg_zero_percent, arg_seed);
+        if (r < 0)
+                return r;
+        for (size_t p = 0; p < npages; p++)
+                ((uint64_t *) sums->mem)[p] = corpus_page_sum((uint8_t *) data->mem + p * PAGE);
+        return 0;
+}
+
 static int run_reread(void) {
         _cleanup_(region_unmap) struct region data = {}, sums = {}, book = {};
         size_t npages = arg_size_mib * 1024 * 1024 / PAGE, n_evicted, n_swapped, nlat = 0;
@@ -202,18 +221,10 @@ static int run_reread(void) {
         uint8_t *evicted, *bad;
         int r;
 
-        r = region_map(npages * PAGE, false, &data);
-        if (r < 0)
-                return r;
-        r = region_map(npages * sizeof(uint64_t), true, &sums);
+        r = map_corpus(npages, &data, &sums);
         if (r < 0)
                 return r;
         sum = sums.mem;
-        r = corpus_fill(data.mem, npages, arg_zero_percent, arg_seed);
-        if (r < 0)
-                return r;
-        for (size_t p = 0; p < npages; p++)
-                sum[p] = corpus_page_sum((uint8_t *) data.mem + p * PAGE);
 
         r = announce_and_wait("");
         if (r < 0)
@@ -441,23 +452,15 @@ static int run_threads(void) {
 
         if (!workers)
                 return -ENOMEM;
-        r = region_map(npages * PAGE, false, &data);
-        if (r < 0)
-                return r;
-        r = region_map(npages * sizeof(uint64_t), true, &sums);
+        r = map_corpus(npages, &data, &sums);
         if (r < 0)
                 return r;
         r = region_map(npages, true, &bad);
         if (r < 0)
                 return r;
-        r = corpus_fill(data.mem, npages, arg_zero_percent, arg_seed);
-        if (r < 0)
-                return r;
         w.mem = data.mem;
         w.sum = sums.mem;
         w.bad = bad.mem;
-        for (size_t p = 0; p < npages; p++)
-                ((uint64_t *) sums.mem)[p] = corpus_page_sum(w.mem + p * PAGE);
 
         for (; started < arg_threads; started++) {
                 workers[started] =
