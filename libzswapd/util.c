@@ -1,5 +1,10 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <errno.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -17,4 +22,35 @@ uint64_t zsw_now_ns(void) {
 
         clock_gettime(CLOCK_MONOTONIC, &ts);
         return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
+}
+
+/* sched_setattr(2)'s argument, as of its first size (linux/sched/types.h
+ * clashes with <sched.h>). */
+struct sched_attr_v1 {
+        uint32_t size, policy;
+        uint64_t flags;
+        int32_t nice;
+        uint32_t priority;
+        uint64_t runtime, deadline, period;
+        uint32_t util_min, util_max;
+};
+
+int zsw_sched_set_slice(uint64_t ns) {
+        struct sched_attr_v1 a = { .size = sizeof(a), .policy = SCHED_OTHER, .runtime = ns };
+
+        /* The nice value is set too: keep ours (-1 is a valid one). */
+        errno = 0;
+        a.nice = getpriority(PRIO_PROCESS, 0);
+        if (errno != 0)
+                return -errno;
+        return syscall(SYS_sched_setattr, 0, &a, 0) < 0 ? -errno : 0;
+}
+
+int zsw_sched_get_slice(pid_t tid, uint64_t *ret_ns) {
+        struct sched_attr_v1 a = {};
+
+        if (syscall(SYS_sched_getattr, tid, &a, sizeof(a), 0) < 0)
+                return -errno;
+        *ret_ns = a.runtime;
+        return 0;
 }

@@ -7,6 +7,7 @@
  * on request, so every byte is checked after the engine has had it.
  */
 #define TEST_NO_MAIN
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -840,6 +841,57 @@ static char *ctl_ok(const char *sock, const char *const argv[]) {
         ASSERT_STREQ(err, "");
         free(err);
         return out;
+}
+
+/* Every thread of the daemon, those the engine made for a target too, runs
+ * with the shortest scheduler slice (where the kernel keeps one). */
+TEST(threads_run_with_the_shortest_slice) {
+        char pid_s[16], path[64];
+        DIR *dir;
+        struct dirent *de;
+        struct daemon d;
+        struct target t;
+        uint64_t slice = 0;
+        unsigned threads = 0;
+        pid_t probe;
+        int status;
+
+        /* Does this kernel keep a custom slice? Asked in a child. */
+        probe = fork();
+        ASSERT_GE(probe, 0);
+        if (probe == 0) {
+                bool kept = zsw_sched_set_slice(ZSW_SCHED_SLICE_MIN_NS) == 0 &&
+                            zsw_sched_get_slice(0, &slice) == 0 && slice == ZSW_SCHED_SLICE_MIN_NS;
+                _exit(kept ? 0 : 1);
+        }
+        ASSERT_EQ(waitpid(probe, &status, 0), probe);
+        if (status != 0) {
+                fprintf(stderr, "this kernel keeps no custom slice (Linux < 6.12): not checked\n");
+                return;
+        }
+
+        daemon_start(&d);
+        target_start(&t);
+        snprintf(pid_s, sizeof(pid_s), "%d", t.pid);
+        free(ctl_ok(d.sock, CTL_ARGS(d.sock, "attach", pid_s)));
+        snprintf(path, sizeof(path), "/proc/%d/task", d.pid);
+        dir = opendir(path);
+        ASSERT_TRUE(dir);
+        while ((de = readdir(dir))) {
+                pid_t tid = (pid_t) strtol(de->d_name, NULL, 10);
+
+                if (tid <= 0)
+                        continue;
+                ASSERT_OK(zsw_sched_get_slice(tid, &slice));
+                ASSERT_EQ(slice, ZSW_SCHED_SLICE_MIN_NS);
+                threads++;
+        }
+        closedir(dir);
+        ASSERT_GE(threads, 3u); /* main, reclaim, a fault thread at least */
+        free(ctl_ok(d.sock, CTL_ARGS(d.sock, "detach", pid_s)));
+        ASSERT_TRUE(target_verify(&t));
+        target_stop(&t);
+        daemon_cleanup(&d);
 }
 
 TEST(attach_reclaim_stats_detach) {

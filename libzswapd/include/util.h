@@ -108,3 +108,15 @@ _printf_(6, 7) void zsw_log_internal(const struct zsw_log *log, int priority, co
 
 /* Monotonic clock in nanoseconds, for latency accounting. */
 uint64_t zsw_now_ns(void);
+
+/* The shortest scheduler slice the kernel takes for a SCHED_OTHER thread
+ * (sched_setattr(2)'s sched_runtime, Linux 6.12 or later). */
+#define ZSW_SCHED_SLICE_MIN_NS 100000ull
+
+/* Sets the calling thread's scheduler slice, keeping its policy
+ * (SCHED_OTHER) and nice value; threads it makes inherit it. Kernels
+ * before 6.12 accept and ignore it. */
+int zsw_sched_set_slice(uint64_t ns);
+
+/* The scheduler slice of thread tid (0: the caller). */
+int zsw_sched_get_slice(pid_t tid, uint64_t *ret_ns);
