@@ -24,7 +24,7 @@ uint64_t zsw_now_ns(void) {
         return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
 }
 
-/* sched_setattr(2)'s argument, as of its first size (linux/sched/types.h
+/* sched_setattr(2)'s argument, SCHED_ATTR_SIZE_VER1 (linux/sched/types.h
  * clashes with <sched.h>). */
 struct sched_attr_v1 {
         uint32_t size, policy;
