@@ -212,7 +212,8 @@ def target_of(path, pid):
 def zswapd_delta(args):
     """What zswapd counted for PID between two snapshots: its faults,
     refaults, evictions and prefetches, and every field whose name holds
-    "stop" (the target's stopped time, however the daemon names it):
+    "stop" (the target's stopped time, however the daemon names it), and
+    its faults held under the budget:
     counters as differences, maxima, percentiles, percentages and ratios as
     they stand at the end. A stopped time in ns is also given as a share of WALL_S."""
     a, b = target_of(args.before, args.pid), target_of(args.after, args.pid)
@@ -223,6 +224,13 @@ def zswapd_delta(args):
     for k in counters:
         if k in b:
             print("zswapd_%s %d" % (k, b[k] - a.get(k, 0)))
+    # Faults parked for want of room under the budget (the first-touch
+    # hold): how many, and their threads' total wait.
+    for k in ("hold.held_faults", "hold.timeouts"):
+        if k in b:
+            print("zswapd_%s %d" % (k.replace(".", "_"), b[k] - a.get(k, 0)))
+    if "hold.held_ns" in b:
+        print("zswapd_hold_held_ms %.1f" % ((b["hold.held_ns"] - a.get("hold.held_ns", 0)) / 1e6))
     for q in ("p50", "p99"):
         if "fault_ns_" + q in b:
             print("zswapd_fault_%s_us %.1f" % (q, b["fault_ns_" + q] / 1000))

@@ -417,9 +417,8 @@ zswapd_start() {
         printf '[Daemon]\nLogLevel=%s\n[Store]\nCompressor=%s\n' "${3:-info}" "$1" > "$tmp/zswapd.d/zswapd.conf"
         [ -z "${2:-}" ] || printf '%s\n' "$2" > "$tmp/zswapd.d/policy.d/$bench_name.conf"
         export ZSWAPD_SOCKET=$tmp/zswapd.sock
-        # The daemon starts unpinned, so that its fault threads pin
-        # themselves one per CPU: a fault is served on the CPU that took
-        # it, as the kernel serves its own swap-ins in the faulting thread.
+        # The daemon starts unpinned, so that its fault threads stay
+        # unpinned: the scheduler places them (fault.c says why).
         # Once it answers (every thread started), all its other threads
         # (main loop, reclaim worker, compression helpers) are pinned to
         # the reclaim CPU, like the kernel's reclaiming process. (Pinned

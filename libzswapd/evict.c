@@ -3,7 +3,8 @@
  * Eviction: taking a target's present pages into the store without losing
  * a write.
  *
- * A round takes up to ZSW_EVICT_MAX_PAGES present pages:
+ * A round takes up to ZSW_EVICT_MAX_PAGES present pages (ZSW_EVICT_HELD_PAGES
+ * of a target held at a budget, see round_size()):
  *   1. publish the round (COLLECTING) so that fault threads can see it;
  *   2. write-protect its runs: from now on a write by the target raises a
  *      WP fault instead of changing the page behind our back; pages not
@@ -380,6 +381,7 @@ struct evict_round {
         /* Where the time goes, for the debug log. */
         uint64_t ns_scan, ns_protect, ns_read, ns_store, ns_drop, ns_seize, ns_inject, ns_sync;
         uint64_t runs_chosen, runs_dropped; /* before and after round_bridge() */
+        uint64_t rounds;
 };
 
 #define ROUND_BUF_SIZE ((size_t) 2 * ZSW_EVICT_CHUNK_PAGES * ZSW_PAGE_SIZE)
@@ -427,7 +429,7 @@ static int evict_round_get(struct evictor *e, struct evict_round **ret) {
         rd = e->evict_round;
         rd->ns_scan = rd->ns_protect = rd->ns_read = rd->ns_store = rd->ns_drop = 0;
         rd->ns_seize = rd->ns_inject = rd->ns_sync = 0;
-        rd->runs_chosen = rd->runs_dropped = 0;
+        rd->runs_chosen = rd->runs_dropped = rd->rounds = 0;
         *ret = rd;
         return 0;
 }
@@ -1154,6 +1156,7 @@ static int flush_round(struct evictor *e, struct zsw_target *t, struct evict_rou
         if (n == 0)
                 return 0;
         qsort(rd->regions, n, sizeof(rd->regions[0]), cmp_run);
+        rd->rounds++;
         r = evict_round(e, t, rd, rd->regions, n, res);
         /* The target's mappings were changing (an event not read yet) or
          * are gone in part: that round kept what it could not take; the
@@ -1189,10 +1192,22 @@ static int drop_hot(struct zsw_heat *heat, uint64_t cold_ns, struct zsw_page_run
  * for cold_ns (the minimum age: a page that came back by a fault waits
  * that long, more for a hot one, before it goes again); else pages cold
  * for cold_ns by heat alone. */
+/* Pages a round of t takes. Each round costs a stop of every thread of
+ * t, so rounds are as long as they can be; but a target held at a budget
+ * (its group reached it: t->hold, hold.c) has faults that wait for room,
+ * and room comes only with a round's drop, after all its pages are read
+ * and compressed: tens of milliseconds for a full round. Shorter rounds
+ * there make room sooner and stops shorter, for more stops
+ * (docs/performance.md, "Rounds of a held target"). */
+static uint64_t round_size(struct zsw_target *t) {
+        return atomic_load_explicit(&t->hold, memory_order_acquire) ? ZSW_EVICT_HELD_PAGES
+                                                                    : ZSW_EVICT_MAX_PAGES;
+}
+
 static int evict_pass(struct evictor *e, struct zsw_target *t, struct evict_round *rd,
                       const struct zsw_range *seg, size_t n_seg, uint64_t cold_ns, uint32_t age,
                       uint64_t budget, struct zsw_reclaim_result *res) {
-        uint64_t pages = 0;
+        uint64_t pages = 0, size = round_size(t);
         size_t n = 0;
         int r = 0;
 
@@ -1200,8 +1215,7 @@ static int evict_pass(struct evictor *e, struct zsw_target *t, struct evict_roun
                 uint64_t cursor = seg[v].start;
 
                 while (cursor < seg[v].end && res->evicted_pages + pages < budget) {
-                        uint64_t want = MIN(budget - res->evicted_pages - pages,
-                                            ZSW_EVICT_MAX_PAGES - pages);
+                        uint64_t want = MIN(budget - res->evicted_pages - pages, size - pages);
                         struct zsw_page_run *regions = rd->regions + n;
                         uint64_t t0 = zsw_now_ns();
                         int k;
@@ -1223,7 +1237,7 @@ static int evict_pass(struct evictor *e, struct zsw_target *t, struct evict_roun
                         n += (size_t) k;
                         if (k > 0)
                                 t->hand = regions[k - 1].end;
-                        if (pages == ZSW_EVICT_MAX_PAGES || n == ZSW_EVICT_MAX_PAGES) {
+                        if (pages == size || n == ZSW_EVICT_MAX_PAGES) {
                                 r = flush_round(e, t, rd, n, res);
                                 if (r < 0)
                                         return r;
@@ -1292,10 +1306,12 @@ int evict_target(struct evictor *e, struct zsw_target *t, uint64_t max_bytes, ui
         zsw_log(e->log, LOG_DEBUG,
                 "Evicted %" PRIu64 " pages of %d; us spent: scan %" PRIu64 ", protect %" PRIu64
                 ", read %" PRIu64 ", store %" PRIu64 ", drop %" PRIu64 " (seize %" PRIu64
-                ", inject %" PRIu64 "), sync %" PRIu64 "; %" PRIu64 " runs dropped as %" PRIu64,
+                ", inject %" PRIu64 "), sync %" PRIu64 "; %" PRIu64 " rounds, %" PRIu64
+                " runs dropped as %" PRIu64,
                 res->evicted_pages, t->pid, rd->ns_scan / 1000, rd->ns_protect / 1000,
                 rd->ns_read / 1000, rd->ns_store / 1000, rd->ns_drop / 1000, rd->ns_seize / 1000,
-                rd->ns_inject / 1000, rd->ns_sync / 1000, rd->runs_chosen, rd->runs_dropped);
+                rd->ns_inject / 1000, rd->ns_sync / 1000, rd->rounds, rd->runs_chosen,
+                rd->runs_dropped);
         if (r < 0 && why)
                 snprintf(why, why_size,
                          "eviction of process %d stopped after %" PRIu64 " pages: %s", t->pid,
