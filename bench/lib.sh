@@ -253,6 +253,8 @@ zram_alg=
 zswap_candidates="lz4 zstd lzo-rle lzo deflate"
 # Of the contender named plain "zswapd" (bench/apps).
 zswapd_compressor=lz4
+# zswapd's LogLevel= where the caller names none (bench/apps --zswapd-log-level).
+zswapd_log_level=info
 
 zswap_param() { cat "/sys/module/zswap/parameters/$1"; }
 
@@ -414,7 +416,7 @@ zswapd_start() {
         # daemon running on the machine is neither used nor disturbed.
         rm -rf "$tmp/zswapd.d"
         mkdir -p "$tmp/zswapd.d/policy.d"
-        printf '[Daemon]\nLogLevel=%s\n[Store]\nCompressor=%s\n' "${3:-info}" "$1" > "$tmp/zswapd.d/zswapd.conf"
+        printf '[Daemon]\nLogLevel=%s\n[Store]\nCompressor=%s\n' "${3:-$zswapd_log_level}" "$1" > "$tmp/zswapd.d/zswapd.conf"
         [ -z "${2:-}" ] || printf '%s\n' "$2" > "$tmp/zswapd.d/policy.d/$bench_name.conf"
         export ZSWAPD_SOCKET=$tmp/zswapd.sock
         # The daemon starts unpinned, so that its fault threads stay

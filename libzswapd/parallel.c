@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@ struct zsw_parallel {
         void *arg;
         size_t n_items;
         _Atomic size_t next;
+        unsigned active; /* threads [0, active) take part */
         unsigned busy;
         bool stop;
 };
@@ -49,6 +51,8 @@ static void *thread_main(void *userdata) {
                 if (p->stop)
                         break;
                 seen = p->generation;
+                if (me >= p->active)
+                        continue;
                 zsw_mutex_unlock(&p->lock);
                 drain(p, w);
                 zsw_mutex_lock(&p->lock, ZSW_LOCK_PARALLEL);
@@ -112,7 +116,24 @@ struct zsw_parallel *zsw_parallel_free(struct zsw_parallel *p) {
         return NULL;
 }
 
+/* The pool's threads that can work beside the caller: as many as the
+ * CPUs it may run on, less its own. Confined to one CPU (CPUAffinity=,
+ * taskset; the pool's threads with it, as they are made by the same
+ * process), a helper would only take turns with the caller on that CPU,
+ * and with whatever else runs there. */
+static unsigned helpers_now(const struct zsw_parallel *p) {
+        cpu_set_t cpus;
+        unsigned n;
+
+        if (p->n_threads == 0 || sched_getaffinity(0, sizeof(cpus), &cpus) < 0)
+                return p->n_threads;
+        n = (unsigned) CPU_COUNT(&cpus);
+        return MIN(p->n_threads, n > 1 ? n - 1 : 0);
+}
+
 void zsw_parallel_start(struct zsw_parallel *p, zsw_parallel_fn fn, void *arg, size_t n_items) {
+        unsigned helpers = helpers_now(p);
+
         zsw_mutex_lock(&p->lock, ZSW_LOCK_PARALLEL);
         p->fn = fn;
         p->arg = arg;
@@ -120,8 +141,9 @@ void zsw_parallel_start(struct zsw_parallel *p, zsw_parallel_fn fn, void *arg, s
         atomic_store_explicit(&p->next, 0, memory_order_relaxed);
         /* Waking threads costs more than one batch: below two batches a
          * thread, the caller does it all. */
-        if (n_items >= 2) {
-                p->busy = p->n_threads;
+        if (n_items >= 2 && helpers > 0) {
+                p->active = helpers;
+                p->busy = helpers;
                 p->generation++;
                 pthread_cond_broadcast(&p->start);
         }

@@ -25,7 +25,9 @@ struct zsw_parallel *zsw_parallel_free(struct zsw_parallel *p);
 
 /* Calls fn(arg, worker, i) for every i < n_items, spread over the pool's
  * threads and the caller (with caller_worker); returns when all are done.
- * Only one run at a time per pool. */
+ * Only as many of the pool's threads take part as the caller has other
+ * CPUs to run on (none when it is confined to one). Only one run at a
+ * time per pool. */
 void zsw_parallel_run(struct zsw_parallel *p, struct zsw_worker *caller_worker, zsw_parallel_fn fn,
                       void *arg, size_t n_items);
 
