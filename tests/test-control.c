@@ -13,6 +13,7 @@
 #include "log.h"
 #include "util.h"
 #include "test.h"
+#include "test-procs.h"
 
 static int parse(const char *s, struct control_request *req) {
         const char *reason = NULL;
@@ -230,16 +231,6 @@ TEST(json_emitter_nests_and_escapes) {
                 "0.333,null],\"e\":[]}");
 }
 
-static int connect_to(const char *path) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-        ASSERT_GE(fd, 0);
-        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-        ASSERT_OK(connect(fd, (struct sockaddr *) &sa, sizeof(sa)));
-        return fd;
-}
-
 /* Serves c until fd is readable (a reply, or the end of the connection). */
 static void serve_until_readable(struct control *c, int fd) {
         for (int i = 0; i < 600; i++) {
@@ -270,13 +261,13 @@ TEST(idle_connections_are_closed) {
 
         /* One that never sends is closed, without a reply and without a
          * reset. */
-        idle = connect_to(path);
+        idle = connect_seqpacket(path);
         serve_until_readable(c, idle);
         ASSERT_EQ(recv(idle, buf, sizeof(buf), 0), 0);
         close(idle);
 
         /* One that asks is answered, then closed once idle in turn. */
-        busy = connect_to(path);
+        busy = connect_seqpacket(path);
         ASSERT_EQ(send(busy, "hello", 5, 0), 5);
         serve_until_readable(c, busy);
         n = recv(busy, buf, sizeof(buf) - 1, 0);

@@ -24,6 +24,7 @@
 #include "page.h"
 #include "test.h"
 #include "test-cgroups.h"
+#include "test-procs.h"
 #include "util.h"
 
 #define NOBODY 65534
@@ -36,58 +37,6 @@ static const char *zswapd_path, *zswapctl_path;
 
 /* ---- processes ----------------------------------------------------------- */
 
-static pid_t test_pid;
-
-static void child_setup(void) {
-        /* Nothing outlives a test that aborts, even one that aborted
-         * before this child got here. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != test_pid)
-                _exit(97);
-}
-
-/* Reads everything written to a memfd. */
-static char *memfd_slurp(int fd) {
-        off_t len = lseek(fd, 0, SEEK_END);
-        char *s = malloc(len + 1);
-
-        ASSERT_TRUE(s);
-        ASSERT_EQ(pread(fd, s, len, 0), len);
-        s[len] = 0;
-        return s;
-}
-
-/* Runs argv as uid (0 or NOBODY), returns its exit status, with stdout and
- * stderr in *out and *err when those are not NULL. */
-static int run_as(uid_t uid, char **out, char **err, const char *const argv[]) {
-        int ofd = memfd_create("out", MFD_CLOEXEC), efd = memfd_create("err", MFD_CLOEXEC);
-        int status;
-        pid_t pid;
-
-        ASSERT_GE(ofd, 0);
-        ASSERT_GE(efd, 0);
-        pid = fork();
-        ASSERT_GE(pid, 0);
-        if (pid == 0) {
-                child_setup();
-                dup2(ofd, STDOUT_FILENO);
-                dup2(efd, STDERR_FILENO);
-                if (uid != 0 && (setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0))
-                        _exit(99);
-                execv(argv[0], (char *const *) argv);
-                _exit(98);
-        }
-        ASSERT_EQ(waitpid(pid, &status, 0), pid);
-        ASSERT_TRUE(WIFEXITED(status));
-        if (out)
-                *out = memfd_slurp(ofd);
-        if (err)
-                *err = memfd_slurp(efd);
-        close(ofd);
-        close(efd);
-        return WEXITSTATUS(status);
-}
-
 #define CTL_ARGS(sock, ...) ((const char *const[]) { zswapctl_path, "-s", sock, __VA_ARGS__, NULL })
 #define ctl(out, err, sock, ...) run_as(0, out, err, CTL_ARGS(sock, __VA_ARGS__))
 
@@ -99,18 +48,6 @@ struct daemon {
         char sock[100];
         char log[128];
 };
-
-static bool can_connect(const char *path) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-        bool ok;
-
-        ASSERT_GE(fd, 0);
-        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-        ok = connect(fd, (struct sockaddr *) &sa, sizeof(sa)) == 0;
-        close(fd);
-        return ok;
-}
 
 /* Starts zswapd on sock; returns its pid once it listens, or 0 if it
  * exited (status in *ret_status). With must_fail, waits for it to exit
@@ -1960,16 +1897,6 @@ static pid_t tracer_of(pid_t pid) {
                         break;
         fclose(f);
         return tracer;
-}
-
-static int connect_seqpacket(const char *sock) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-        ASSERT_GE(fd, 0);
-        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
-        ASSERT_OK(connect(fd, (struct sockaddr *) &sa, sizeof(sa)));
-        return fd;
 }
 
 static bool readable(int fd, int timeout_ms) {

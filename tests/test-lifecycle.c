@@ -24,81 +24,23 @@
 
 #include "test.h"
 #include "test-cgroups.h"
+#include "test-procs.h"
 #include "util.h"
 
 #define NOBODY 65534
-/* A request that takes longer than this has hung (the daemon's own
- * deadlines are a few seconds). */
-#define GUARD_MS 60000
 #define TARGET_SIZE (16u << 20)
 
 static const char *zswapd_path, *zswapctl_path, *frozen_path;
-static pid_t test_pid;
-
-static void child_setup(void) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != test_pid)
-                _exit(97);
-}
-
-static char *memfd_slurp(int fd) {
-        off_t len = lseek(fd, 0, SEEK_END);
-        char *s = malloc(len + 1);
-
-        ASSERT_TRUE(s);
-        ASSERT_EQ(pread(fd, s, len, 0), len);
-        s[len] = 0;
-        return s;
-}
-
-/* Waits for pid for up to ms; false (and pid killed) if it did not end. */
-static bool wait_guarded(pid_t pid, int ms, int *ret_status) {
-        for (int i = 0; i < ms; i += 10) {
-                pid_t p = waitpid(pid, ret_status, WNOHANG);
-
-                ASSERT_GE(p, 0);
-                if (p == pid)
-                        return true;
-                usleep(10000);
-        }
-        kill(pid, SIGKILL);
-        ASSERT_EQ(waitpid(pid, ret_status, 0), pid);
-        return false;
-}
 
 /* Runs zswapctl ARGS; its exit status, output in *out and *err. A zswapctl
- * that does not return within GUARD_MS fails the test. */
+ * that does not return within TEST_GUARD_MS fails the test. */
 static int ctl(const char *sock, char **out, char **err, const char *const args[]) {
-        int ofd = memfd_create("out", MFD_CLOEXEC), efd = memfd_create("err", MFD_CLOEXEC);
         const char *argv[16] = { zswapctl_path, "-s", sock };
-        int status;
         size_t n = 3;
-        pid_t pid;
 
-        ASSERT_GE(ofd, 0);
-        ASSERT_GE(efd, 0);
         for (size_t i = 0; args[i]; i++)
                 argv[n++] = args[i];
-        pid = fork();
-        ASSERT_GE(pid, 0);
-        if (pid == 0) {
-                child_setup();
-                dup2(ofd, STDOUT_FILENO);
-                dup2(efd, STDERR_FILENO);
-                execv(argv[0], (char *const *) argv);
-                _exit(98);
-        }
-        if (!wait_guarded(pid, GUARD_MS, &status))
-                TEST_FAIL("zswapctl %s %s did not return within %d s: the daemon hangs", args[0],
-                          args[1] ?: "", GUARD_MS / 1000);
-        ASSERT_TRUE(WIFEXITED(status));
-        if (out)
-                *out = memfd_slurp(ofd);
-        if (err)
-                *err = memfd_slurp(efd);
-        close(ofd);
-        close(efd);
-        return WEXITSTATUS(status);
+        return run_as(0, out, err, argv);
 }
 
 #define CTL(sock, out, err, ...) ctl(sock, out, err, (const char *const[]) { __VA_ARGS__, NULL })
@@ -109,18 +51,6 @@ struct daemon {
         pid_t pid;
         char dir[64], sock[100], log[128];
 };
-
-static bool can_connect(const char *path) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-        bool ok;
-
-        ASSERT_GE(fd, 0);
-        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-        ok = connect(fd, (struct sockaddr *) &sa, sizeof(sa)) == 0;
-        close(fd);
-        return ok;
-}
 
 /* Starts zswapd with an empty configuration, in a network namespace of
  * its own with netns. */
@@ -167,12 +97,12 @@ static char *daemon_log(const struct daemon *d) {
         return s;
 }
 
-/* SIGTERM; the exit status, which must come within GUARD_MS. */
+/* SIGTERM; the exit status, which must come within TEST_GUARD_MS. */
 static int daemon_stop(struct daemon *d) {
         int status;
 
         ASSERT_OK(kill(d->pid, SIGTERM));
-        if (!wait_guarded(d->pid, GUARD_MS, &status))
+        if (!wait_guarded(d->pid, TEST_GUARD_MS, &status))
                 TEST_FAIL("zswapd did not exit after SIGTERM; see %s", d->log);
         d->pid = 0;
         ASSERT_TRUE(WIFEXITED(status));
@@ -186,16 +116,6 @@ static void daemon_cleanup(struct daemon *d) {
                 ASSERT_EQ(daemon_stop(d), 0);
         snprintf(cmd, sizeof(cmd), "rm -rf %s", d->dir);
         ASSERT_EQ(system(cmd), 0);
-}
-
-static int connect_seqpacket(const char *path) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-        ASSERT_GE(fd, 0);
-        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-        ASSERT_OK(connect(fd, (struct sockaddr *) &sa, sizeof(sa)));
-        return fd;
 }
 
 /* ---- targets ------------------------------------------------------------------ */
@@ -549,7 +469,7 @@ TEST(stop_keeps_pages_a_target_cannot_take_back) {
                                   status, t.pid, log);
                 if (strstr(log, "Cannot give process") && strstr(log, g->name))
                         break;
-                if (i == GUARD_MS / 10)
+                if (i == TEST_GUARD_MS / 10)
                         TEST_FAIL("zswapd never said what keeps it; log:\n%s", log);
                 usleep(10000);
         }
@@ -561,7 +481,7 @@ TEST(stop_keeps_pages_a_target_cannot_take_back) {
         /* Room again: the pages go back at the next try, and zswapd exits. */
         test_cgroup_write(g->v1, "memory.memsw.limit_in_bytes", "-1");
         test_cgroup_write(g->v1, "memory.limit_in_bytes", "-1");
-        if (!wait_guarded(d.pid, GUARD_MS, &status))
+        if (!wait_guarded(d.pid, TEST_GUARD_MS, &status))
                 TEST_FAIL("zswapd did not exit once the pages could go back; see %s", d.log);
         d.pid = 0;
         ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);

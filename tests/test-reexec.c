@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 
 #include "test.h"
+#include "test-procs.h"
 #include "target-client.h"
 
 #define TARGET_MIB 24 /* as the fill commands say */
@@ -29,20 +30,6 @@ struct daemon {
         char dir[64], sock[96], log[96];
         pid_t pid;
 };
-
-static char *fd_slurp(int fd);
-
-static bool can_connect(const char *path) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-        bool ok;
-
-        ASSERT_GE(fd, 0);
-        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-        ok = connect(fd, (struct sockaddr *) &sa, sizeof(sa)) == 0;
-        close(fd);
-        return ok;
-}
 
 /* Starts zswapd (the binary at exe) with conf as its zswapd.conf; with
  * state (len bytes), as if a re-exec had handed that state over. */
@@ -98,7 +85,7 @@ static char *daemon_log(const struct daemon *d) {
         char *s;
 
         ASSERT_GE(fd, 0);
-        s = fd_slurp(fd);
+        s = memfd_slurp(fd);
         close(fd);
         return s;
 }
@@ -113,16 +100,6 @@ static void daemon_stop(struct daemon *d) {
         ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
         snprintf(cmdline, sizeof(cmdline), "rm -rf '%s'", d->dir);
         ASSERT_EQ(system(cmdline), 0);
-}
-
-static char *fd_slurp(int fd) {
-        off_t len = lseek(fd, 0, SEEK_END);
-        char *s = malloc(len + 1);
-
-        ASSERT_TRUE(s);
-        ASSERT_EQ(pread(fd, s, len, 0), len);
-        s[len] = 0;
-        return s;
 }
 
 /* Runs zswapctl -s SOCK ARGS...; its exit status, its output in *out. */
@@ -144,7 +121,7 @@ static int ctl(const struct daemon *d, char **out, const char *const args[]) {
                 _exit(127);
         }
         ASSERT_EQ(waitpid(pid, &status, 0), pid);
-        *out = fd_slurp(ofd);
+        *out = memfd_slurp(ofd);
         close(ofd);
         return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
@@ -465,6 +442,7 @@ int main(int argc, char **argv) {
                         "skipped: needs root (ptrace and userfaultfd of other processes)\n");
                 return EXIT_TEST_SKIP;
         }
+        test_pid = getpid();
         zswapd_path = argv[1];
         zswapctl_path = argv[2];
         for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
