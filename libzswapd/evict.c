@@ -1186,24 +1186,28 @@ static int drop_hot(struct zsw_heat *heat, uint64_t cold_ns, struct zsw_page_run
         return n;
 }
 
-/* One walk over seg, gathering pages into rounds of up to
- * ZSW_EVICT_MAX_PAGES, across segments, until the budget is met: with age,
- * pages at least that many age scans old that heat does not show in use
- * for cold_ns (the minimum age: a page that came back by a fault waits
- * that long, more for a hot one, before it goes again); else pages cold
- * for cold_ns by heat alone. */
 /* Pages a round of t takes. Each round costs a stop of every thread of
- * t, so rounds are as long as they can be; but a target held at a budget
- * (its group reached it: t->hold, hold.c) has faults that wait for room,
- * and room comes only with a round's drop, after all its pages are read
- * and compressed: tens of milliseconds for a full round. Shorter rounds
- * there make room sooner and stops shorter, for more stops
- * (docs/performance.md, "Rounds of a held target"). */
+ * t, so rounds are as long as they can be; but the faults of a target
+ * held at a budget (hold.c: a policy holds its first touches at its
+ * group's MemoryBudget=) may wait for room, and room comes only with a
+ * round's drop, after all its pages are read and compressed: tens of
+ * milliseconds for a full round. Shorter rounds there make room sooner
+ * and stops shorter, for more stops (docs/performance.md, "Rounds of a
+ * held target"). */
 static uint64_t round_size(struct zsw_target *t) {
-        return atomic_load_explicit(&t->hold, memory_order_acquire) ? ZSW_EVICT_HELD_PAGES
-                                                                    : ZSW_EVICT_MAX_PAGES;
+        struct target_hold *h = atomic_load_explicit(&t->hold, memory_order_acquire);
+
+        return h && atomic_load_explicit(&h->limit_bytes, memory_order_relaxed)
+                       ? ZSW_EVICT_HELD_PAGES
+                       : ZSW_EVICT_MAX_PAGES;
 }
 
+/* One walk over seg, gathering pages into rounds of up to round_size(t)
+ * pages, across segments, until the budget is met: with age, pages at
+ * least that many age scans old that heat does not show in use for
+ * cold_ns (the minimum age: a page that came back by a fault waits that
+ * long, more for a hot one, before it goes again); else pages cold for
+ * cold_ns by heat alone. */
 static int evict_pass(struct evictor *e, struct zsw_target *t, struct evict_round *rd,
                       const struct zsw_range *seg, size_t n_seg, uint64_t cold_ns, uint32_t age,
                       uint64_t budget, struct zsw_reclaim_result *res) {

@@ -29,8 +29,8 @@
  * costs milliseconds (the target must be scheduled to stop), so a round takes
  * 16 MiB (evict.h says how it is read and stored). */
 #define ZSW_EVICT_MAX_PAGES 4096u
-/* Pages per round of a target held at a budget, whose faults may wait for
- * the room a drop makes (evict.c, round_size()). */
+/* Pages per round of a target held at a budget (its hold on), whose faults
+ * may wait for the room a drop makes (evict.c, round_size()). */
 #define ZSW_EVICT_HELD_PAGES 1024u
 #define FAULT_PREFETCH_MAX 64u /* the most prefetch_window may be */
 #define REFAULT_RING 1024u     /* refaults noted between two age scans */

@@ -256,20 +256,25 @@ TEST(reclaim_fault_detach_round_trip) {
  * ZSW_EVICT_MAX_PAGES (one stop each). The hold's limit here is far above
  * the group's use: nothing waits, only the round length changes. */
 TEST(held_targets_evict_in_shorter_rounds) {
-        struct test_child ch = child_start(32, 0);
-        struct zsw_engine *e = engine_start();
         struct zsw_reclaim_result res = {};
         struct zsw_engine_error err = {};
         struct zsw_target_stats st;
+        struct test_child ch;
         struct test_cgroup *g;
+        struct zsw_engine *e;
         uint64_t stops;
-        int memory_fd;
+        int memory_fd, r;
 
-        if (!test_cgroups_usable())
-                TEST_SKIP("cannot make cgroups here (not root?)");
+        /* Skipped softly: the other cases of this binary still run. */
+        if (!test_cgroups_usable()) {
+                fprintf(stderr, "skipped: cannot make cgroups here (not root?)\n");
+                return;
+        }
         g = test_cgroup_new(0);
         memory_fd = open(g->v1[0] ? g->v1 : g->v2, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         ASSERT_GE(memory_fd, 0);
+        ch = child_start(32, 0);
+        e = engine_start();
         ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
         ASSERT_OK(zsw_engine_attach(e, ch.pid, &err));
 
@@ -281,14 +286,19 @@ TEST(held_targets_evict_in_shorter_rounds) {
         stops = st.stops;
         ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
 
-        if (zsw_engine_set_hold(e, ch.pid, memory_fd, UINT64_C(1) << 50) == -ENOENT)
-                TEST_SKIP("the group has no memory counter here (memory controller off)");
-        res = (struct zsw_reclaim_result) {};
-        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
-        ASSERT_GE(res.evicted_pages, npages);
-        ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &st));
-        ASSERT_GE(st.stops - stops, res.evicted_pages / ZSW_EVICT_HELD_PAGES);
-        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
+        r = zsw_engine_set_hold(e, ch.pid, memory_fd, UINT64_C(1) << 50);
+        if (r == -ENOENT)
+                fprintf(stderr, "skipped: the group has no memory counter here "
+                                "(memory controller off)\n");
+        else {
+                ASSERT_OK(r);
+                res = (struct zsw_reclaim_result) {};
+                ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
+                ASSERT_GE(res.evicted_pages, npages);
+                ASSERT_OK(zsw_engine_get_target_stats(e, ch.pid, &st));
+                ASSERT_GE(st.stops - stops, res.evicted_pages / ZSW_EVICT_HELD_PAGES);
+                ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
+        }
 
         ASSERT_OK(zsw_engine_detach(e, ch.pid, &err));
         ASSERT_EQ(test_child_ask(&ch, 'v'), 0);

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * What the tests of zswapd's binaries share (test-daemon, test-lifecycle,
- * test-reexec): children that die with the test, a program run with its
- * output captured and a deadline, connections to a control socket.
+ * test-reexec; test-control for its socket): children that die with the
+ * test, a program run with its output captured and a deadline,
+ * connections to a control socket.
  * Header-only, like test-cgroups.h.
  */
 #pragma once
