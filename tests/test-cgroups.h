@@ -189,6 +189,14 @@ static inline void test_cgroup_limit_to_usage(const struct test_cgroup *g, uint6
                 test_cgroup_write(g->v2, "memory.max", buf);
 }
 
+/* Lifts the group's memory limit. */
+static inline void test_cgroup_unlimit(const struct test_cgroup *g) {
+        if (g->v1[0])
+                test_cgroup_write(g->v1, "memory.limit_in_bytes", "-1");
+        else
+                test_cgroup_write(g->v2, "memory.max", "max");
+}
+
 /* Moves the calling process into the group's name=systemd directory only,
  * as a process of a unit on a hybrid system whose v2 group is the root. */
 static inline int test_cgroup_enter_systemd(const struct test_cgroup *g) {
