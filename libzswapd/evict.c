@@ -1195,11 +1195,7 @@ static int drop_hot(struct zsw_heat *heat, uint64_t cold_ns, struct zsw_page_run
  * and stops shorter, for more stops (docs/performance.md, "Rounds of a
  * held target"). */
 static uint64_t round_size(struct zsw_target *t) {
-        struct target_hold *h = atomic_load_explicit(&t->hold, memory_order_acquire);
-
-        return h && atomic_load_explicit(&h->limit_bytes, memory_order_relaxed)
-                       ? ZSW_EVICT_HELD_PAGES
-                       : ZSW_EVICT_MAX_PAGES;
+        return hold_on(t) ? ZSW_EVICT_HELD_PAGES : ZSW_EVICT_MAX_PAGES;
 }
 
 /* One walk over seg, gathering pages into rounds of up to round_size(t)

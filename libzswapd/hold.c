@@ -123,6 +123,12 @@ void hold_kick(struct zsw_target *t) {
                 timer_set(h, 1);
 }
 
+bool hold_on(struct zsw_target *t) {
+        struct target_hold *h = hold_of(t);
+
+        return h && atomic_load_explicit(&h->limit_bytes, memory_order_relaxed) > 0;
+}
+
 void hold_set_limit(struct zsw_target *t, uint64_t limit_bytes) {
         struct target_hold *h = hold_of(t);
 

@@ -56,6 +56,8 @@ void hold_set_limit(struct zsw_target *t, uint64_t limit_bytes);
 /* Wakes t's fault thread to look at its parked faults again (the group's
  * use may have gone down: an eviction round of t ended). */
 void hold_kick(struct zsw_target *t);
+/* Whether t's hold is on (a limit is set): its faults may wait for room. */
+bool hold_on(struct zsw_target *t);
 
 /* With t's serve_lock held, from a fault thread: */
 /* How many pages, at most want, a fault may place now (want with the

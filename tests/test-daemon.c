@@ -759,7 +759,7 @@ TEST(systemd_notify_watchdog_and_journal_prefixes) {
 
         lfd = open(d.log, O_RDONLY | O_CLOEXEC);
         ASSERT_GE(lfd, 0);
-        log = memfd_slurp(lfd);
+        log = fd_slurp(lfd);
         close(lfd);
         if (!strstr(log, "<6>zswapd ") || strstr(log, "\nerror: "))
                 TEST_FAIL("expected priority prefixes in: %s", log);
@@ -1099,7 +1099,7 @@ static char *read_log(const struct daemon *d) {
         char *s;
 
         ASSERT_GE(fd, 0);
-        s = memfd_slurp(fd);
+        s = fd_slurp(fd);
         close(fd);
         return s;
 }

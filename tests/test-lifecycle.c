@@ -35,12 +35,7 @@ static const char *zswapd_path, *zswapctl_path, *frozen_path;
 /* Runs zswapctl ARGS; its exit status, output in *out and *err. A zswapctl
  * that does not return within TEST_GUARD_MS fails the test. */
 static int ctl(const char *sock, char **out, char **err, const char *const args[]) {
-        const char *argv[16] = { zswapctl_path, "-s", sock };
-        size_t n = 3;
-
-        for (size_t i = 0; args[i]; i++)
-                argv[n++] = args[i];
-        return run_as(0, out, err, argv);
+        return run_zswapctl(zswapctl_path, sock, out, err, args);
 }
 
 #define CTL(sock, out, err, ...) ctl(sock, out, err, (const char *const[]) { __VA_ARGS__, NULL })
@@ -92,7 +87,7 @@ static char *daemon_log(const struct daemon *d) {
         char *s;
 
         ASSERT_GE(fd, 0);
-        s = memfd_slurp(fd);
+        s = fd_slurp(fd);
         close(fd);
         return s;
 }

@@ -37,8 +37,8 @@ static inline void child_setup(void) {
                 _exit(97);
 }
 
-/* Reads everything written to a memfd. */
-static inline char *memfd_slurp(int fd) {
+/* A seekable file's whole content (a memfd's, a log's), NUL-terminated. */
+static inline char *fd_slurp(int fd) {
         off_t len = lseek(fd, 0, SEEK_END);
         char *s = malloc(len + 1);
 
@@ -95,9 +95,9 @@ static inline int run_as(uid_t uid, char **out, char **err, const char *const ar
         }
         ASSERT_TRUE(WIFEXITED(status));
         if (out)
-                *out = memfd_slurp(ofd);
+                *out = fd_slurp(ofd);
         if (err)
-                *err = memfd_slurp(efd);
+                *err = fd_slurp(efd);
         close(ofd);
         close(efd);
         return WEXITSTATUS(status);
@@ -123,4 +123,18 @@ static inline int connect_seqpacket(const char *path) {
         snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
         ASSERT_OK(connect(fd, (struct sockaddr *) &sa, sizeof(sa)));
         return fd;
+}
+
+/* Runs zswapctl (the binary at zswapctl) with -s sock and args, as run_as()
+ * does for root. */
+static inline int run_zswapctl(const char *zswapctl, const char *sock, char **out, char **err,
+                               const char *const args[]) {
+        const char *argv[16] = { zswapctl, "-s", sock };
+        size_t n = 3;
+
+        for (size_t i = 0; args[i]; i++) {
+                ASSERT_LT(n, sizeof(argv) / sizeof(argv[0]) - 1);
+                argv[n++] = args[i];
+        }
+        return run_as(0, out, err, argv);
 }

@@ -85,7 +85,7 @@ static char *daemon_log(const struct daemon *d) {
         char *s;
 
         ASSERT_GE(fd, 0);
-        s = memfd_slurp(fd);
+        s = fd_slurp(fd);
         close(fd);
         return s;
 }
@@ -102,28 +102,14 @@ static void daemon_stop(struct daemon *d) {
         ASSERT_EQ(system(cmdline), 0);
 }
 
-/* Runs zswapctl -s SOCK ARGS...; its exit status, its output in *out. */
+/* Runs zswapctl -s SOCK ARGS...; its exit status, its output (standard
+ * output, then standard error) in *out. */
 static int ctl(const struct daemon *d, char **out, const char *const args[]) {
-        int ofd = memfd_create("out", MFD_CLOEXEC), status;
-        const char *argv[16] = { zswapctl_path, "-s", d->sock };
-        size_t n = 3;
-        pid_t pid;
+        _cleanup_free_ char *o = NULL, *e = NULL;
+        int r = run_zswapctl(zswapctl_path, d->sock, &o, &e, args);
 
-        ASSERT_GE(ofd, 0);
-        for (size_t i = 0; args[i]; i++)
-                argv[n++] = args[i];
-        pid = fork();
-        ASSERT_GE(pid, 0);
-        if (pid == 0) {
-                dup2(ofd, STDOUT_FILENO);
-                dup2(ofd, STDERR_FILENO);
-                execv(zswapctl_path, (char **) argv);
-                _exit(127);
-        }
-        ASSERT_EQ(waitpid(pid, &status, 0), pid);
-        *out = memfd_slurp(ofd);
-        close(ofd);
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+        ASSERT_GE(asprintf(out, "%s%s", o, e), 0);
+        return r;
 }
 
 /* Not inlined: gcc 12 at -O3 then takes the string it returns for a
