@@ -10,7 +10,9 @@
  *
  *   zswapd-test-target [--synthetic] [--seed N]
  *
- * Commands: fill MIB [ZERO_PERCENT] | verify | write PAGE SEED | threads N |
+ * Commands: fill MIB [ZERO_PERCENT] | verify | verify-on-byte (answers
+ * "ok waiting", reads one raw byte from stdin, then verifies) |
+ * write PAGE SEED | threads N |
  * stop | fork-verify | fork-hold | fork-release | mremap ADDR_HINT |
  * munmap-half | dontneed START COUNT | pipe-read PAGE | rss | exec | exit. On start, and after exec, it prints
  * "ok ready pid=PID".
@@ -366,6 +368,21 @@ static void dispatch_buffer(const char *line) {
         ssize_t first_bad;
 
         if (strcmp(cmd, "verify") == 0) {
+                pthread_mutex_lock(&lock);
+                count_pages(&good, &bad, &first_bad);
+                pthread_mutex_unlock(&lock);
+                reply("ok good=%zu bad=%zu first_bad=%zd", good, bad, first_bad);
+                return;
+        }
+        if (strcmp(cmd, "verify-on-byte") == 0) {
+                /* Everything this command touches is back now; after the
+                 * byte, only the buffer walk touches memory, never a
+                 * syscall that would see EFAULT where a thread sees SIGBUS. */
+                char c;
+
+                reply("ok waiting");
+                if (read(STDIN_FILENO, &c, 1) != 1)
+                        exit(EXIT_FAILURE);
                 pthread_mutex_lock(&lock);
                 count_pages(&good, &bad, &first_bad);
                 pthread_mutex_unlock(&lock);

@@ -178,13 +178,16 @@ TEST(read_error_kills_with_sigbus) {
         }
         ASSERT_GE(ts.disk_pages, 8 * 256 / 2);
 
+        /* The target's own buffers (stdin's, the stack) may be on disk
+         * too: it takes the next command while the disk still reads, so
+         * only its walk of the buffer meets the dead disk. */
+        ASSERT_TRUE(strncmp(cmd_ok(t, "verify-on-byte"), "ok waiting", 10) == 0);
         fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         ASSERT_GE(fd, 0);
         test_ext4_shutdown(fd);
         close(fd);
 
-        fprintf(t->in, "verify\n");
-        fflush(t->in);
+        ASSERT_EQ(write(fileno(t->in), "x", 1), 1);
         /* No answer: the verify never saw a page at all, right or wrong. */
         ASSERT_TRUE(fgets(t->line, sizeof(t->line), t->out) == NULL);
         ASSERT_EQ(waitpid(t->pid, &status, 0), t->pid);
