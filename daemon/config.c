@@ -131,11 +131,11 @@ static int assign_log_level(struct conf_ctx *c, const char *v, void *field, unsi
         return r;
 }
 
-/* Whether the compressor allows a level is checked once the whole file is
+/* Whether the compressor has that level is checked once the whole file is
  * read: Compressor= may come after CompressionLevel=, or be inherited. */
 static int assign_level(struct conf_ctx *c, const char *v, void *field, unsigned arg) {
         unsigned level;
-        int r = conf_parse_unsigned(c, v, ZSW_ZSTD_LEVEL_MIN, ZSW_ZSTD_LEVEL_MAX, &level);
+        int r = conf_parse_unsigned(c, v, ZSW_LEVEL_MIN, ZSW_ZSTD_LEVEL_MAX, &level);
 
         if (r >= 0)
                 *(int *) field = (int) level;
@@ -671,27 +671,27 @@ static size_t key_index(const struct key_def *keys, size_t n, const char *name) 
         abort(); /* a name missing from our own table is a bug here */
 }
 
-/* CompressionLevel= only means something to zstd; LEVEL 0 is "not set". */
+/* Levels are the compressor's own (lz4 up to 12); level 0 is "not set". */
 static int check_level(struct parser *p, enum zsw_compressor comp, int level) {
         size_t i = key_index(p->keys, p->n_keys, "CompressionLevel");
         char value[16];
 
-        if (comp == ZSW_COMPRESSOR_ZSTD || level == 0)
+        if (zsw_compress_level(comp, level) >= 0)
                 return 0;
         snprintf(value, sizeof(value), "%d", level);
         p->ctx.line = p->key_lines[i];
         p->ctx.key = "CompressionLevel";
         p->ctx.value = value;
-        conf_error(&p->ctx, "%s has no compression levels (set Compressor=zstd or drop this key)",
-                   compressor_names[comp]);
+        conf_error(&p->ctx, "%s levels are 1 to %d (set Compressor=zstd for up to %d)",
+                   compressor_names[comp], ZSW_LZ4_LEVEL_MAX, ZSW_ZSTD_LEVEL_MAX);
         p->ctx.key = p->ctx.value = NULL;
         return -EINVAL;
 }
 
 static int resolve_level(enum zsw_compressor comp, int level) {
-        if (comp != ZSW_COMPRESSOR_ZSTD)
-                return 0;
-        return level ?: ZSW_ZSTD_LEVEL_DEFAULT;
+        int r = zsw_compress_level(comp, level);
+
+        return r < 0 ? level : r;
 }
 
 static int parse_global(struct zsw_config *c, const struct zsw_config_source *src,
@@ -793,7 +793,8 @@ int config_load_sources(const struct zsw_config_source *global,
                 r = parse_global(c, global, log, &n_errors);
                 if (r < 0)
                         return r;
-        }
+        } else
+                c->compression_level = resolve_level(c->compressor, 0);
         if (n_policies > 0) {
                 c->policies = calloc(n_policies, sizeof(struct zsw_policy));
                 if (!c->policies)
@@ -838,7 +839,7 @@ static void write_list(FILE *f, const char *key, char *const *l) {
 
 static void write_level(FILE *f, enum zsw_compressor comp, int level) {
         fprintf(f, "Compressor=%s\n", compressor_names[comp]);
-        if (comp == ZSW_COMPRESSOR_ZSTD)
+        if (comp == ZSW_COMPRESSOR_ZSTD || level != ZSW_LZ4_LEVEL_DEFAULT)
                 fprintf(f, "CompressionLevel=%d\n", level);
 }
 

@@ -87,7 +87,7 @@ struct zsw_policy {
         /* [Policy] */
         bool enabled;
         enum zsw_compressor compressor;
-        int compression_level;          /* zstd 1..19; 0 with lz4 */
+        int compression_level;          /* lz4 1..12, zstd 1..19 (compress.h) */
         struct zsw_limit memory_budget; /* bytes or of the group's use */
         struct zsw_pressure pressure;
         uint64_t min_cold_age_usec;
@@ -100,8 +100,7 @@ struct zsw_policy {
 };
 
 #define ZSW_PREFETCH_MAX 64u
-#define ZSW_ZSTD_LEVEL_MIN 1
-#define ZSW_ZSTD_LEVEL_MAX 19
+#define ZSW_LEVEL_MIN 1
 /* A policy that names no compressor inherits the global one. */
 #define ZSW_COMPRESSOR_INHERIT ((enum zsw_compressor) - 1)
 

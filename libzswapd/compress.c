@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <lz4.h>
+#include <lz4hc.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,35 +47,59 @@ struct zsw_decompress_ctx {
 
 /* ---- lz4 ---------------------------------------------------------------- */
 
+/* LZ4HC's state is 256 KiB: made on the first batch at a level above 1. */
+struct lz4_state {
+        LZ4_stream_t fast;
+        LZ4_streamHC_t *hc;
+};
+
 static int lz4_state_new(int level, void **ret) {
         /* LZ4_stream_t is a documented, statically sized union. */
-        LZ4_stream_t *s = malloc(sizeof(LZ4_stream_t));
+        struct lz4_state *s = calloc(1, sizeof(*s));
 
         if (!s)
                 return -ENOMEM;
-        LZ4_initStream(s, sizeof(*s));
+        LZ4_initStream(&s->fast, sizeof(s->fast));
         *ret = s;
         return 0;
 }
 
 static void lz4_state_free(void *state) {
-        free(state);
+        struct lz4_state *s = state;
+
+        if (s)
+                free(s->hc);
+        free(s);
 }
 
 static int lz4_compress_batch(void *state, int level, const void *const *src, void *const *dst,
                               size_t n, uint32_t max_len, uint32_t *ret_lens) {
+        struct lz4_state *s = state;
         int done = 0;
 
+        if (level > ZSW_LZ4_LEVEL_DEFAULT && !s->hc) {
+                s->hc = malloc(sizeof(*s->hc));
+                if (!s->hc)
+                        return -ENOMEM;
+                LZ4_initStreamHC(s->hc, sizeof(*s->hc));
+        }
         for (size_t i = 0; i < n; i++) {
                 int r;
 
                 /* A fast reset keeps the hash table and only moves its base:
-                 * LZ4_compress_fast_extState would clear 16 KiB per page,
-                 * a sizeable share of compressing 4 KiB. Without a
-                 * dictionary the output is plain LZ4 block data. */
-                LZ4_resetStream_fast(state);
-                r = LZ4_compress_fast_continue(state, src[i], dst[i], ZSW_PAGE_SIZE, (int) max_len,
-                                               1);
+                 * a full one would clear 16 KiB (256 KiB for LZ4HC) per
+                 * page, a sizeable share of compressing 4 KiB. Without a
+                 * dictionary the output is plain LZ4 block data, which
+                 * both modes share: LZ4HC costs only the store. */
+                if (level > ZSW_LZ4_LEVEL_DEFAULT) {
+                        LZ4_resetStreamHC_fast(s->hc, level);
+                        r = LZ4_compress_HC_continue(s->hc, src[i], dst[i], ZSW_PAGE_SIZE,
+                                                     (int) max_len);
+                } else {
+                        LZ4_resetStream_fast(&s->fast);
+                        r = LZ4_compress_fast_continue(&s->fast, src[i], dst[i], ZSW_PAGE_SIZE,
+                                                       (int) max_len, 1);
+                }
                 ret_lens[i] = r > 0 ? (uint32_t) r : 0;
                 done += r > 0;
         }
@@ -176,12 +201,20 @@ int zsw_compressor_from_string(const char *s) {
         return -EINVAL;
 }
 
-static int level_check(enum zsw_compressor c, int level) {
-        if (level == 0)
-                return ZSW_ZSTD_LEVEL_DEFAULT;
-        if (c == ZSW_COMPRESSOR_ZSTD && (level < 1 || level > ZSTD_maxCLevel()))
+int zsw_compress_level(enum zsw_compressor c, int level) {
+        switch (c) {
+        case ZSW_COMPRESSOR_LZ4:
+                if (level == 0)
+                        return ZSW_LZ4_LEVEL_DEFAULT;
+                return level >= 1 && level <= ZSW_LZ4_LEVEL_MAX ? level : -EINVAL;
+        case ZSW_COMPRESSOR_ZSTD:
+                if (level == 0)
+                        return ZSW_ZSTD_LEVEL_DEFAULT;
+                return level >= 1 && level <= MIN(ZSTD_maxCLevel(), ZSW_ZSTD_LEVEL_MAX) ? level
+                                                                                        : -EINVAL;
+        default:
                 return -EINVAL;
-        return level;
+        }
 }
 
 int zsw_compress_ctx_new(enum zsw_compressor c, int level, struct zsw_compress_ctx **ret) {
@@ -190,7 +223,7 @@ int zsw_compress_ctx_new(enum zsw_compressor c, int level, struct zsw_compress_c
 
         if ((unsigned) c >= _ZSW_COMPRESSOR_MAX)
                 return -EINVAL;
-        level = level_check(c, level);
+        level = zsw_compress_level(c, level);
         if (level < 0)
                 return level;
 
@@ -222,7 +255,7 @@ enum zsw_compressor zsw_compress_ctx_compressor(const struct zsw_compress_ctx *c
 }
 
 int zsw_compress_ctx_set_level(struct zsw_compress_ctx *ctx, int level) {
-        level = level_check(ctx->compressor, level);
+        level = zsw_compress_level(ctx->compressor, level);
         if (level < 0)
                 return level;
         ctx->level = level;

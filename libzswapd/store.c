@@ -1350,8 +1350,7 @@ int zsw_store_owner_new(struct zsw_store *s, const struct zsw_owner_config *conf
         if (r < 0)
                 return r;
         zsw_compress_ctx_free(probe);
-        if (cfg.level == 0)
-                cfg.level = ZSW_ZSTD_LEVEL_DEFAULT;
+        cfg.level = zsw_compress_level(cfg.compressor, cfg.level);
 
         r = zsw_lru_new(&lru);
         if (r < 0)

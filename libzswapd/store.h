@@ -100,7 +100,7 @@ struct zsw_store_config {
 
 struct zsw_owner_config {
         enum zsw_compressor compressor;
-        int level; /* zstd level, 0 for ZSW_ZSTD_LEVEL_DEFAULT */
+        int level; /* the compressor's level, 0 for its default (compress.h) */
         /* Limit of pages kept in the pool (stored pages neither
          * same-filled nor written back; the analogue of memory.zswap.max),
          * 0 for none. At the limit,

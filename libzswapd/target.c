@@ -93,8 +93,11 @@ int target_configure(struct zsw_target *t, const struct target_defaults *d,
                         tc->max_pool_bytes ? MAX(tc->max_pool_bytes / ZSW_PAGE_SIZE, 1u) : 0;
                 t->owner_config.no_writeback = tc->no_writeback;
         }
+        level = zsw_compress_level((enum zsw_compressor) c, level);
+        if (level < 0)
+                return level;
         t->owner_config.compressor = (enum zsw_compressor) c;
-        t->owner_config.level = c == ZSW_COMPRESSOR_ZSTD ? (level ?: ZSW_ZSTD_LEVEL_DEFAULT) : 0;
+        t->owner_config.level = level;
         return 0;
 }
 

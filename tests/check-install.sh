@@ -54,11 +54,9 @@ exec_start=$(sed -n 's/^ExecStart=//p' "$dest$units")
 # The daemon reads the directory the config went to...
 "$dest$sbindir/zswapd" --help | grep -qF "(default $confdir)" ||
         fail "zswapd does not read $confdir: $("$dest$sbindir/zswapd" --help | grep -A1 config)"
-# ...and every default in it, uncommented, is accepted (CompressionLevel=
-# only goes with zstd).
+# ...and every default in it, uncommented, is accepted.
 mkdir "$dest/conf"
-sed -e 's/^#\([A-Z][A-Za-z]*=\)/\1/' -e '/^CompressionLevel=/d' "$dest$confdir/zswapd.conf" \
-        > "$dest/conf/zswapd.conf"
+sed -e 's/^#\([A-Z][A-Za-z]*=\)/\1/' "$dest$confdir/zswapd.conf" > "$dest/conf/zswapd.conf"
 [ "$(grep -c '^[A-Z][A-Za-z]*=' "$dest/conf/zswapd.conf")" -ge 10 ] || fail "too few defaults in zswapd.conf"
 # Until it says it listens, or exits: however long a loaded machine takes
 # to start it (a minute bounds a daemon that hangs), not a fixed time.

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Compressor backends: round trips on real pages for both algorithms, the
+/* Compressor backends: round trips on real pages for both algorithms and
+ * lz4's LZ4HC levels, the
  * incompressible limit, one decompression context for both algorithms,
  * corrupt input, and argument checks. */
 #include <zstd.h>
@@ -62,6 +63,48 @@ TEST(lz4_roundtrip) {
         roundtrip(ZSW_COMPRESSOR_LZ4, 0);
 }
 
+/* Levels above 1 are LZ4HC's: smaller output for the same decoder, and a
+ * context that changes levels gives each page what a fresh one gives. */
+TEST(lz4_levels) {
+        static uint8_t again[ZSW_PAGE_SIZE];
+        struct zsw_compress_ctx *ctx = NULL, *fresh = NULL;
+        const void *src[NPAGES];
+        void *dst[NPAGES];
+        uint32_t lens[NPAGES], len;
+        uint64_t total[2] = {};
+        const int levels[] = { 1, 9, 1, 2, 12 };
+
+        roundtrip(ZSW_COMPRESSOR_LZ4, 2);
+        roundtrip(ZSW_COMPRESSOR_LZ4, 12);
+        ASSERT_OK(zsw_compress_ctx_new(ZSW_COMPRESSOR_LZ4, 1, &ctx));
+        for (int i = 0; i < NPAGES; i++) {
+                src[i] = pages[i];
+                dst[i] = out[i];
+        }
+        for (size_t k = 0; k < ARRAY_SIZE(levels); k++) {
+                ASSERT_OK(zsw_compress_ctx_set_level(ctx, levels[k]));
+                ASSERT_GT(zsw_compress_batch(ctx, src, dst, NPAGES, ZSW_PAGE_SIZE, lens), 0);
+                ASSERT_OK(zsw_compress_ctx_new(ZSW_COMPRESSOR_LZ4, levels[k], &fresh));
+                for (int i = 0; i < NPAGES; i++) {
+                        const void *one = pages[i];
+                        void *to = again;
+
+                        ASSERT_GE(zsw_compress_batch(fresh, &one, &to, 1, ZSW_PAGE_SIZE, &len), 0);
+                        ASSERT_EQ_U(len, lens[i]);
+                        ASSERT_MEMEQ(again, out[i], len);
+                        total[levels[k] > 1] += lens[i] ?: ZSW_PAGE_SIZE;
+                }
+                fresh = zsw_compress_ctx_free(fresh);
+        }
+        /* Two passes at level 1, three above it. */
+        ASSERT_LT(total[1] / 3, total[0] / 2);
+        ASSERT_ERRNO(zsw_compress_ctx_set_level(ctx, 13), EINVAL);
+        ASSERT_EQ(zsw_compress_level(ZSW_COMPRESSOR_LZ4, 0), 1);
+        ASSERT_EQ(zsw_compress_level(ZSW_COMPRESSOR_ZSTD, 0), 3);
+        ASSERT_ERRNO(zsw_compress_level(ZSW_COMPRESSOR_LZ4, -1), EINVAL);
+        zsw_compress_ctx_free(ctx);
+}
+
 TEST(zstd_roundtrip_levels) {
         roundtrip(ZSW_COMPRESSOR_ZSTD, 1);
         roundtrip(ZSW_COMPRESSOR_ZSTD, 3);
@@ -86,13 +129,15 @@ TEST(limit_reports_incompressible) {
 
         make_incompressible(noise);
         ASSERT_OK(zsw_decompress_ctx_new(&dctx));
-        for (unsigned c = 0; c < _ZSW_COMPRESSOR_MAX; c++) {
+        for (unsigned k = 0; k < 3; k++) {
+                /* lz4, LZ4HC, zstd */
+                enum zsw_compressor c = k < 2 ? ZSW_COMPRESSOR_LZ4 : ZSW_COMPRESSOR_ZSTD;
                 struct zsw_compress_ctx *ctx = NULL;
                 const void *src[3] = { pages[0], noise, pages[1] };
                 void *dst[3] = { out[0], out[1], out[2] };
                 uint32_t lens[3], full[3];
 
-                ASSERT_OK(zsw_compress_ctx_new(c, 0, &ctx));
+                ASSERT_OK(zsw_compress_ctx_new(c, k == 1 ? 9 : 0, &ctx));
                 ASSERT_EQ(zsw_compress_batch(ctx, src, dst, 3, ZSW_PAGE_SIZE, full), 2);
                 ASSERT_EQ_U(full[1], 0);
                 ASSERT_GT(full[0], 0);

@@ -77,7 +77,7 @@ TEST(defaults_without_any_file) {
         ASSERT_STREQ(c->socket_path, "/run/zswapd/zswapd.sock");
         ASSERT_EQ(c->log_level, LOG_INFO);
         ASSERT_EQ(c->compressor, ZSW_COMPRESSOR_LZ4);
-        ASSERT_EQ(c->compression_level, 0);
+        ASSERT_EQ(c->compression_level, 1);
         ASSERT_EQ(c->incompressible, ZSW_INCOMPRESSIBLE_REJECT);
         ASSERT_EQ(c->pool_limit.kind, ZSW_LIMIT_RELATIVE);
         ASSERT_EQ(c->pool_limit.value, 2000);
@@ -222,7 +222,12 @@ TEST(policy_defaults_and_inheritance) {
         ASSERT_OK(load("[Store]\nCompressor=zstd\nCompressionLevel=5\n",
                        MATCH "[Policy]\nCompressor=lz4\n", &c));
         ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_LZ4);
-        ASSERT_EQ(c->policies[0].compression_level, 0);
+        ASSERT_EQ(c->policies[0].compression_level, 1);
+        c = config_free(c);
+        /* lz4's levels above 1 are LZ4HC's. */
+        ASSERT_OK(load("[Store]\nCompressionLevel=4\n", MATCH "[Policy]\nCompressor=lz4\n", &c));
+        ASSERT_EQ(c->compression_level, 4);
+        ASSERT_EQ(c->policies[0].compression_level, 4);
 }
 
 TEST(syntax) {
@@ -507,9 +512,9 @@ TEST(global_value_errors) {
                 "path longer than 107 bytes");
         assert_global_error("[Store]\nIncompressible=drop\n", GLOBAL_PATH
                             ":2: Incompressible=drop: unknown value (use reject, keep)");
-        assert_global_error("[Store]\nCompressionLevel=5\nCompressor=lz4\n",
-                            GLOBAL_PATH ":2: CompressionLevel=5: lz4 has no compression levels "
-                                        "(set Compressor=zstd or drop this key)");
+        assert_global_error("[Store]\nCompressionLevel=13\nCompressor=lz4\n",
+                            GLOBAL_PATH ":2: CompressionLevel=13: lz4 levels are 1 to 12 "
+                                        "(set Compressor=zstd for up to 19)");
         assert_global_error("[Pool]\nLimit=0%\n",
                             GLOBAL_PATH ":2: Limit=0%: must be greater than 0");
         assert_global_error("[Pool]\nLimit=infinity\n",
@@ -525,9 +530,9 @@ TEST(global_value_errors) {
                 "[Writeback]\nSwapfile=/var/a\\b\n", GLOBAL_PATH
                 ":2: Swapfile=/var/a\\b: path contains control characters, quotes or backslashes");
         /* The level a policy sets is checked against the compressor it inherits. */
-        ASSERT_LOAD_FAILS(NULL, MATCH "[Policy]\nCompressionLevel=4\n",
-                          POLICY_PATH ":4: CompressionLevel=4: lz4 has no compression levels (set "
-                                      "Compressor=zstd or drop this key)");
+        ASSERT_LOAD_FAILS(NULL, MATCH "[Policy]\nCompressionLevel=14\n",
+                          POLICY_PATH ":4: CompressionLevel=14: lz4 levels are 1 to 12 (set "
+                                      "Compressor=zstd for up to 19)");
 }
 
 TEST(every_error_is_reported) {

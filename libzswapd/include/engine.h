@@ -25,7 +25,7 @@ struct zsw_engine;
 
 struct zsw_engine_config {
         const char *compressor;     /* "lz4" (default when NULL) or "zstd" */
-        int compression_level;      /* zstd level; 0 = library default */
+        int compression_level;      /* 0: the compressor's default (compress.h) */
         bool reject_incompressible; /* refuse pages that do not shrink */
         unsigned prefetch_window;   /* pages brought back around a fault, 0 = off */
         unsigned zero_window;       /* see struct zsw_target_config (target.h) */

@@ -17,8 +17,8 @@
  * the engine follows inherit their parent's. */
 struct zsw_target_config {
         const char *compressor;   /* "lz4" or "zstd"; NULL: the engine's */
-        int compression_level;    /* zstd level; 0: the engine's for its own
-                                         * compressor, else the library default */
+        int compression_level;    /* 0: the engine's for its own compressor,
+                                   * else that compressor's default */
         unsigned prefetch_window; /* pages brought back around a fault, 0 = off */
         /* A first touch of a page we never took is zero-filled together
          * with up to this many pages after it (0: that page alone; at
@@ -104,7 +104,7 @@ struct zsw_target_stats {
         uint64_t refused_reclaim_fail;
         /* Its settings (struct zsw_target_config, as applied). */
         const char *compressor; /* static string */
-        int compression_level;  /* 0 with lz4 */
+        int compression_level;  /* as resolved (compress.h) */
         unsigned prefetch_window;
         unsigned prefetch_window_now; /* as recent prefetches paid */
         unsigned zero_window;
