@@ -378,7 +378,7 @@ static void dispatch_buffer(const char *line) {
                 /* Everything this command touches is back now; after the
                  * byte, only the buffer walk touches memory, never a
                  * syscall that would see EFAULT where a thread sees SIGBUS. */
-                char c;
+                char c = 0; /* written here: the kernel's read(2) finds it present */
 
                 reply("ok waiting");
                 if (read(STDIN_FILENO, &c, 1) != 1)
