@@ -709,6 +709,7 @@ static int parse_global(struct zsw_config *c, const struct zsw_config_source *sr
         if (r < 0)
                 return r;
         check_level(&p, c->compressor, c->compression_level);
+        c->compression_level_set = c->compression_level != 0;
         c->compression_level = resolve_level(c->compressor, c->compression_level);
         *n_errors += p.ctx.n_errors;
         return 0;
@@ -763,12 +764,16 @@ static int parse_policy(struct zsw_config *c, struct zsw_policy *pol,
                 conf_error(
                         &p.ctx,
                         "policy has no [Match] condition (set Unit=, CgroupPath= or Executable=)");
-        /* The global level carries over as long as the compressor does. */
+        /* A global level carries over as long as the compressor does. */
         if (pol->compressor == ZSW_COMPRESSOR_INHERIT)
                 pol->compressor = c->compressor;
-        if (pol->compressor == c->compressor && pol->compression_level == 0)
+        if (pol->compressor == c->compressor && pol->compression_level == 0 &&
+            c->compression_level_set)
                 pol->compression_level = c->compression_level;
         check_level(&p, pol->compressor, pol->compression_level);
+        if (pol->compression_level == 0 && pol->compressor == ZSW_COMPRESSOR_LZ4 &&
+            pol->memory_budget.kind == ZSW_LIMIT_NONE)
+                pol->compression_level = ZSW_LZ4_LEVEL_BY_AGE;
         pol->compression_level = resolve_level(pol->compressor, pol->compression_level);
         if (pol->pressure.window_usec == 0)
                 pol->pressure = c->pressure;

@@ -101,6 +101,10 @@ struct zsw_policy {
 
 #define ZSW_PREFETCH_MAX 64u
 #define ZSW_LEVEL_MIN 1
+/* lz4's level for a policy without MemoryBudget= that names none: its
+ * pages go by age at a capped rate, so there is time to compress harder
+ * (LZ4HC); a budget's faults may wait for the room a reclaim makes. */
+#define ZSW_LZ4_LEVEL_BY_AGE 2
 /* A policy that names no compressor inherits the global one. */
 #define ZSW_COMPRESSOR_INHERIT ((enum zsw_compressor) - 1)
 
@@ -111,7 +115,8 @@ struct zsw_config {
 
         /* [Store] */
         enum zsw_compressor compressor;
-        int compression_level; /* zstd 1..19; 0 with lz4 */
+        int compression_level;      /* lz4 1..12, zstd 1..19 (compress.h) */
+        bool compression_level_set; /* CompressionLevel= given: policies inherit it */
         enum zsw_incompressible incompressible;
 
         /* [Pool] */

@@ -222,12 +222,24 @@ TEST(policy_defaults_and_inheritance) {
         ASSERT_OK(load("[Store]\nCompressor=zstd\nCompressionLevel=5\n",
                        MATCH "[Policy]\nCompressor=lz4\n", &c));
         ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_LZ4);
-        ASSERT_EQ(c->policies[0].compression_level, 1);
+        ASSERT_EQ(c->policies[0].compression_level, 2); /* no budget: below */
         c = config_free(c);
         /* lz4's levels above 1 are LZ4HC's. */
         ASSERT_OK(load("[Store]\nCompressionLevel=4\n", MATCH "[Policy]\nCompressor=lz4\n", &c));
         ASSERT_EQ(c->compression_level, 4);
         ASSERT_EQ(c->policies[0].compression_level, 4);
+        c = config_free(c);
+        /* Unless a level is set, lz4 compresses harder for pages taken by
+         * age than for a budget, whose faults may wait for a reclaim. */
+        ASSERT_OK(load(NULL, MATCH "[Policy]\nMinColdAge=1m\n", &c));
+        ASSERT_EQ(c->compression_level, 1);
+        ASSERT_EQ(c->policies[0].compression_level, 2);
+        c = config_free(c);
+        ASSERT_OK(load(NULL, MATCH "[Policy]\nMemoryBudget=1G\n", &c));
+        ASSERT_EQ(c->policies[0].compression_level, 1);
+        c = config_free(c);
+        ASSERT_OK(load("[Store]\nCompressionLevel=1\n", MATCH "[Policy]\nMinColdAge=1m\n", &c));
+        ASSERT_EQ(c->policies[0].compression_level, 1);
 }
 
 TEST(syntax) {
