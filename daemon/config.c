@@ -842,9 +842,10 @@ static void write_list(FILE *f, const char *key, char *const *l) {
         fputc('\n', f);
 }
 
-static void write_level(FILE *f, enum zsw_compressor comp, int level) {
+/* A level left out reads back as the default it was resolved from. */
+static void write_level(FILE *f, enum zsw_compressor comp, int level, bool set) {
         fprintf(f, "Compressor=%s\n", compressor_names[comp]);
-        if (comp == ZSW_COMPRESSOR_ZSTD || level != ZSW_LZ4_LEVEL_DEFAULT)
+        if (set)
                 fprintf(f, "CompressionLevel=%d\n", level);
 }
 
@@ -860,7 +861,7 @@ int config_dump_global(const struct zsw_config *c, FILE *f) {
         fputs("[Daemon]\nSocket=", f);
         write_word(f, c->socket_path);
         fprintf(f, "\nLogLevel=%s\n\n[Store]\n", log_level_names[c->log_level]);
-        write_level(f, c->compressor, c->compression_level);
+        write_level(f, c->compressor, c->compression_level, c->compression_level_set);
         fprintf(f, "Incompressible=%s\n\n", incompressible_names[c->incompressible]);
         fprintf(f, "[Pool]\nLimit=%s\nAcceptThreshold=%u%%\n\n",
                 conf_format_limit(b, &c->pool_limit, 0), c->accept_threshold);
@@ -879,7 +880,7 @@ int policy_dump(const struct zsw_policy *p, FILE *f) {
         write_list(f, "CgroupPath", p->cgroup_paths);
         write_list(f, "Executable", p->executables);
         fprintf(f, "\n[Policy]\nEnabled=%s\n", p->enabled ? "yes" : "no");
-        write_level(f, p->compressor, p->compression_level);
+        write_level(f, p->compressor, p->compression_level, true);
         fprintf(f, "MemoryBudget=%s\n", conf_format_limit(b, &p->memory_budget, 0));
         fprintf(f, "PressureThreshold=%s\n", conf_format_pressure(b, &p->pressure));
         fprintf(f, "MinColdAge=%s\n", conf_format_timespan(b, p->min_cold_age_usec));

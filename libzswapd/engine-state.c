@@ -536,9 +536,13 @@ static bool load_same_process(const struct state_target *st, int *ret_pidfd) {
 static int load_target(struct zsw_engine *e, struct reader *rd, struct zsw_target **made, size_t i,
                        const struct state_target *st) {
         struct zsw_target *t;
-        int r;
+        int r, level;
 
         if (st->family > i || st->compressor >= _ZSW_COMPRESSOR_MAX)
+                return -EPROTO;
+        /* lz4's level was 0 before lz4 had levels. */
+        level = zsw_compress_level(st->compressor, st->level);
+        if (level < 0)
                 return -EPROTO;
         t = target_new(st->pid, e->log);
         if (!t)
@@ -546,7 +550,7 @@ static int load_target(struct zsw_engine *e, struct reader *rd, struct zsw_targe
         made[i] = t;
         t->owner_config = (struct zsw_owner_config) {
                 .compressor = st->compressor,
-                .level = st->level,
+                .level = level,
                 .max_pages = st->max_pages,
                 .no_writeback = st->no_writeback,
         };

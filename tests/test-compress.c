@@ -63,14 +63,16 @@ TEST(lz4_roundtrip) {
         roundtrip(ZSW_COMPRESSOR_LZ4, 0);
 }
 
-/* Levels above 1 are LZ4HC's: smaller output for the same decoder, and a
- * context that changes levels gives each page what a fresh one gives. */
+/* Levels above 1 are LZ4HC's: smaller output for the same decoder. A
+ * context that changes levels still makes every page a block of its own
+ * (the tables it keeps change which matches it finds, never what a block
+ * needs to decode). */
 TEST(lz4_levels) {
-        static uint8_t again[ZSW_PAGE_SIZE];
-        struct zsw_compress_ctx *ctx = NULL, *fresh = NULL;
+        struct zsw_compress_ctx *ctx = NULL;
+        struct zsw_decompress_ctx *dctx = NULL;
         const void *src[NPAGES];
         void *dst[NPAGES];
-        uint32_t lens[NPAGES], len;
+        uint32_t lens[NPAGES];
         uint64_t total[2] = {};
         const int levels[] = { 1, 9, 1, 2, 12 };
 
@@ -84,17 +86,17 @@ TEST(lz4_levels) {
         for (size_t k = 0; k < ARRAY_SIZE(levels); k++) {
                 ASSERT_OK(zsw_compress_ctx_set_level(ctx, levels[k]));
                 ASSERT_GT(zsw_compress_batch(ctx, src, dst, NPAGES, ZSW_PAGE_SIZE, lens), 0);
-                ASSERT_OK(zsw_compress_ctx_new(ZSW_COMPRESSOR_LZ4, levels[k], &fresh));
                 for (int i = 0; i < NPAGES; i++) {
-                        const void *one = pages[i];
-                        void *to = again;
-
-                        ASSERT_GE(zsw_compress_batch(fresh, &one, &to, 1, ZSW_PAGE_SIZE, &len), 0);
-                        ASSERT_EQ_U(len, lens[i]);
-                        ASSERT_MEMEQ(again, out[i], len);
                         total[levels[k] > 1] += lens[i] ?: ZSW_PAGE_SIZE;
+                        if (lens[i] == 0)
+                                continue;
+                        /* A new decoder each time: no history at all. */
+                        ASSERT_OK(zsw_decompress_ctx_new(&dctx));
+                        memset(back, 0xaa, sizeof(back));
+                        ASSERT_OK(zsw_decompress(dctx, ZSW_COMPRESSOR_LZ4, out[i], lens[i], back));
+                        ASSERT_MEMEQ(back, pages[i], ZSW_PAGE_SIZE);
+                        dctx = zsw_decompress_ctx_free(dctx);
                 }
-                fresh = zsw_compress_ctx_free(fresh);
         }
         /* Two passes at level 1, three above it. */
         ASSERT_LT(total[1] / 3, total[0] / 2);

@@ -1115,6 +1115,33 @@ TEST(dump_parses_back_to_the_same) {
         ASSERT_TRUE(strstr(all, "# Policy test (" POLICY_PATH ")\n[Match]\n"));
 }
 
+/* lz4 level 1 where a policy's default is 2: set in [Store] or in the
+ * policy, it stays 1 through a dump and back. */
+TEST(lz4_levels_dump_back) {
+        static const char *const cases[][2] = {
+                { "[Store]\nCompressionLevel=1\n", MATCH "[Policy]\nMinColdAge=1m\n" },
+                { NULL, MATCH "[Policy]\nCompressionLevel=1\n" },
+                { NULL, MATCH "[Policy]\nMinColdAge=1m\n" },
+        };
+        const int want[] = { 1, 1, 2 };
+
+        for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+                _cleanup_(config_freep) struct zsw_config *c = NULL, *c2 = NULL;
+                _cleanup_free_ char *g1 = NULL, *p1 = NULL, *g2 = NULL, *p2 = NULL;
+
+                ASSERT_OK(load(cases[i][0], cases[i][1], &c));
+                ASSERT_EQ(c->policies[0].compression_level, want[i]);
+                g1 = dump_to_string((int (*)(const void *, FILE *)) config_dump_global, c);
+                p1 = dump_to_string((int (*)(const void *, FILE *)) policy_dump, &c->policies[0]);
+                ASSERT_OK(load(g1, p1, &c2));
+                ASSERT_EQ(c2->policies[0].compression_level, want[i]);
+                g2 = dump_to_string((int (*)(const void *, FILE *)) config_dump_global, c2);
+                p2 = dump_to_string((int (*)(const void *, FILE *)) policy_dump, &c2->policies[0]);
+                ASSERT_STREQ(g1, g2);
+                ASSERT_STREQ(p1, p2);
+        }
+}
+
 TEST(limit_resolve) {
         struct zsw_limit none = { ZSW_LIMIT_NONE, 0 }, abs = { ZSW_LIMIT_ABSOLUTE, 4096 },
                          rel = { ZSW_LIMIT_RELATIVE, 2500 };

@@ -12,6 +12,7 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 
 #include "engine.h"
 #include "test.h"
@@ -133,15 +134,18 @@ static void sanitizers_leave_sigbus(void) {
 
 /* Waits until pid's (only) thread sits in read(2) on its stdin. */
 static void wait_reading_stdin(pid_t pid) {
-        char path[64], line[256];
+        char path[64], line[256] = "";
 
         snprintf(path, sizeof(path), "/proc/%d/syscall", (int) pid);
         for (int i = 0; i < 60 * 1000; i++) {
                 FILE *f = fopen(path, "re");
+                long nr = -1;
+                unsigned long fd = 1;
                 bool reading;
 
                 ASSERT_TRUE(f);
-                reading = fgets(line, sizeof(line), f) && strncmp(line, "0 0x0 ", 6) == 0;
+                reading = fgets(line, sizeof(line), f) &&
+                          sscanf(line, "%ld 0x%lx", &nr, &fd) == 2 && nr == SYS_read && fd == 0;
                 fclose(f);
                 if (reading)
                         return;
