@@ -682,8 +682,12 @@ static int check_level(struct parser *p, enum zsw_compressor comp, int level) {
         p->ctx.line = p->key_lines[i];
         p->ctx.key = "CompressionLevel";
         p->ctx.value = value;
-        conf_error(&p->ctx, "%s levels are 1 to %d (set Compressor=zstd for up to %d)",
-                   compressor_names[comp], ZSW_LZ4_LEVEL_MAX, ZSW_ZSTD_LEVEL_MAX);
+        if (comp == ZSW_COMPRESSOR_LZ4)
+                conf_error(&p->ctx, "lz4 levels are 1 to %d (set Compressor=zstd for up to %d)",
+                           ZSW_LZ4_LEVEL_MAX, ZSW_ZSTD_LEVEL_MAX);
+        else
+                conf_error(&p->ctx, "%s levels are 1 to %d", compressor_names[comp],
+                           ZSW_ZSTD_LEVEL_MAX);
         p->ctx.key = p->ctx.value = NULL;
         return -EINVAL;
 }

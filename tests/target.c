@@ -367,22 +367,18 @@ static void dispatch_buffer(const char *line) {
         size_t good = 0, bad = 0;
         ssize_t first_bad;
 
-        if (strcmp(cmd, "verify") == 0) {
-                pthread_mutex_lock(&lock);
-                count_pages(&good, &bad, &first_bad);
-                pthread_mutex_unlock(&lock);
-                reply("ok good=%zu bad=%zu first_bad=%zd", good, bad, first_bad);
-                return;
-        }
-        if (strcmp(cmd, "verify-on-byte") == 0) {
-                /* Everything this command touches is back now; after the
-                 * byte, only the buffer walk touches memory, never a
-                 * syscall that would see EFAULT where a thread sees SIGBUS. */
-                char c = 0; /* written here: the kernel's read(2) finds it present */
+        if (strcmp(cmd, "verify") == 0 || strcmp(cmd, "verify-on-byte") == 0) {
+                if (strcmp(cmd, "verify-on-byte") == 0) {
+                        /* After the byte only the buffer walk touches
+                         * memory, never a syscall that would get EFAULT
+                         * where a thread gets SIGBUS. c is written here, so
+                         * the kernel's read(2) finds it present. */
+                        char c = 0;
 
-                reply("ok waiting");
-                if (read(STDIN_FILENO, &c, 1) != 1)
-                        exit(EXIT_FAILURE);
+                        reply("ok waiting");
+                        if (read(STDIN_FILENO, &c, 1) != 1)
+                                exit(EXIT_FAILURE);
+                }
                 pthread_mutex_lock(&lock);
                 count_pages(&good, &bad, &first_bad);
                 pthread_mutex_unlock(&lock);
