@@ -29,8 +29,10 @@
 static const struct zsw_config global_defaults = {
         .socket_path = (char *) DEFAULT_SOCKET,
         .log_level = LOG_INFO,
-        .compressor = ZSW_COMPRESSOR_LZ4,
+        /* Resolved to ZSW_COMPRESSOR_DEFAULT once read (compressor_set). */
+        .compressor = ZSW_COMPRESSOR_INHERIT,
         .incompressible = ZSW_INCOMPRESSIBLE_REJECT,
+        .dictionaries = true,
         /* zswap's own default, max_pool_percent=20. */
         .pool_limit = { ZSW_LIMIT_RELATIVE, 20 * 100 },
         .accept_threshold = 90,
@@ -346,6 +348,7 @@ static const struct key_def global_keys[] = {
         G("Store", "Compressor", assign_compressor, compressor, FIELD_PLAIN, 0),
         G("Store", "CompressionLevel", assign_level, compression_level, FIELD_PLAIN, 0),
         G("Store", "Incompressible", assign_incompressible, incompressible, FIELD_PLAIN, 0),
+        G("Store", "Dictionaries", assign_bool, dictionaries, FIELD_PLAIN, 0),
         G("Pool", "Limit", assign_limit, pool_limit, FIELD_PLAIN, LIMIT_PERCENT | LIMIT_NONZERO),
         G("Pool", "AcceptThreshold", assign_percent, accept_threshold, FIELD_PLAIN, 0),
         G("Writeback", "Enabled", assign_bool, writeback, FIELD_PLAIN, 0),
@@ -698,6 +701,13 @@ static int resolve_level(enum zsw_compressor comp, int level) {
         return r < 0 ? level : r;
 }
 
+/* What the global settings leave unset once read. */
+static void global_resolve(struct zsw_config *c) {
+        c->compressor_set = c->compressor != ZSW_COMPRESSOR_INHERIT;
+        if (!c->compressor_set)
+                c->compressor = ZSW_COMPRESSOR_DEFAULT;
+}
+
 static int parse_global(struct zsw_config *c, const struct zsw_config_source *src,
                         const struct zsw_log *log, unsigned *n_errors) {
         struct parser p = {
@@ -712,6 +722,7 @@ static int parse_global(struct zsw_config *c, const struct zsw_config_source *sr
         r = parse_text(&p, src->text, src->size);
         if (r < 0)
                 return r;
+        global_resolve(c);
         check_level(&p, c->compressor, c->compression_level);
         c->compression_level_set = c->compression_level != 0;
         c->compression_level = resolve_level(c->compressor, c->compression_level);
@@ -768,16 +779,17 @@ static int parse_policy(struct zsw_config *c, struct zsw_policy *pol,
                 conf_error(
                         &p.ctx,
                         "policy has no [Match] condition (set Unit=, CgroupPath= or Executable=)");
-        /* A global level carries over as long as the compressor does. */
+        /* The global compressor when [Store] names one, else the one for
+         * the policy's mode; a global level carries over as long as the
+         * compressor does. */
         if (pol->compressor == ZSW_COMPRESSOR_INHERIT)
-                pol->compressor = c->compressor;
+                pol->compressor = c->compressor_set || pol->memory_budget.kind != ZSW_LIMIT_NONE
+                                          ? c->compressor
+                                          : ZSW_COMPRESSOR_BY_AGE;
         if (pol->compressor == c->compressor && pol->compression_level == 0 &&
             c->compression_level_set)
                 pol->compression_level = c->compression_level;
         check_level(&p, pol->compressor, pol->compression_level);
-        if (pol->compression_level == 0 && pol->compressor == ZSW_COMPRESSOR_LZ4 &&
-            pol->memory_budget.kind == ZSW_LIMIT_NONE)
-                pol->compression_level = ZSW_LZ4_LEVEL_BY_AGE;
         pol->compression_level = resolve_level(pol->compressor, pol->compression_level);
         if (pol->pressure.window_usec == 0)
                 pol->pressure = c->pressure;
@@ -802,8 +814,10 @@ int config_load_sources(const struct zsw_config_source *global,
                 r = parse_global(c, global, log, &n_errors);
                 if (r < 0)
                         return r;
-        } else
+        } else {
+                global_resolve(c);
                 c->compression_level = resolve_level(c->compressor, 0);
+        }
         if (n_policies > 0) {
                 c->policies = calloc(n_policies, sizeof(struct zsw_policy));
                 if (!c->policies)
@@ -847,8 +861,10 @@ static void write_list(FILE *f, const char *key, char *const *l) {
 }
 
 /* A level left out reads back as the default it was resolved from. */
-static void write_level(FILE *f, enum zsw_compressor comp, int level, bool set) {
-        fprintf(f, "Compressor=%s\n", compressor_names[comp]);
+/* An unset global compressor is written as a comment: read back, it must
+ * stay unset (policies without a budget then take their own). */
+static void write_level(FILE *f, enum zsw_compressor comp, bool comp_set, int level, bool set) {
+        fprintf(f, "%sCompressor=%s\n", comp_set ? "" : "#", compressor_names[comp]);
         if (set)
                 fprintf(f, "CompressionLevel=%d\n", level);
 }
@@ -865,8 +881,10 @@ int config_dump_global(const struct zsw_config *c, FILE *f) {
         fputs("[Daemon]\nSocket=", f);
         write_word(f, c->socket_path);
         fprintf(f, "\nLogLevel=%s\n\n[Store]\n", log_level_names[c->log_level]);
-        write_level(f, c->compressor, c->compression_level, c->compression_level_set);
-        fprintf(f, "Incompressible=%s\n\n", incompressible_names[c->incompressible]);
+        write_level(f, c->compressor, c->compressor_set, c->compression_level,
+                    c->compression_level_set);
+        fprintf(f, "Incompressible=%s\nDictionaries=%s\n\n",
+                incompressible_names[c->incompressible], c->dictionaries ? "yes" : "no");
         fprintf(f, "[Pool]\nLimit=%s\nAcceptThreshold=%u%%\n\n",
                 conf_format_limit(b, &c->pool_limit, 0), c->accept_threshold);
         fprintf(f, "[Writeback]\nEnabled=%s\nSwapfile=", c->writeback ? "yes" : "no");
@@ -884,7 +902,7 @@ int policy_dump(const struct zsw_policy *p, FILE *f) {
         write_list(f, "CgroupPath", p->cgroup_paths);
         write_list(f, "Executable", p->executables);
         fprintf(f, "\n[Policy]\nEnabled=%s\n", p->enabled ? "yes" : "no");
-        write_level(f, p->compressor, p->compression_level, true);
+        write_level(f, p->compressor, true, p->compression_level, true);
         fprintf(f, "MemoryBudget=%s\n", conf_format_limit(b, &p->memory_budget, 0));
         fprintf(f, "PressureThreshold=%s\n", conf_format_pressure(b, &p->pressure));
         fprintf(f, "MinColdAge=%s\n", conf_format_timespan(b, p->min_cold_age_usec));

@@ -101,10 +101,11 @@ struct zsw_policy {
 
 #define ZSW_PREFETCH_MAX 64u
 #define ZSW_LEVEL_MIN 1
-/* lz4's level for a policy without MemoryBudget= that names none: its
- * pages go by age at a capped rate, so there is time to compress harder
- * (LZ4HC); a budget's faults may wait for the room a reclaim makes. */
-#define ZSW_LZ4_LEVEL_BY_AGE 2
+/* The compressor of a policy without MemoryBudget= when neither it nor
+ * [Store] names one: its pages go by age at a capped rate and few come
+ * back, so there is time to compress harder; a budget's faults may wait
+ * for the room a reclaim makes, and every fault decompresses. */
+#define ZSW_COMPRESSOR_BY_AGE ZSW_COMPRESSOR_ZSTD
 /* A policy that names no compressor inherits the global one. */
 #define ZSW_COMPRESSOR_INHERIT ((enum zsw_compressor) - 1)
 
@@ -115,9 +116,11 @@ struct zsw_config {
 
         /* [Store] */
         enum zsw_compressor compressor;
+        bool compressor_set;        /* Compressor= given: policies inherit it */
         int compression_level;      /* lz4 1..12, zstd 1..19 (compress.h) */
         bool compression_level_set; /* CompressionLevel= given: policies inherit it */
         enum zsw_incompressible incompressible;
+        bool dictionaries; /* a compression dictionary per process */
 
         /* [Pool] */
         struct zsw_limit pool_limit; /* bytes or of RAM; never NONE */

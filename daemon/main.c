@@ -758,6 +758,7 @@ static int run(int argc, char *argv[]) {
                 .compressor = zsw_compressor_to_string(config->compressor),
                 .compression_level = config->compression_level,
                 .reject_incompressible = config->incompressible == ZSW_INCOMPRESSIBLE_REJECT,
+                .no_dictionaries = !config->dictionaries,
                 .age_interval_ms = age_interval_ms(config),
                 .log = log_get(),
         };

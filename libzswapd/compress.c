@@ -13,6 +13,8 @@
 #include <errno.h>
 #include <lz4.h>
 #include <lz4hc.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,13 +25,33 @@
 #include "pool.h"
 #include "util.h"
 
+/* The tables of a dictionary are made once and then only read: lz4's
+ * stream is loaded at creation and copied into a context for each page
+ * (LZ4's documented way to reuse a dictionary through its stable API);
+ * zstd's are made on first use, per level for compression. */
+struct zsw_dict {
+        uint8_t *content;
+        size_t len;
+        LZ4_stream_t lz4;
+        pthread_mutex_t lock;                        /* making zstd's tables */
+        void *_Atomic cdict[ZSW_ZSTD_LEVEL_MAX + 1]; /* ZSTD_CDict per level */
+        void *_Atomic ddict;                         /* ZSTD_DDict */
+        _Atomic uint64_t memory;
+};
+
 struct backend {
         const char *name;
         int (*state_new)(int level, void **ret);
         void (*state_free)(void *state);
-        int (*compress_batch)(void *state, int level, const void *const *src, void *const *dst,
-                              size_t n, uint32_t max_len, uint32_t *ret_lens);
-        int (*decompress)(void **dstate, const void *src, uint32_t len, void *dst);
+        /* dict: NULL, or one set_dict accepted for this level. */
+        int (*compress_batch)(void *state, int level, const struct zsw_dict *dict,
+                              const void *const *src, void *const *dst, size_t n, uint32_t max_len,
+                              uint32_t *ret_lens);
+        /* Whether this level compresses with a dictionary (making what it
+         * needs: < 0 on failure). */
+        int (*set_dict)(int level, const struct zsw_dict *dict);
+        int (*decompress)(void **dstate, const struct zsw_dict *dict, const void *src, uint32_t len,
+                          void *dst);
         void (*dstate_free)(void *dstate);
 };
 
@@ -37,6 +59,7 @@ struct zsw_compress_ctx {
         const struct backend *backend;
         enum zsw_compressor compressor;
         int level;
+        const struct zsw_dict *dict; /* used by the next batches, or NULL */
         void *state;
 };
 
@@ -72,8 +95,9 @@ static void lz4_state_free(void *state) {
         free(s);
 }
 
-static int lz4_compress_batch(void *state, int level, const void *const *src, void *const *dst,
-                              size_t n, uint32_t max_len, uint32_t *ret_lens) {
+static int lz4_compress_batch(void *state, int level, const struct zsw_dict *dict,
+                              const void *const *src, void *const *dst, size_t n, uint32_t max_len,
+                              uint32_t *ret_lens) {
         struct lz4_state *s = state;
         int done = 0;
 
@@ -96,7 +120,10 @@ static int lz4_compress_batch(void *state, int level, const void *const *src, vo
                         r = LZ4_compress_HC_continue(s->hc, src[i], dst[i], ZSW_PAGE_SIZE,
                                                      (int) max_len);
                 } else {
-                        LZ4_resetStream_fast(&s->fast);
+                        if (dict)
+                                memcpy(&s->fast, &dict->lz4, sizeof(s->fast));
+                        else
+                                LZ4_resetStream_fast(&s->fast);
                         r = LZ4_compress_fast_continue(&s->fast, src[i], dst[i], ZSW_PAGE_SIZE,
                                                        (int) max_len, 1);
                 }
@@ -106,8 +133,15 @@ static int lz4_compress_batch(void *state, int level, const void *const *src, vo
         return done;
 }
 
-static int lz4_decompress(void **dstate, const void *src, uint32_t len, void *dst) {
-        int r = LZ4_decompress_safe(src, dst, (int) len, ZSW_PAGE_SIZE);
+static int lz4_set_dict(int level, const struct zsw_dict *dict) {
+        return level == ZSW_LZ4_LEVEL_DEFAULT;
+}
+
+static int lz4_decompress(void **dstate, const struct zsw_dict *dict, const void *src, uint32_t len,
+                          void *dst) {
+        int r = dict ? LZ4_decompress_safe_usingDict(src, dst, (int) len, ZSW_PAGE_SIZE,
+                                                     (const char *) dict->content, (int) dict->len)
+                     : LZ4_decompress_safe(src, dst, (int) len, ZSW_PAGE_SIZE);
 
         return r == (int) ZSW_PAGE_SIZE ? 0 : -EBADMSG;
 }
@@ -117,6 +151,7 @@ static const struct backend backend_lz4 = {
         .state_new = lz4_state_new,
         .state_free = lz4_state_free,
         .compress_batch = lz4_compress_batch,
+        .set_dict = lz4_set_dict,
         .decompress = lz4_decompress,
 };
 
@@ -135,14 +170,21 @@ static void zstd_state_free(void *state) {
         ZSTD_freeCCtx(state);
 }
 
-static int zstd_compress_batch(void *state, int level, const void *const *src, void *const *dst,
-                               size_t n, uint32_t max_len, uint32_t *ret_lens) {
+static int zstd_compress_batch(void *state, int level, const struct zsw_dict *dict,
+                               const void *const *src, void *const *dst, size_t n, uint32_t max_len,
+                               uint32_t *ret_lens) {
+        ZSTD_CDict *cdict =
+                dict ? atomic_load_explicit(&dict->cdict[level], memory_order_acquire) : NULL;
         int done = 0;
 
         for (size_t i = 0; i < n; i++) {
-                /* Parameters are derived from the known 4 KiB source size,
-                 * which keeps the tables small and the context warm. */
-                size_t r = ZSTD_compressCCtx(state, dst[i], max_len, src[i], ZSW_PAGE_SIZE, level);
+                /* Parameters are derived from the known 4 KiB source size
+                 * (and the dictionary's), which keeps the tables small and
+                 * the context warm. */
+                size_t r = cdict ? ZSTD_compress_usingCDict(state, dst[i], max_len, src[i],
+                                                            ZSW_PAGE_SIZE, cdict)
+                                 : ZSTD_compressCCtx(state, dst[i], max_len, src[i], ZSW_PAGE_SIZE,
+                                                     level);
 
                 if (ZSTD_isError(r)) {
                         if (ZSTD_getErrorCode(r) != ZSTD_error_dstSize_tooSmall)
@@ -158,7 +200,58 @@ static int zstd_compress_batch(void *state, int level, const void *const *src, v
         return done;
 }
 
-static int zstd_decompress(void **dstate, const void *src, uint32_t len, void *dst) {
+/* zstd's tables of a dictionary: made by make() once (other threads wait
+ * for it), then only read. */
+typedef void *table_make_fn(struct zsw_dict *d, int level);
+typedef size_t table_size_fn(const void *table);
+
+static int dict_table(struct zsw_dict *d, void *_Atomic *slot, table_make_fn *make, int level,
+                      table_size_fn *size) {
+        void *t;
+
+        if (atomic_load_explicit(slot, memory_order_acquire))
+                return 0;
+        pthread_mutex_lock(&d->lock);
+        t = atomic_load_explicit(slot, memory_order_relaxed);
+        if (!t) {
+                t = make(d, level);
+                if (t) {
+                        atomic_fetch_add_explicit(&d->memory, size(t), memory_order_relaxed);
+                        atomic_store_explicit(slot, t, memory_order_release);
+                }
+        }
+        pthread_mutex_unlock(&d->lock);
+        return t ? 0 : -ENOMEM;
+}
+
+static void *zstd_cdict_make(struct zsw_dict *d, int level) {
+        return ZSTD_createCDict(d->content, d->len, level);
+}
+
+static size_t zstd_cdict_size(const void *t) {
+        return ZSTD_sizeof_CDict(t);
+}
+
+static void *zstd_ddict_make(struct zsw_dict *d, int level) {
+        return ZSTD_createDDict(d->content, d->len);
+}
+
+static size_t zstd_ddict_size(const void *t) {
+        return ZSTD_sizeof_DDict(t);
+}
+
+static int zstd_set_dict(int level, const struct zsw_dict *dict) {
+        /* The tables are made lazily, but the dictionary itself is not
+         * changed: its content is fixed at creation. */
+        struct zsw_dict *d = (struct zsw_dict *) dict;
+        int r = dict_table(d, &d->cdict[level], zstd_cdict_make, level, zstd_cdict_size);
+
+        return r < 0 ? r : 1;
+}
+
+static int zstd_decompress(void **dstate, const struct zsw_dict *dict, const void *src,
+                           uint32_t len, void *dst) {
+        ZSTD_DDict *ddict = NULL;
         size_t r;
 
         if (!*dstate) {
@@ -166,7 +259,15 @@ static int zstd_decompress(void **dstate, const void *src, uint32_t len, void *d
                 if (!*dstate)
                         return -ENOMEM;
         }
-        r = ZSTD_decompressDCtx(*dstate, dst, ZSW_PAGE_SIZE, src, len);
+        if (dict) {
+                struct zsw_dict *d = (struct zsw_dict *) dict;
+
+                if (dict_table(d, &d->ddict, zstd_ddict_make, 0, zstd_ddict_size) < 0)
+                        return -ENOMEM;
+                ddict = atomic_load_explicit(&d->ddict, memory_order_acquire);
+        }
+        r = ddict ? ZSTD_decompress_usingDDict(*dstate, dst, ZSW_PAGE_SIZE, src, len, ddict)
+                  : ZSTD_decompressDCtx(*dstate, dst, ZSW_PAGE_SIZE, src, len);
         return !ZSTD_isError(r) && r == ZSW_PAGE_SIZE ? 0 : -EBADMSG;
 }
 
@@ -179,6 +280,7 @@ static const struct backend backend_zstd = {
         .state_new = zstd_state_new,
         .state_free = zstd_state_free,
         .compress_batch = zstd_compress_batch,
+        .set_dict = zstd_set_dict,
         .decompress = zstd_decompress,
         .dstate_free = zstd_dstate_free,
 };
@@ -259,15 +361,25 @@ int zsw_compress_ctx_set_level(struct zsw_compress_ctx *ctx, int level) {
         if (level < 0)
                 return level;
         ctx->level = level;
+        ctx->dict = NULL;
         return 0;
+}
+
+int zsw_compress_ctx_set_dict(struct zsw_compress_ctx *ctx, const struct zsw_dict *dict) {
+        int r = dict ? ctx->backend->set_dict(ctx->level, dict) : 0;
+
+        ctx->dict = r > 0 ? dict : NULL;
+        return r;
 }
 
 int zsw_compress_batch(struct zsw_compress_ctx *ctx, const void *const *src, void *const *dst,
                        size_t n, uint32_t max_len, uint32_t *ret_lens) {
         if (max_len < 1 || max_len > ZSW_PAGE_SIZE)
                 return -EINVAL;
-        return ctx->backend->compress_batch(ctx->state, ctx->level, src, dst, n, max_len, ret_lens);
+        return ctx->backend->compress_batch(ctx->state, ctx->level, ctx->dict, src, dst, n, max_len,
+                                            ret_lens);
 }
+
 
 int zsw_decompress_ctx_new(struct zsw_decompress_ctx **ret) {
         struct zsw_decompress_ctx *ctx = calloc(1, sizeof(*ctx));
@@ -288,11 +400,60 @@ struct zsw_decompress_ctx *zsw_decompress_ctx_free(struct zsw_decompress_ctx *ct
         return NULL;
 }
 
-int zsw_decompress(struct zsw_decompress_ctx *ctx, enum zsw_compressor c, const void *src,
-                   uint32_t len, void *dst) {
-        if ((unsigned) c >= _ZSW_COMPRESSOR_MAX)
+bool zsw_code_valid(unsigned code) {
+        return (unsigned) ZSW_CODE_COMPRESSOR(code) < _ZSW_COMPRESSOR_MAX &&
+               (code & ~(ZSW_WITH_DICT | 3u)) == 0;
+}
+
+int zsw_decompress(struct zsw_decompress_ctx *ctx, unsigned code, const struct zsw_dict *dict,
+                   const void *src, uint32_t len, void *dst) {
+        enum zsw_compressor c = ZSW_CODE_COMPRESSOR(code);
+
+        if (!zsw_code_valid(code) || (code & ZSW_WITH_DICT && !dict))
                 return -EINVAL;
         if (len == 0 || len > ZSW_PAGE_SIZE)
                 return -EBADMSG;
-        return backends[c]->decompress(&ctx->state[c], src, len, dst);
+        return backends[c]->decompress(&ctx->state[c], code & ZSW_WITH_DICT ? dict : NULL, src, len,
+                                       dst);
+}
+
+int zsw_dict_new(const void *content, size_t len, struct zsw_dict **ret) {
+        struct zsw_dict *d;
+
+        if (len < 1 || len > ZSW_DICT_MAX)
+                return -EINVAL;
+        d = calloc(1, sizeof(*d));
+        if (!d || !(d->content = malloc(len))) {
+                free(d);
+                return -ENOMEM;
+        }
+        memcpy(d->content, content, len);
+        d->len = len;
+        LZ4_initStream(&d->lz4, sizeof(d->lz4));
+        LZ4_loadDict(&d->lz4, (const char *) d->content, (int) len);
+        pthread_mutex_init(&d->lock, NULL);
+        atomic_init(&d->memory, sizeof(*d) + len);
+        *ret = d;
+        return 0;
+}
+
+struct zsw_dict *zsw_dict_free(struct zsw_dict *d) {
+        if (!d)
+                return NULL;
+        for (size_t i = 0; i < ARRAY_SIZE(d->cdict); i++)
+                ZSTD_freeCDict(atomic_load_explicit(&d->cdict[i], memory_order_relaxed));
+        ZSTD_freeDDict(atomic_load_explicit(&d->ddict, memory_order_relaxed));
+        pthread_mutex_destroy(&d->lock);
+        free(d->content);
+        free(d);
+        return NULL;
+}
+
+const void *zsw_dict_content(const struct zsw_dict *d, size_t *ret_len) {
+        *ret_len = d->len;
+        return d->content;
+}
+
+uint64_t zsw_dict_memory(const struct zsw_dict *d) {
+        return atomic_load_explicit(&d->memory, memory_order_relaxed);
 }

@@ -289,7 +289,8 @@ static size_t save_list(struct zsw_engine *e, struct zsw_target **v, uint32_t *f
         return n;
 }
 
-static int save_target(struct writer *w, struct zsw_target *t, uint32_t family, const char *label) {
+static int save_target(struct writer *w, struct zsw_target *t, uint32_t family,
+                       bool first_of_family, const char *label) {
         struct zsw_store_stats os;
         struct state_target st = {
                 .pid = t->pid,
@@ -307,6 +308,9 @@ static int save_target(struct writer *w, struct zsw_target *t, uint32_t family, 
                 .prefetch_window = t->prefetch_window,
                 .zero_window = t->zero_window,
         };
+        static const uint8_t pad[8];
+        const void *dict = NULL;
+        size_t dict_len = 0;
         int r;
 
         r = proc_start_time(t->pid, &st.start_time);
@@ -316,7 +320,19 @@ static int save_target(struct writer *w, struct zsw_target *t, uint32_t family, 
                 snprintf(st.label, sizeof(st.label), "%s", label);
         zsw_store_owner_get_stats(t->owner, &os);
         st.n_pages = os.stored_pages;
+        /* A family's dictionary goes with its first target, before any
+         * page that needs it. */
+        if (first_of_family)
+                dict = zsw_store_dict(t->owner, &dict_len);
+        st.dict = !!dict;
         writer_put(w, &st, sizeof(st));
+        if (dict) {
+                struct state_dict sd = { .length = dict_len };
+
+                writer_put(w, &sd, sizeof(sd));
+                writer_put(w, dict, dict_len);
+                writer_put(w, pad, ALIGN8(dict_len) - dict_len);
+        }
         r = zsw_store_export(t->owner, save_page, w);
         return r < 0 ? r : w->error;
 }
@@ -347,7 +363,8 @@ int zsw_engine_save(struct zsw_engine *e, int fd, const char *(*label)(void *use
         h.n_targets = (uint32_t) n;
         writer_put(&w, &h, sizeof(h));
         for (size_t i = 0; i < n && r >= 0; i++) {
-                r = save_target(&w, v[i], family[i], label ? label(userdata, v[i]->pid) : NULL);
+                r = save_target(&w, v[i], family[i], family[i] == i,
+                                label ? label(userdata, v[i]->pid) : NULL);
                 if (r < 0)
                         (void) engine_fail(err, r, "cannot save process %d: %s", v[i]->pid,
                                            strerror(-r));
@@ -395,6 +412,7 @@ struct reader {
         /* Entries made so far, by id. */
         struct zsw_entry **entries;
         size_t n_entries, cap;
+        uint32_t version; /* the header's */
 };
 
 /* The next len bytes of the state; valid until the next call. */
@@ -536,6 +554,7 @@ static bool load_same_process(const struct state_target *st, int *ret_pidfd) {
 static int load_target(struct zsw_engine *e, struct reader *rd, struct zsw_target **made, size_t i,
                        const struct state_target *st) {
         struct zsw_target *t;
+        size_t dict_len;
         int r, level;
 
         if (st->family > i || st->compressor >= _ZSW_COMPRESSOR_MAX)
@@ -568,6 +587,21 @@ static int load_target(struct zsw_engine *e, struct reader *rd, struct zsw_targe
                 r = zsw_store_owner_new_sibling(made[st->family]->owner, &t->owner);
         if (r < 0)
                 return r == -ENOMEM ? r : -EPROTO;
+        if (st->dict) {
+                const struct state_dict *sd;
+                const void *content;
+
+                if (rd->version < 2 || st->family != i || !(sd = reader_take(rd, sizeof(*sd))) ||
+                    sd->length < 1 || sd->length > ZSW_DICT_MAX)
+                        return -EPROTO;
+                dict_len = (size_t) sd->length;
+                content = reader_take(rd, ALIGN8(dict_len));
+                if (!content)
+                        return -EPROTO;
+                r = zsw_store_set_dict(t->owner, content, dict_len);
+                if (r < 0)
+                        return r == -ENOMEM ? r : -EPROTO;
+        }
         return load_pages(rd, t->owner, st->n_pages);
 }
 
@@ -575,12 +609,13 @@ static int load_check_header(const struct state_header *h, const struct state_tr
                              uint64_t size, struct zsw_engine_error *err) {
         if (!h || memcmp(h->magic, ZSW_STATE_MAGIC, sizeof(h->magic)) != 0)
                 return engine_fail(err, -EPROTO, "not a zswapd state (bad magic)");
-        if (h->version != ZSW_STATE_VERSION || h->header_size != sizeof(*h) ||
-            h->target_size != sizeof(struct state_target))
+        if (h->version < ZSW_STATE_VERSION_MIN || h->version > ZSW_STATE_VERSION ||
+            h->header_size != sizeof(*h) || h->target_size != sizeof(struct state_target))
                 return engine_fail(err, -EPROTO,
-                                   "state version %u (layout %u/%u) is not the one "
-                                   "this zswapd reads (%u)",
-                                   h->version, h->header_size, h->target_size, ZSW_STATE_VERSION);
+                                   "state version %u (layout %u/%u) is not one "
+                                   "this zswapd reads (%u to %u)",
+                                   h->version, h->header_size, h->target_size,
+                                   ZSW_STATE_VERSION_MIN, ZSW_STATE_VERSION);
         if (h->page_size != ZSW_PAGE_SIZE)
                 return engine_fail(err, -EPROTO, "state of %u-byte pages", h->page_size);
         if (memcmp(tr->magic, ZSW_STATE_END, sizeof(tr->magic)) != 0 || tr->total_bytes != size)
@@ -601,6 +636,7 @@ static int load_all(struct zsw_engine *e, struct reader *rd, const struct state_
         if (r < 0)
                 return r;
         h = *hp;
+        rd->version = h.version;
         *ret_made = calloc(MAX(h.n_targets, 1u), sizeof(**ret_made));
         *ret_recs = calloc(MAX(h.n_targets, 1u), sizeof(**ret_recs));
         if (!*ret_made || !*ret_recs)

@@ -13,6 +13,9 @@
  *   header                  struct state_header
  *   per target:
  *     struct state_target   who it is and its settings
+ *     struct state_dict     if the record says so (the first target of a
+ *                           family that has a dictionary; version 2), then
+ *                           its length bytes of content, padded to 8
  *     per stored page:      struct state_page, then, for a page whose
  *                           entry is new (id == the count of entries so
  *                           far), struct state_entry and length payload
@@ -27,7 +30,9 @@
 
 #define ZSW_STATE_MAGIC "ZSWSTATE"
 #define ZSW_STATE_END "ZSWSTEND"
-#define ZSW_STATE_VERSION 1u
+#define ZSW_STATE_VERSION 2u
+/* Version 1 is version 2 without dictionaries: read alike. */
+#define ZSW_STATE_VERSION_MIN 1u
 #define ZSW_STATE_LABEL_MAX 64u
 
 struct state_header {
@@ -50,10 +55,15 @@ struct state_target {
         uint32_t compressor;            /* enum zsw_compressor */
         int32_t level;
         uint64_t max_pages;
-        uint8_t no_writeback, aging, throttle, reserved;
+        uint8_t no_writeback, aging, throttle;
+        uint8_t dict; /* 1: a struct state_dict follows (0 in version 1) */
         uint32_t prefetch_window, zero_window;
         char label[ZSW_STATE_LABEL_MAX]; /* the owner's label (a policy name), "" for none */
         uint64_t n_pages;
+};
+
+struct state_dict {
+        uint64_t length; /* content bytes that follow */
 };
 
 struct state_page {

@@ -242,6 +242,7 @@ int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **r
         sc.compressor = e->compressor = (enum zsw_compressor) r;
         sc.level = config->compression_level;
         sc.reject_incompressible = config->reject_incompressible;
+        sc.no_dict = config->no_dictionaries;
         sc.log = config->log;
         r = writeback_open(e, &sc);
         if (r >= 0)

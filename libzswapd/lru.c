@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include "compress.h"
 #include "lockdep.h"
 #include "lru.h"
 
@@ -37,6 +38,7 @@ struct zsw_lru *zsw_lru_unref(struct zsw_lru *lru) {
         if (!lru || atomic_fetch_sub_explicit(&lru->owners, 1, memory_order_acq_rel) != 1)
                 return NULL;
         pthread_mutex_destroy(&lru->lock);
+        zsw_dict_free(atomic_load_explicit(&lru->dict, memory_order_relaxed));
         free(lru);
         return NULL;
 }

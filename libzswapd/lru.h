@@ -19,6 +19,8 @@
 
 #include "entry.h"
 
+struct zsw_dict;
+
 struct zsw_lru {
         pthread_mutex_t lock;
         struct zsw_entry head; /* sentinel: head.next is the newest */
@@ -27,6 +29,10 @@ struct zsw_lru {
         /* The family's written-back entries (an entry is shared only
          * within its family, so the family can count it exactly). */
         _Atomic uint64_t disk_pages, disk_bytes;
+        /* The family's compression dictionary (store.c): set once, never
+         * changed, freed with the family, so that every payload coded with
+         * it can be decoded as long as it is stored. */
+        _Atomic(struct zsw_dict *) dict;
 };
 
 int zsw_lru_new(struct zsw_lru **ret);

@@ -321,6 +321,11 @@ struct store_batch {
         bool wake; /* refused at a limit that writeback can make room under */
 };
 
+/* The dictionary of o's family, if it has one yet; it lives as long as o. */
+static const struct zsw_dict *family_dict(const struct zsw_owner *o) {
+        return atomic_load_explicit(&o->lru->dict, memory_order_acquire);
+}
+
 static int stage_fault(struct store_batch *b, enum zsw_store_stage stage, unsigned page) {
         if (_likely_(!b->s->cfg.fault_inject))
                 return 0;
@@ -404,14 +409,48 @@ static int worker_cctx(struct zsw_worker *w, const struct zsw_owner_config *cfg,
         return 0;
 }
 
-/* Stage 2: the rest of the batch through one compression context. The
- * output goes to the worker's scratch; the pool stage copies it, because
- * the final size (and so the pool object) is only known afterwards. */
+/* A family gets its dictionary once one of its owners holds this many
+ * pages (a dictionary costs 80 KiB, zstd's tables more: a small process
+ * would not win it back), made of up to DICT_PAGES pages of the batch
+ * that crossed it, among those that compressed: pages being stored are
+ * the process's cold data, the kind the next ones will be. */
+#define DICT_MIN_PAGES 1024u
+#define DICT_PAGES (ZSW_DICT_MAX / ZSW_PAGE_SIZE)
+#define DICT_PAGES_MIN 4u
+
+static void family_dict_offer(struct store_batch *b, const void *const *src, const uint32_t *lens) {
+        _cleanup_(zsw_dict_freep) struct zsw_dict *d = NULL;
+        struct zsw_dict *none = NULL;
+        uint8_t *content;
+        size_t n = 0;
+
+        if (b->s->cfg.no_dict || b->ncomp < DICT_PAGES_MIN ||
+            atomic_load_explicit(&b->o->counters[C_PAGES], memory_order_relaxed) < DICT_MIN_PAGES)
+                return;
+        content = malloc(ZSW_DICT_MAX);
+        if (!content)
+                return;
+        for (size_t k = 0; k < b->ncomp && n < DICT_PAGES; k++)
+                if (lens[k] > 0)
+                        memcpy(content + n++ * ZSW_PAGE_SIZE, src[k], ZSW_PAGE_SIZE);
+        if (n >= DICT_PAGES_MIN && zsw_dict_new(content, n * ZSW_PAGE_SIZE, &d) >= 0 &&
+            atomic_compare_exchange_strong_explicit(&b->o->lru->dict, &none, d,
+                                                    memory_order_release, memory_order_relaxed))
+                d = NULL; /* the family's now */
+        free(content);
+}
+
+/* Stage 2: the rest of the batch through one compression context, with
+ * the family's dictionary when it has one. The output goes to the
+ * worker's scratch; the pool stage copies it, because the final size (and
+ * so the pool object) is only known afterwards. */
 static int batch_compress(struct store_batch *b) {
         const void *src[ZSW_STORE_BATCH_MAX];
         void *dst[ZSW_STORE_BATCH_MAX];
         uint32_t lens[ZSW_STORE_BATCH_MAX];
+        const struct zsw_dict *dict = family_dict(b->o);
         struct zsw_compress_ctx *ctx;
+        unsigned code;
         uint64_t t0;
         int r;
 
@@ -419,8 +458,11 @@ static int batch_compress(struct store_batch *b) {
         if (r < 0 || b->ncomp == 0)
                 return r;
         r = worker_cctx(b->w, &b->o->cfg, &ctx);
+        if (r >= 0)
+                r = zsw_compress_ctx_set_dict(ctx, dict);
         if (r < 0)
                 return r;
+        code = b->o->cfg.compressor | (r > 0 ? ZSW_WITH_DICT : 0);
 
         for (size_t k = 0; k < b->ncomp; k++) {
                 src[k] = b->pages[b->comp[k]];
@@ -433,13 +475,15 @@ static int batch_compress(struct store_batch *b) {
         t0 = (zsw_now_ns() - t0) / b->ncomp;
         zsw_histogram_record_n(&b->o->hist[ZSW_LATENCY_COMPRESS], t0, b->ncomp);
         zsw_histogram_record_n(&b->s->hist[ZSW_LATENCY_COMPRESS], t0, b->ncomp);
+        if (!dict)
+                family_dict_offer(b, src, lens);
 
         for (size_t k = 0; k < b->ncomp; k++) {
                 struct zsw_entry *e = b->entries[b->comp[k]];
 
                 if (lens[k] > 0) {
                         e->state = ZSW_ENTRY_COMPRESSED;
-                        e->compressor = b->o->cfg.compressor;
+                        e->compressor = code;
                         e->length = (uint16_t) lens[k];
                 } else if (b->s->cfg.reject_incompressible) {
                         b->refused |= UINT32_C(1) << b->comp[k];
@@ -744,8 +788,8 @@ int zsw_store_pages(struct zsw_worker *w, struct zsw_owner *o, const uint64_t *p
 
 /* A payload on disk: on disk for good (the switch is one way), so the read
  * needs no lock; the caller's reference keeps its sectors allocated. */
-static int entry_read_disk(struct zsw_worker *w, uint64_t sector, uint32_t len, unsigned compressor,
-                           void *buf) {
+static int entry_read_disk(struct zsw_worker *w, const struct zsw_dict *dict, uint64_t sector,
+                           uint32_t len, unsigned compressor, void *buf) {
         struct zsw_store *s = w->store;
         uint8_t *tmp = w->scratch[ZSW_STORE_BATCH_MAX];
         int r;
@@ -757,12 +801,13 @@ static int entry_read_disk(struct zsw_worker *w, uint64_t sector, uint32_t len, 
         r = s->cfg.read_disk(s->cfg.disk_userdata, sector, len, tmp);
         if (r < 0)
                 return r;
-        return zsw_decompress(w->dctx, compressor, tmp, len, buf) ?: 1;
+        return zsw_decompress(w->dctx, compressor, dict, tmp, len, buf) ?: 1;
 }
 
-/* Copies e's page to buf. e is referenced by the caller. Returns 0, or 1
- * when the page came from disk. */
-static int entry_read(struct zsw_worker *w, struct zsw_entry *e, void *buf) {
+/* Copies e's page, an entry of o's family, to buf. e is referenced by the
+ * caller. Returns 0, or 1 when the page came from disk. */
+static int entry_read(struct zsw_worker *w, const struct zsw_owner *o, struct zsw_entry *e,
+                      void *buf) {
         struct zsw_store *s = w->store;
         int r = -EINVAL;
 
@@ -778,8 +823,8 @@ static int entry_read(struct zsw_worker *w, struct zsw_entry *e, void *buf) {
                 r = 0;
                 break;
         case ZSW_ENTRY_COMPRESSED:
-                r = zsw_decompress(w->dctx, e->compressor, zsw_pool_map(s->pool, e->handle),
-                                   e->length, buf);
+                r = zsw_decompress(w->dctx, e->compressor, family_dict(o),
+                                   zsw_pool_map(s->pool, e->handle), e->length, buf);
                 break;
         case ZSW_ENTRY_DISK: {
                 uint64_t sector = e->disk_sector;
@@ -787,7 +832,7 @@ static int entry_read(struct zsw_worker *w, struct zsw_entry *e, void *buf) {
                 unsigned compressor = e->compressor;
 
                 zsw_rwlock_unlock(&s->pool_lock);
-                return entry_read_disk(w, sector, len, compressor, buf);
+                return entry_read_disk(w, family_dict(o), sector, len, compressor, buf);
         }
         }
         zsw_rwlock_unlock(&s->pool_lock);
@@ -816,7 +861,7 @@ int zsw_store_load(struct zsw_worker *w, struct zsw_owner *o, uint64_t pgno, voi
         }
         zsw_mutex_unlock(&o->lock);
 
-        r = entry_read(w, e, buf);
+        r = entry_read(w, o, e, buf);
         if (r < 0 && exclusive) {
                 /* Keep the page for another try rather than lose it. */
                 zsw_mutex_lock(&o->lock, ZSW_LOCK_OWNER);
@@ -863,7 +908,8 @@ static bool entry_on_disk(struct zsw_store *s, struct zsw_entry *e, uint64_t *re
 
 /* The disk part of a run: one batched read into the worker's scratch, then
  * each payload into place. Returns how many of the n succeeded, in order. */
-static size_t run_read_disk(struct zsw_worker *w, const uint64_t *sectors, const uint32_t *lens,
+static size_t run_read_disk(struct zsw_worker *w, const struct zsw_dict *dict,
+                            const uint64_t *sectors, const uint32_t *lens,
                             const unsigned *compressors, void *const *bufs, size_t n) {
         struct zsw_store *s = w->store;
         void *dsts[ZSW_STORE_BATCH_MAX];
@@ -882,7 +928,8 @@ static size_t run_read_disk(struct zsw_worker *w, const uint64_t *sectors, const
         for (i = 0; i < n; i++) {
                 if (compressors[i] == ZSW_ENTRY_DISK_RAW)
                         memcpy(bufs[i], dsts[i], ZSW_PAGE_SIZE);
-                else if (zsw_decompress(w->dctx, compressors[i], dsts[i], lens[i], bufs[i]) < 0)
+                else if (zsw_decompress(w->dctx, compressors[i], dict, dsts[i], lens[i], bufs[i]) <
+                         0)
                         break;
         }
         return i;
@@ -921,7 +968,7 @@ int zsw_store_load_run(struct zsw_worker *w, struct zsw_owner *o, uint64_t first
                         disk_bufs[ndisk++] = bufs[ok];
                         continue;
                 }
-                r = entry_read(w, v[ok], bufs[ok]);
+                r = entry_read(w, o, v[ok], bufs[ok]);
                 if (r < 0)
                         break;
                 /* Switched to disk since we looked: it came from there. */
@@ -931,7 +978,7 @@ int zsw_store_load_run(struct zsw_worker *w, struct zsw_owner *o, uint64_t first
                 }
         }
         /* Disk pages before the first failure, together. */
-        disk_ok = run_read_disk(w, sectors, lens, compressors, disk_bufs, ndisk);
+        disk_ok = run_read_disk(w, family_dict(o), sectors, lens, compressors, disk_bufs, ndisk);
         if (disk_ok < ndisk) {
                 ok = disk_at[disk_ok];
                 r = -EIO;
@@ -1055,7 +1102,7 @@ void zsw_store_putback(struct zsw_owner *o, struct zsw_entry *const *entries, si
 }
 
 int zsw_store_entry_payload(struct zsw_store *s, struct zsw_entry *e, const void **ret_data,
-                            uint32_t *ret_len, enum zsw_compressor *ret_compressor) {
+                            uint32_t *ret_len, unsigned *ret_code) {
         if (!entry_in_pool(e))
                 return -EINVAL;
         /* The write reads the payload without pool_lock: pinned until the
@@ -1067,7 +1114,7 @@ int zsw_store_entry_payload(struct zsw_store *s, struct zsw_entry *e, const void
         *ret_len = e->length;
         if (e->state == ZSW_ENTRY_RAW)
                 return 1;
-        *ret_compressor = e->compressor;
+        *ret_code = e->compressor;
         return 0;
 }
 
@@ -1458,6 +1505,12 @@ static uint64_t owner_meta_bytes(struct zsw_owner *o) {
         return b;
 }
 
+static uint64_t family_dict_bytes(const struct zsw_owner *o) {
+        const struct zsw_dict *d = family_dict(o);
+
+        return d ? zsw_dict_memory(d) : 0;
+}
+
 void zsw_store_get_stats(struct zsw_store *s, struct zsw_store_stats *ret) {
         struct zsw_store_stats st;
         struct zsw_pool_stats ps;
@@ -1472,8 +1525,15 @@ void zsw_store_get_stats(struct zsw_store *s, struct zsw_store_stats *ret) {
         st.pool_compacted_bytes = ps.compacted_bytes;
         st.meta_bytes = ps.meta_bytes + zsw_entry_cache_bytes(&s->entries);
         zsw_mutex_lock(&s->owners_lock, ZSW_LOCK_OWNERS);
-        for (struct zsw_owner *o = s->owners; o; o = o->next)
-                st.meta_bytes += sizeof(*o) + owner_meta_bytes(o);
+        for (struct zsw_owner *o = s->owners; o; o = o->next) {
+                bool first = true;
+
+                /* A family's dictionary once, with its first owner. */
+                for (struct zsw_owner *p = s->owners; p != o && first; p = p->next)
+                        first = p->lru != o->lru;
+                st.meta_bytes +=
+                        sizeof(*o) + owner_meta_bytes(o) + (first ? family_dict_bytes(o) : 0);
+        }
         zsw_mutex_unlock(&s->owners_lock);
         *ret = st;
 }
@@ -1485,7 +1545,7 @@ void zsw_store_owner_get_stats(struct zsw_owner *o, struct zsw_store_stats *ret)
         ret->disk_bytes = MIN(ret->payload_bytes,
                               atomic_load_explicit(&o->lru->disk_bytes, memory_order_relaxed));
         ret->payload_bytes -= ret->disk_bytes;
-        ret->meta_bytes = sizeof(*o) + owner_meta_bytes(o);
+        ret->meta_bytes = sizeof(*o) + owner_meta_bytes(o) + family_dict_bytes(o);
 }
 
 static void latency_fill(const struct zsw_histogram *h, struct zsw_store_latency *ret) {
@@ -1598,7 +1658,28 @@ bool zsw_store_same_family(const struct zsw_owner *a, const struct zsw_owner *b)
         return a->lru == b->lru;
 }
 
-static int import_check(const struct zsw_store_page *p) {
+const void *zsw_store_dict(struct zsw_owner *o, size_t *ret_len) {
+        const struct zsw_dict *d = family_dict(o);
+
+        return d ? zsw_dict_content(d, ret_len) : NULL;
+}
+
+int zsw_store_set_dict(struct zsw_owner *o, const void *content, size_t len) {
+        struct zsw_dict *d, *none = NULL;
+        int r;
+
+        r = zsw_dict_new(content, len, &d);
+        if (r < 0)
+                return r;
+        if (!atomic_compare_exchange_strong_explicit(&o->lru->dict, &none, d, memory_order_release,
+                                                     memory_order_relaxed)) {
+                zsw_dict_free(d);
+                return -EEXIST;
+        }
+        return 0;
+}
+
+static int import_check(const struct zsw_owner *o, const struct zsw_store_page *p) {
         if (p->pgno > ZSW_INDEX_MAX_PGNO)
                 return -EINVAL;
         switch (p->state) {
@@ -1606,7 +1687,9 @@ static int import_check(const struct zsw_store_page *p) {
                 return p->length == 0 ? 0 : -EINVAL;
         case ZSW_ENTRY_COMPRESSED:
                 return p->length == 0 || p->length > ZSW_PAGE_SIZE ||
-                                       p->compressor >= _ZSW_COMPRESSOR_MAX || !p->payload
+                                       !zsw_code_valid(p->compressor) ||
+                                       (p->compressor & ZSW_WITH_DICT && !family_dict(o)) ||
+                                       !p->payload
                                ? -EINVAL
                                : 0;
         case ZSW_ENTRY_RAW:
@@ -1617,8 +1700,9 @@ static int import_check(const struct zsw_store_page *p) {
 }
 
 /* The new entries of an import batch, made and filled, not published. */
-static int import_make(struct zsw_store *s, const struct zsw_store_page *p,
+static int import_make(struct zsw_owner *o, const struct zsw_store_page *p,
                        struct zsw_entry *const *share, size_t n, struct zsw_entry **made) {
+        struct zsw_store *s = o->store;
         struct zsw_entry *fresh[ZSW_STORE_BATCH_MAX];
         zsw_handle_t handles[ZSW_STORE_BATCH_MAX];
         uint32_t sizes[ZSW_STORE_BATCH_MAX];
@@ -1628,7 +1712,7 @@ static int import_make(struct zsw_store *s, const struct zsw_store_page *p,
         for (size_t i = 0; i < n; i++) {
                 if (share && share[i])
                         continue;
-                r = import_check(&p[i]);
+                r = import_check(o, &p[i]);
                 if (r < 0)
                         return r;
                 n_new++;
@@ -1691,7 +1775,7 @@ int zsw_store_import_batch(struct zsw_owner *o, const struct zsw_store_page *p,
 
         if (n == 0 || n > ZSW_STORE_BATCH_MAX)
                 return -EINVAL;
-        r = import_make(s, p, share, n, made);
+        r = import_make(o, p, share, n, made);
         if (r < 0)
                 return r;
         zsw_mutex_lock(&o->lock, ZSW_LOCK_OWNER);

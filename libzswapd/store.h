@@ -77,6 +77,9 @@ struct zsw_store_config {
         uint32_t max_compressed;
         /* Incompressible pages are kept raw (false) or not stored (true). */
         bool reject_incompressible;
+        /* No compression dictionaries (store.c: a fork family gets one
+         * once it holds 1024 pages). */
+        bool no_dict;
         /* The writeback tier's read of a payload it moved to disk: reads
          * len bytes at sector into dst. Loads of on-disk entries fail with
          * -EIO while this is NULL. */
@@ -285,11 +288,11 @@ void zsw_store_putback(struct zsw_owner *o, struct zsw_entry *const *entries, si
  * step at most. */
 uint64_t zsw_store_compact(struct zsw_store *s, bool force);
 
-/* An isolated entry's payload: its pool memory, byte count and compressor.
- * Returns 0 for a compressed payload, 1 for a raw page (ret_compressor
- * untouched), -EINVAL for an entry that is not in the pool. */
+/* An isolated entry's payload: its pool memory, byte count and code
+ * (compress.h). Returns 0 for a compressed payload, 1 for a raw page
+ * (ret_code untouched), -EINVAL for an entry that is not in the pool. */
 int zsw_store_entry_payload(struct zsw_store *s, struct zsw_entry *e, const void **ret_data,
-                            uint32_t *ret_len, enum zsw_compressor *ret_compressor);
+                            uint32_t *ret_len, unsigned *ret_code);
 
 /*
  * Ends the writeback of n isolated entries of o's family: entries[i] was
@@ -364,7 +367,8 @@ bool zsw_store_owner_may_writeback(struct zsw_owner *o);
 struct zsw_store_page {
         uint64_t pgno;
         uint8_t state;       /* enum zsw_entry_state: SAME, COMPRESSED or RAW */
-        uint8_t compressor;  /* enum zsw_compressor of a COMPRESSED payload */
+        uint8_t compressor;  /* COMPRESSED: its code (compress.h: the compressor,
+                              * with ZSW_WITH_DICT after the family's dictionary) */
         uint16_t length;     /* payload bytes; 0 for SAME */
         uint64_t value;      /* SAME: the repeated word */
         const void *payload; /* COMPRESSED, RAW: length bytes */
@@ -391,6 +395,13 @@ int zsw_store_owner_new_sibling(struct zsw_owner *sibling, struct zsw_owner **re
 
 /* Whether a and b belong to one fork family (may share entries). */
 bool zsw_store_same_family(const struct zsw_owner *a, const struct zsw_owner *b);
+
+/* The content of the compression dictionary of o's family, NULL while it
+ * has none; valid as long as o. */
+const void *zsw_store_dict(struct zsw_owner *o, size_t *ret_len);
+/* Gives o's family the dictionary of the len bytes at content, for pages
+ * imported with ZSW_WITH_DICT: -EEXIST when it has one, -EINVAL, -ENOMEM. */
+int zsw_store_set_dict(struct zsw_owner *o, const void *content, size_t len);
 
 /*
  * Puts page p->pgno into o: a new entry made from p, or, with share not

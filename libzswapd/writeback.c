@@ -108,7 +108,7 @@ static int shrink_step(struct zsw_writeback *wb, struct zsw_owner *o, size_t n) 
                 return 0;
         add(&wb->steps, 1);
         for (size_t i = 0; i < n; i++) {
-                enum zsw_compressor c;
+                unsigned c;
 
                 /* LRU entries are in the pool by construction. */
                 r = zsw_store_entry_payload(wb->store, v[i], &payloads[i], &lens[i], &c);

@@ -2,7 +2,7 @@
 /* Compressor backends: round trips on real pages for both algorithms and
  * lz4's LZ4HC levels, the
  * incompressible limit, one decompression context for both algorithms,
- * corrupt input, and argument checks. */
+ * dictionaries, corrupt input, and argument checks. */
 #include <zstd.h>
 
 #include "compress.h"
@@ -51,7 +51,7 @@ static void roundtrip(enum zsw_compressor c, int level) {
                                 continue;
                         ASSERT_LE(lens[i], ZSW_PAGE_SIZE);
                         memset(back, 0xaa, sizeof(back));
-                        ASSERT_OK(zsw_decompress(dctx, c, out[i], lens[i], back));
+                        ASSERT_OK(zsw_decompress(dctx, c, NULL, out[i], lens[i], back));
                         ASSERT_MEMEQ(back, pages[i], ZSW_PAGE_SIZE);
                 }
         }
@@ -93,7 +93,8 @@ TEST(lz4_levels) {
                         /* A new decoder each time: no history at all. */
                         ASSERT_OK(zsw_decompress_ctx_new(&dctx));
                         memset(back, 0xaa, sizeof(back));
-                        ASSERT_OK(zsw_decompress(dctx, ZSW_COMPRESSOR_LZ4, out[i], lens[i], back));
+                        ASSERT_OK(zsw_decompress(dctx, ZSW_COMPRESSOR_LZ4, NULL, out[i], lens[i],
+                                                 back));
                         ASSERT_MEMEQ(back, pages[i], ZSW_PAGE_SIZE);
                         dctx = zsw_decompress_ctx_free(dctx);
                 }
@@ -151,7 +152,7 @@ TEST(limit_reports_incompressible) {
                 ASSERT_EQ_U(lens[0], 0);
                 ASSERT_EQ(zsw_compress_batch(ctx, src, dst, 1, full[0] + 16, lens), 1);
                 ASSERT_EQ_U(lens[0], full[0]);
-                ASSERT_OK(zsw_decompress(dctx, c, out[0], lens[0], back));
+                ASSERT_OK(zsw_decompress(dctx, c, NULL, out[0], lens[0], back));
                 ASSERT_MEMEQ(back, pages[0], ZSW_PAGE_SIZE);
 
                 ASSERT_ERRNO(zsw_compress_batch(ctx, src, dst, 1, 0, lens), EINVAL);
@@ -176,21 +177,99 @@ TEST(one_decompress_ctx_for_both) {
                 src[0] = pages[i];
                 ASSERT_EQ(zsw_compress_batch(lz4, src, &dst[0], 1, ZSW_PAGE_SIZE, &l1), 1);
                 ASSERT_EQ(zsw_compress_batch(zstd, src, &dst[1], 1, ZSW_PAGE_SIZE, &l2), 1);
-                ASSERT_OK(zsw_decompress(dctx, ZSW_COMPRESSOR_ZSTD, out[1], l2, back));
+                ASSERT_OK(zsw_decompress(dctx, ZSW_COMPRESSOR_ZSTD, NULL, out[1], l2, back));
                 ASSERT_MEMEQ(back, pages[i], ZSW_PAGE_SIZE);
-                ASSERT_OK(zsw_decompress(dctx, ZSW_COMPRESSOR_LZ4, out[0], l1, back));
+                ASSERT_OK(zsw_decompress(dctx, ZSW_COMPRESSOR_LZ4, NULL, out[0], l1, back));
                 ASSERT_MEMEQ(back, pages[i], ZSW_PAGE_SIZE);
                 /* The wrong algorithm or a truncated payload is caught. */
-                ASSERT_ERRNO(zsw_decompress(dctx, ZSW_COMPRESSOR_ZSTD, out[0], l1, back), EBADMSG);
-                ASSERT_ERRNO(zsw_decompress(dctx, ZSW_COMPRESSOR_LZ4, out[0], l1 / 2, back),
+                ASSERT_ERRNO(zsw_decompress(dctx, ZSW_COMPRESSOR_ZSTD, NULL, out[0], l1, back),
                              EBADMSG);
-                ASSERT_ERRNO(zsw_decompress(dctx, ZSW_COMPRESSOR_ZSTD, out[1], l2 - 1, back),
+                ASSERT_ERRNO(zsw_decompress(dctx, ZSW_COMPRESSOR_LZ4, NULL, out[0], l1 / 2, back),
+                             EBADMSG);
+                ASSERT_ERRNO(zsw_decompress(dctx, ZSW_COMPRESSOR_ZSTD, NULL, out[1], l2 - 1, back),
                              EBADMSG);
         }
-        ASSERT_ERRNO(zsw_decompress(dctx, ZSW_COMPRESSOR_LZ4, out[0], 0, back), EBADMSG);
-        ASSERT_ERRNO(zsw_decompress(dctx, _ZSW_COMPRESSOR_MAX, out[0], 10, back), EINVAL);
+        ASSERT_ERRNO(zsw_decompress(dctx, ZSW_COMPRESSOR_LZ4, NULL, out[0], 0, back), EBADMSG);
+        ASSERT_ERRNO(zsw_decompress(dctx, _ZSW_COMPRESSOR_MAX, NULL, out[0], 10, back), EINVAL);
         zsw_compress_ctx_free(lz4);
         zsw_compress_ctx_free(zstd);
+        zsw_decompress_ctx_free(dctx);
+}
+
+/* A dictionary made of pages 0..15: those pages compress to almost
+ * nothing with it (each is in it whole: 19-129 bytes here), which shows
+ * it is used; every
+ * page decodes with it, and a payload coded with it is refused without. */
+TEST(dictionary) {
+        static const struct {
+                enum zsw_compressor c;
+                int level;
+                bool used;
+        } cases[] = {
+                { ZSW_COMPRESSOR_LZ4, 1, true },
+                { ZSW_COMPRESSOR_ZSTD, 1, true },
+                { ZSW_COMPRESSOR_ZSTD, 3, true },
+                { ZSW_COMPRESSOR_LZ4, 2, false }, /* LZ4HC: plain payloads */
+        };
+        const unsigned in_dict = ZSW_DICT_MAX / ZSW_PAGE_SIZE;
+        struct zsw_decompress_ctx *dctx = NULL;
+        struct zsw_dict *d = NULL;
+        const void *src[NPAGES];
+        void *dst[NPAGES];
+        uint32_t lens[NPAGES];
+        uint64_t mem;
+
+        load_corpus();
+        ASSERT_OK(zsw_dict_new(pages, ZSW_DICT_MAX, &d));
+        ASSERT_OK(zsw_decompress_ctx_new(&dctx));
+        mem = zsw_dict_memory(d);
+        ASSERT_GE(mem, ZSW_DICT_MAX);
+        for (int i = 0; i < NPAGES; i++) {
+                src[i] = pages[i];
+                dst[i] = out[i];
+        }
+        for (size_t k = 0; k < ARRAY_SIZE(cases); k++) {
+                struct zsw_compress_ctx *ctx = NULL;
+                unsigned code;
+                int r;
+
+                ASSERT_OK(zsw_compress_ctx_new(cases[k].c, cases[k].level, &ctx));
+                r = zsw_compress_ctx_set_dict(ctx, d);
+                ASSERT_EQ(r, cases[k].used);
+                code = cases[k].c | (r > 0 ? ZSW_WITH_DICT : 0);
+                ASSERT_GT(zsw_compress_batch(ctx, src, dst, NPAGES, ZSW_PAGE_SIZE, lens),
+                          NPAGES / 2);
+                for (unsigned i = 0; i < NPAGES; i++) {
+                        if (lens[i] == 0)
+                                continue;
+                        if (cases[k].used && i < in_dict)
+                                ASSERT_LT(lens[i], ZSW_PAGE_SIZE / 16);
+                        memset(back, 0xaa, sizeof(back));
+                        ASSERT_OK(zsw_decompress(dctx, code, d, out[i], lens[i], back));
+                        ASSERT_MEMEQ(back, pages[i], ZSW_PAGE_SIZE);
+                }
+                if (cases[k].used) {
+                        ASSERT_ERRNO(zsw_decompress(dctx, code, NULL, out[0], lens[0], back),
+                                     EINVAL);
+                        /* A level change unsets the dictionary. */
+                        ASSERT_OK(zsw_compress_ctx_set_level(ctx, cases[k].level));
+                        ASSERT_EQ(zsw_compress_batch(ctx, src, dst, 1, ZSW_PAGE_SIZE, lens), 1);
+                        ASSERT_GT(lens[0], 64);
+                        ASSERT_OK(zsw_decompress(dctx, cases[k].c, NULL, out[0], lens[0], back));
+                        ASSERT_MEMEQ(back, pages[0], ZSW_PAGE_SIZE);
+                }
+                zsw_compress_ctx_free(ctx);
+        }
+        /* zstd's tables were made on first use, and counted. */
+        ASSERT_GT(zsw_dict_memory(d), mem);
+        ASSERT_TRUE(zsw_code_valid(ZSW_COMPRESSOR_ZSTD | ZSW_WITH_DICT));
+        ASSERT_FALSE(zsw_code_valid(2));
+        ASSERT_FALSE(zsw_code_valid(15));
+        ASSERT_ERRNO(zsw_decompress(dctx, 2, d, out[0], 10, back), EINVAL);
+        zsw_dict_free(d);
+        ASSERT_ERRNO(zsw_dict_new(pages, 0, &d), EINVAL);
+        ASSERT_ERRNO(zsw_dict_new(pages, ZSW_DICT_MAX + 1, &d), EINVAL);
+        ASSERT_TRUE(zsw_dict_free(NULL) == NULL);
         zsw_decompress_ctx_free(dctx);
 }
 

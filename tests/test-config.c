@@ -79,6 +79,7 @@ TEST(defaults_without_any_file) {
         ASSERT_EQ(c->compressor, ZSW_COMPRESSOR_LZ4);
         ASSERT_EQ(c->compression_level, 1);
         ASSERT_EQ(c->incompressible, ZSW_INCOMPRESSIBLE_REJECT);
+        ASSERT_TRUE(c->dictionaries);
         ASSERT_EQ(c->pool_limit.kind, ZSW_LIMIT_RELATIVE);
         ASSERT_EQ(c->pool_limit.value, 2000);
         ASSERT_EQ(c->accept_threshold, 90);
@@ -102,6 +103,7 @@ TEST(every_global_key) {
                        "Compressor=zstd\n"
                        "CompressionLevel=7\n"
                        "Incompressible=keep\n"
+                       "Dictionaries=no\n"
                        "[Pool]\n"
                        "Limit=2G\n"
                        "AcceptThreshold=80%\n"
@@ -117,6 +119,7 @@ TEST(every_global_key) {
         ASSERT_EQ(c->compressor, ZSW_COMPRESSOR_ZSTD);
         ASSERT_EQ(c->compression_level, 7);
         ASSERT_EQ(c->incompressible, ZSW_INCOMPRESSIBLE_KEEP);
+        ASSERT_FALSE(c->dictionaries);
         ASSERT_EQ(c->pool_limit.kind, ZSW_LIMIT_ABSOLUTE);
         ASSERT_EQ_U(c->pool_limit.value, 2ull << 30);
         ASSERT_EQ(c->accept_threshold, 80);
@@ -222,23 +225,37 @@ TEST(policy_defaults_and_inheritance) {
         ASSERT_OK(load("[Store]\nCompressor=zstd\nCompressionLevel=5\n",
                        MATCH "[Policy]\nCompressor=lz4\n", &c));
         ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_LZ4);
-        ASSERT_EQ(c->policies[0].compression_level, 2); /* no budget: below */
+        ASSERT_EQ(c->policies[0].compression_level, 1);
         c = config_free(c);
         /* lz4's levels above 1 are LZ4HC's. */
         ASSERT_OK(load("[Store]\nCompressionLevel=4\n", MATCH "[Policy]\nCompressor=lz4\n", &c));
         ASSERT_EQ(c->compression_level, 4);
         ASSERT_EQ(c->policies[0].compression_level, 4);
         c = config_free(c);
-        /* Unless a level is set, lz4 compresses harder for pages taken by
-         * age than for a budget, whose faults may wait for a reclaim. */
+        /* Unless a compressor is named, pages taken by age go to zstd, a
+         * budget's to lz4 (its faults may wait for a reclaim); naming one
+         * in [Store] (even lz4) or the policy decides. */
         ASSERT_OK(load(NULL, MATCH "[Policy]\nMinColdAge=1m\n", &c));
-        ASSERT_EQ(c->compression_level, 1);
-        ASSERT_EQ(c->policies[0].compression_level, 2);
+        ASSERT_EQ(c->compressor, ZSW_COMPRESSOR_LZ4);
+        ASSERT_FALSE(c->compressor_set);
+        ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_ZSTD);
+        ASSERT_EQ(c->policies[0].compression_level, ZSW_ZSTD_LEVEL_DEFAULT);
         c = config_free(c);
         ASSERT_OK(load(NULL, MATCH "[Policy]\nMemoryBudget=1G\n", &c));
+        ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_LZ4);
         ASSERT_EQ(c->policies[0].compression_level, 1);
         c = config_free(c);
-        ASSERT_OK(load("[Store]\nCompressionLevel=1\n", MATCH "[Policy]\nMinColdAge=1m\n", &c));
+        ASSERT_OK(load("[Store]\nCompressor=lz4\n", MATCH "[Policy]\nMinColdAge=1m\n", &c));
+        ASSERT_TRUE(c->compressor_set);
+        ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_LZ4);
+        ASSERT_EQ(c->policies[0].compression_level, 1);
+        c = config_free(c);
+        ASSERT_OK(load("[Store]\nCompressionLevel=2\n", MATCH "[Policy]\nMinColdAge=1m\n", &c));
+        ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_ZSTD);
+        ASSERT_EQ(c->policies[0].compression_level, ZSW_ZSTD_LEVEL_DEFAULT);
+        c = config_free(c);
+        ASSERT_OK(load(NULL, MATCH "[Policy]\nCompressor=lz4\nMinColdAge=1m\n", &c));
+        ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_LZ4);
         ASSERT_EQ(c->policies[0].compression_level, 1);
 }
 
@@ -541,9 +558,10 @@ TEST(global_value_errors) {
         assert_global_error(
                 "[Writeback]\nSwapfile=/var/a\\b\n", GLOBAL_PATH
                 ":2: Swapfile=/var/a\\b: path contains control characters, quotes or backslashes");
-        /* The level a policy sets is checked against the compressor it inherits. */
-        ASSERT_LOAD_FAILS(NULL, MATCH "[Policy]\nCompressionLevel=14\n",
-                          POLICY_PATH ":4: CompressionLevel=14: lz4 levels are 1 to 12 (set "
+        /* The level a policy sets is checked against the compressor it
+         * inherits (a budget's: lz4). */
+        ASSERT_LOAD_FAILS(NULL, MATCH "[Policy]\nMemoryBudget=1G\nCompressionLevel=14\n",
+                          POLICY_PATH ":5: CompressionLevel=14: lz4 levels are 1 to 12 (set "
                                       "Compressor=zstd for up to 19)");
 }
 
@@ -1115,30 +1133,44 @@ TEST(dump_parses_back_to_the_same) {
         ASSERT_TRUE(strstr(all, "# Policy test (" POLICY_PATH ")\n[Match]\n"));
 }
 
-/* lz4 level 1 where a policy's default is 2: set in [Store] or in the
- * policy, it stays 1 through a dump and back. */
-TEST(lz4_levels_dump_back) {
-        static const char *const cases[][2] = {
-                { "[Store]\nCompressionLevel=1\n", MATCH "[Policy]\nMinColdAge=1m\n" },
-                { NULL, MATCH "[Policy]\nCompressionLevel=1\n" },
-                { NULL, MATCH "[Policy]\nMinColdAge=1m\n" },
+/* Compressors and levels chosen by default or by hand stay what they are
+ * through a dump and back; so does an unset global compressor (dumped as
+ * a comment), which a policy without a budget read later still sees. */
+TEST(compressors_dump_back) {
+        static const struct {
+                const char *global, *policy;
+                enum zsw_compressor comp;
+                int level;
+                enum zsw_compressor fresh; /* of another policy without a budget */
+        } cases[] = {
+                { "[Store]\nCompressionLevel=1\n", MATCH "[Policy]\nMinColdAge=1m\n",
+                  ZSW_COMPRESSOR_ZSTD, ZSW_ZSTD_LEVEL_DEFAULT, ZSW_COMPRESSOR_ZSTD },
+                { NULL, MATCH "[Policy]\nCompressionLevel=1\n", ZSW_COMPRESSOR_ZSTD, 1,
+                  ZSW_COMPRESSOR_ZSTD },
+                { NULL, MATCH "[Policy]\nMemoryBudget=1G\n", ZSW_COMPRESSOR_LZ4, 1,
+                  ZSW_COMPRESSOR_ZSTD },
+                { "[Store]\nCompressor=lz4\n", MATCH "[Policy]\nMinColdAge=1m\n",
+                  ZSW_COMPRESSOR_LZ4, 1, ZSW_COMPRESSOR_LZ4 },
         };
-        const int want[] = { 1, 1, 2 };
 
         for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
-                _cleanup_(config_freep) struct zsw_config *c = NULL, *c2 = NULL;
+                _cleanup_(config_freep) struct zsw_config *c = NULL, *c2 = NULL, *c3 = NULL;
                 _cleanup_free_ char *g1 = NULL, *p1 = NULL, *g2 = NULL, *p2 = NULL;
 
-                ASSERT_OK(load(cases[i][0], cases[i][1], &c));
-                ASSERT_EQ(c->policies[0].compression_level, want[i]);
+                ASSERT_OK(load(cases[i].global, cases[i].policy, &c));
+                ASSERT_EQ(c->policies[0].compressor, cases[i].comp);
+                ASSERT_EQ(c->policies[0].compression_level, cases[i].level);
                 g1 = dump_to_string((int (*)(const void *, FILE *)) config_dump_global, c);
                 p1 = dump_to_string((int (*)(const void *, FILE *)) policy_dump, &c->policies[0]);
                 ASSERT_OK(load(g1, p1, &c2));
-                ASSERT_EQ(c2->policies[0].compression_level, want[i]);
+                ASSERT_EQ(c2->policies[0].compressor, cases[i].comp);
+                ASSERT_EQ(c2->policies[0].compression_level, cases[i].level);
                 g2 = dump_to_string((int (*)(const void *, FILE *)) config_dump_global, c2);
                 p2 = dump_to_string((int (*)(const void *, FILE *)) policy_dump, &c2->policies[0]);
                 ASSERT_STREQ(g1, g2);
                 ASSERT_STREQ(p1, p2);
+                ASSERT_OK(load(g1, MATCH "[Policy]\nMinColdAge=1m\n", &c3));
+                ASSERT_EQ(c3->policies[0].compressor, cases[i].fresh);
         }
 }
 

@@ -182,7 +182,7 @@ static void *worker_main(void *p) {
                         /* As the writeback tier does: payloads read
                          * without a lock must not move meanwhile. */
                         for (size_t k = 0; k < n; k++) {
-                                enum zsw_compressor c;
+                                unsigned c;
 
                                 ASSERT_GE(zsw_store_entry_payload(store, iso[k], &data[k], &len[k],
                                                                   &c),

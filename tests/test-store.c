@@ -447,11 +447,11 @@ TEST(isolate_second_chance_and_putback) {
         for (size_t k = 0; k < n; k++) {
                 const void *data;
                 uint32_t len;
-                enum zsw_compressor c;
+                unsigned c;
                 uint64_t tag;
 
                 ASSERT_EQ(zsw_store_entry_payload(e.s, iso[k], &data, &len, &c), 0);
-                ASSERT_OK(zsw_decompress(dctx, c, data, len, buf));
+                ASSERT_OK(zsw_decompress(dctx, c, NULL, data, len, buf));
                 /* 8..15: the coldest that were not touched. */
                 memcpy(&tag, buf + 8, sizeof(tag));
                 ASSERT_GE(tag, 8);
@@ -481,7 +481,7 @@ TEST(corrupt_payload_is_reported_and_kept) {
         uint8_t buf[ZSW_PAGE_SIZE];
         const void *data;
         uint32_t len;
-        enum zsw_compressor c;
+        unsigned c;
         struct env e;
 
         env_new(&e, NULL);
@@ -624,6 +624,82 @@ TEST(export_import_keeps_pages_and_sharing) {
         ASSERT_FALSE(zsw_store_contains(to_parent, 999));
         env_free(&e);
         env_free(&f);
+}
+
+/* Stores data pages first..first+n (tags = page numbers) in batches. */
+static void store_data(struct env *e, struct zsw_owner *o, uint64_t first, size_t n) {
+        for (size_t k = 0; k < n; k += ZSW_STORE_BATCH_MAX)
+                ASSERT_EQ(store_run(e, o, first + k, MIN(n - k, (size_t) ZSW_STORE_BATCH_MAX),
+                                    PAGE_DATA),
+                          (int) MIN(n - k, (size_t) ZSW_STORE_BATCH_MAX));
+}
+
+/* A family gets a dictionary from the first batch stored once an owner
+ * holds 1024 pages; later pages are coded with it (pages of the corpus
+ * that went into it take far less than in a store without dictionaries,
+ * fed the same pages), load back exactly, in a clone too, and cross an
+ * export once the receiving family has the same dictionary (refused
+ * before). */
+TEST(dictionary_per_family) {
+        struct zsw_store_config plain = { .no_dict = true };
+        struct zsw_store_stats a0, a1, b0, b1;
+        struct zsw_owner *child;
+        static struct handover h;
+        const void *content;
+        size_t len;
+        struct env e, f, g;
+
+        env_new(&e, NULL);
+        env_new(&f, NULL);
+        env_new(&g, &plain);
+        store_data(&e, e.o, 0, 1024);
+        store_data(&g, g.o, 0, 1024);
+        ASSERT_TRUE(zsw_store_dict(e.o, &len) == NULL);
+        /* Tags 1024..1055 are corpus pages 0..31: the dictionary is made
+         * of the first 16, which tags 1280..1295 are again. */
+        store_data(&e, e.o, 1024, 32);
+        store_data(&g, g.o, 1024, 32);
+        content = zsw_store_dict(e.o, &len);
+        ASSERT_TRUE(content != NULL);
+        ASSERT_EQ_U(len, ZSW_DICT_MAX);
+        ASSERT_TRUE(zsw_store_dict(g.o, &len) == NULL);
+        a0 = stats(&e);
+        b0 = stats(&g);
+        store_data(&e, e.o, 1280, 16);
+        store_data(&g, g.o, 1280, 16);
+        a1 = stats(&e);
+        b1 = stats(&g);
+        ASSERT_LT(a1.payload_bytes - a0.payload_bytes, (b1.payload_bytes - b0.payload_bytes) / 4);
+        ASSERT_GE(a1.meta_bytes, ZSW_DICT_MAX);
+
+        ASSERT_OK(zsw_store_owner_clone(e.o, &child));
+        ASSERT_TRUE(zsw_store_dict(child, &len) == content);
+        for (uint64_t i = 1024; i < 1056; i++)
+                check_load(&e, e.o, i, PAGE_DATA, 0);
+        for (uint64_t i = 1280; i < 1296; i++) {
+                check_load(&e, child, i, PAGE_DATA, ZSW_LOAD_EXCLUSIVE);
+                check_load(&e, e.o, i, PAGE_DATA, 0);
+        }
+        zsw_store_owner_free(child);
+
+        /* Across an export: 48 pages left, 16 of them coded with it. */
+        ASSERT_EQ(zsw_store_invalidate(e.o, 0, 1024), 1024);
+        h.n = h.n_pages = 0;
+        ASSERT_OK(zsw_store_export(e.o, export_page, &h));
+        ASSERT_EQ_U(h.n_pages, 48);
+        ASSERT_ERRNO(zsw_store_import(f.o, &h.pages[47], NULL, NULL), EINVAL);
+        ASSERT_FALSE(zsw_store_contains(f.o, h.pages[47].pgno));
+        ASSERT_OK(zsw_store_set_dict(f.o, content, ZSW_DICT_MAX));
+        ASSERT_ERRNO(zsw_store_set_dict(f.o, content, ZSW_DICT_MAX), EEXIST);
+        handover(&h, e.o, f.o);
+        for (uint64_t i = 1024; i < 1056; i++)
+                check_load(&f, f.o, i, PAGE_DATA, ZSW_LOAD_EXCLUSIVE);
+        for (uint64_t i = 1280; i < 1296; i++)
+                check_load(&f, f.o, i, PAGE_DATA, ZSW_LOAD_EXCLUSIVE);
+        ASSERT_EQ_U(stats(&f).stored_pages, 0);
+        env_free(&e);
+        env_free(&f);
+        env_free(&g);
 }
 
 /* Invalidating three pages in four leaves every slab a quarter full;

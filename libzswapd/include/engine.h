@@ -27,6 +27,7 @@ struct zsw_engine_config {
         const char *compressor;     /* "lz4" (default when NULL) or "zstd" */
         int compression_level;      /* 0: the compressor's default (compress.h) */
         bool reject_incompressible; /* refuse pages that do not shrink */
+        bool no_dictionaries;       /* no compression dictionary per fork family */
         unsigned prefetch_window;   /* pages brought back around a fault, 0 = off */
         unsigned zero_window;       /* see struct zsw_target_config (target.h) */
         unsigned fault_threads; /* 0 = one per CPU we may run on; each target is served by one */
