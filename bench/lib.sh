@@ -395,7 +395,8 @@ held() {
 # ---- the zswapd hook -------------------------------------------------------------
 # What it expects of the daemon and CLI (docs/benchmarks.md, "zswapd"):
 #   zswapd -c DIR -s SOCKET           runs in the foreground until SIGTERM;
-#                                     DIR/zswapd.conf sets [Store] Compressor=ALG,
+#                                     DIR/zswapd.conf sets [Store] Compressor=ALG
+#                                     (none: zswapd's defaults),
 #                                     DIR/policy.d/*.conf the budgets of the
 #                                     callers (MemoryBudget=, zswapctl reload)
 #   zswapctl stats                    succeeds once the daemon serves requests
@@ -407,7 +408,9 @@ held() {
 
 daemon_pid=
 
-# zswapd_start COMPRESSOR [POLICY [LOGLEVEL]]: POLICY, when given, is the
+# zswapd_start COMPRESSOR [POLICY [LOGLEVEL]]: COMPRESSOR "" leaves
+# [Store] Compressor= unset, as a user's configuration does (policies
+# without a budget then take their own); POLICY, when given, is the
 # text of a policy file there from the start (a policy's settings that
 # only a start applies, such as the age scans' interval, take effect).
 zswapd_start() {
@@ -416,7 +419,7 @@ zswapd_start() {
         # daemon running on the machine is neither used nor disturbed.
         rm -rf "$tmp/zswapd.d"
         mkdir -p "$tmp/zswapd.d/policy.d"
-        printf '[Daemon]\nLogLevel=%s\n[Store]\nCompressor=%s\n' "${3:-$zswapd_log_level}" "$1" > "$tmp/zswapd.d/zswapd.conf"
+        printf '[Daemon]\nLogLevel=%s\n[Store]\n%s\n' "${3:-$zswapd_log_level}" "${1:+Compressor=$1}" > "$tmp/zswapd.d/zswapd.conf"
         [ -z "${2:-}" ] || printf '%s\n' "$2" > "$tmp/zswapd.d/policy.d/$bench_name.conf"
         export ZSWAPD_SOCKET=$tmp/zswapd.sock
         # The daemon starts unpinned, so that its fault threads stay

@@ -272,6 +272,7 @@ static void stats_json_global(struct json *j, const struct zsw_engine_stats *g) 
         json_u64(j, "pool_compacted_objects", g->pool_compacted_objects);
         json_u64(j, "pool_compacted_bytes", g->pool_compacted_bytes);
         json_u64(j, "meta_bytes", g->meta_bytes);
+        json_u64(j, "dictionary_bytes", g->dict_bytes);
         json_u64(j, "same_filled_pages", g->same_filled_pages);
         json_u64(j, "incompressible_pages", g->incompressible_pages);
         json_u64(j, "faults", g->faults);
@@ -324,6 +325,7 @@ static void stats_json_target(struct json *j, const struct zsw_target_stats *t) 
         json_u64(j, "stored_pages", t->stored_pages);
         json_u64(j, "payload_bytes", t->payload_bytes);
         json_u64(j, "pool_bytes", t->pool_bytes);
+        json_u64(j, "dictionary_bytes", t->dict_bytes);
         json_u64(j, "same_filled_pages", t->same_filled_pages);
         json_u64(j, "evicted_pages", t->evicted_pages);
         json_u64(j, "evict_aborted", t->evict_aborted);
@@ -418,9 +420,10 @@ static void stats_text(FILE *f, const struct zsw_engine_stats *g, const struct z
                 g->same_filled_pages, g->incompressible_pages);
         fprintf(f,
                 "pool: %.1f MiB of objects, %.1f MiB cached empty, %" PRIu64
-                " objects moved by compaction (%.1f MiB)   bookkeeping: %.1f MiB\n",
+                " objects moved by compaction (%.1f MiB)   bookkeeping: %.1f MiB"
+                " (dictionaries %.1f MiB)\n",
                 g->pool_used_bytes / MIB, g->pool_cached_bytes / MIB, g->pool_compacted_objects,
-                g->pool_compacted_bytes / MIB, g->meta_bytes / MIB);
+                g->pool_compacted_bytes / MIB, g->meta_bytes / MIB, g->dict_bytes / MIB);
         fprintf(f,
                 "writeback: %" PRIu64 " pages on disk (%.1f MiB), %" PRIu64 " written in %" PRIu64
                 " requests, %" PRIu64 " failed, %" PRIu64 " read back   pool limit hit %" PRIu64

@@ -85,6 +85,7 @@ int zsw_engine_get_stats(struct zsw_engine *e, struct zsw_engine_stats *ret) {
         s.pool_compacted_objects = gs.pool_compacted_objects;
         s.pool_compacted_bytes = gs.pool_compacted_bytes;
         s.meta_bytes = gs.meta_bytes;
+        s.dict_bytes = gs.dict_bytes;
         s.same_filled_pages = gs.same_filled_pages;
         s.incompressible_pages = gs.incompressible_pages;
         s.fault_ns_p50 = zsw_histogram_percentile(&all, 0.50);

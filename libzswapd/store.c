@@ -1531,9 +1531,10 @@ void zsw_store_get_stats(struct zsw_store *s, struct zsw_store_stats *ret) {
                 /* A family's dictionary once, with its first owner. */
                 for (struct zsw_owner *p = s->owners; p != o && first; p = p->next)
                         first = p->lru != o->lru;
-                st.meta_bytes +=
-                        sizeof(*o) + owner_meta_bytes(o) + (first ? family_dict_bytes(o) : 0);
+                st.dict_bytes += first ? family_dict_bytes(o) : 0;
+                st.meta_bytes += sizeof(*o) + owner_meta_bytes(o);
         }
+        st.meta_bytes += st.dict_bytes;
         zsw_mutex_unlock(&s->owners_lock);
         *ret = st;
 }
@@ -1545,7 +1546,8 @@ void zsw_store_owner_get_stats(struct zsw_owner *o, struct zsw_store_stats *ret)
         ret->disk_bytes = MIN(ret->payload_bytes,
                               atomic_load_explicit(&o->lru->disk_bytes, memory_order_relaxed));
         ret->payload_bytes -= ret->disk_bytes;
-        ret->meta_bytes = sizeof(*o) + owner_meta_bytes(o) + family_dict_bytes(o);
+        ret->dict_bytes = family_dict_bytes(o);
+        ret->meta_bytes = sizeof(*o) + owner_meta_bytes(o) + ret->dict_bytes;
 }
 
 static void latency_fill(const struct zsw_histogram *h, struct zsw_store_latency *ret) {

@@ -145,6 +145,8 @@ struct zsw_store_stats {
         /* Globally: entries, index nodes, owners, pool bookkeeping; per
          * owner: its index nodes and itself. */
         uint64_t meta_bytes;
+        /* Of meta_bytes: compression dictionaries (per owner: its family's). */
+        uint64_t dict_bytes;
 };
 
 /* Latencies in ns, per page (a batch's time is spread over its pages). */

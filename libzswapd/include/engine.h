@@ -158,7 +158,8 @@ struct zsw_engine_stats {
         uint64_t pool_cached_bytes;      /* of pool_bytes: empty memory kept for reuse */
         uint64_t pool_compacted_objects; /* objects moved by compaction, in all */
         uint64_t pool_compacted_bytes;   /* memory compaction gave back, in all */
-        uint64_t meta_bytes;             /* entries, index, pool bookkeeping */
+        uint64_t meta_bytes;             /* entries, index, pool bookkeeping, dictionaries */
+        uint64_t dict_bytes;             /* of meta_bytes: compression dictionaries */
         uint64_t same_filled_pages;
         uint64_t incompressible_pages;
         uint64_t faults;

@@ -52,6 +52,7 @@ struct zsw_target_stats {
         uint64_t stored_pages;
         uint64_t payload_bytes;
         uint64_t pool_bytes; /* share of the pool, by payload */
+        uint64_t dict_bytes; /* its fork family's compression dictionary, 0 for none yet */
         uint64_t same_filled_pages;
         uint64_t evicted_pages; /* total over the target's life */
         uint64_t evict_aborted;
