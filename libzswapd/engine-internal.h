@@ -12,7 +12,7 @@
  *   age_stats_lock -> owners_lock -> owner lock -> pool_lock -> LRU lock ->
  *   entry cache lock -> pool class lock -> empty_lock -> arena_lock ->
  *   pool table_lock -> swapfile write_lock -> read_lock -> alloc_lock ->
- *   writeback lock -> parallel lock -> heat lock
+ *   writeback lock -> parallel lock -> heat lock -> dictionary sample lock
  *
  * A thread holding one takes only locks to its right; several of one kind
  * never, except owner locks of one family, in list order. A trylock may go

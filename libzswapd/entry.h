@@ -46,7 +46,8 @@ struct zsw_entry {
         _Atomic uint32_t refs;
         uint16_t length;   /* payload bytes; 0 for same-filled */
         uint8_t state : 4; /* enum zsw_entry_state; changed under the owner lock */
-        /* enum zsw_compressor of a compressed payload; on disk,
+        /* A compressed payload's code (compress.h: the compressor, with
+         * ZSW_WITH_DICT after its family's dictionary); on disk,
          * ZSW_ENTRY_DISK_RAW for a page written as it was. */
         uint8_t compressor : 4;
         /* Second chance: set by loads that keep the entry, cleared by the

@@ -49,6 +49,7 @@ static const char *const rank_names[_ZSW_LOCK_RANK_MAX] = {
         [ZSW_LOCK_WRITEBACK] = "writeback lock",
         [ZSW_LOCK_PARALLEL] = "parallel lock",
         [ZSW_LOCK_HEAT] = "heat lock",
+        [ZSW_LOCK_DICT_SAMPLE] = "dictionary sample lock",
 };
 
 /* Ranks of which a thread may hold several: owners of one family, taken

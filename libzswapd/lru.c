@@ -23,6 +23,7 @@ int zsw_lru_new(struct zsw_lru **ret) {
         if (!lru)
                 return -ENOMEM;
         pthread_mutex_init(&lru->lock, NULL);
+        pthread_mutex_init(&lru->sample_lock, NULL);
         lru->head.next = lru->head.prev = &lru->head;
         atomic_init(&lru->owners, 1);
         *ret = lru;
@@ -38,6 +39,8 @@ struct zsw_lru *zsw_lru_unref(struct zsw_lru *lru) {
         if (!lru || atomic_fetch_sub_explicit(&lru->owners, 1, memory_order_acq_rel) != 1)
                 return NULL;
         pthread_mutex_destroy(&lru->lock);
+        pthread_mutex_destroy(&lru->sample_lock);
+        free(lru->sample);
         zsw_dict_free(atomic_load_explicit(&lru->dict, memory_order_relaxed));
         free(lru);
         return NULL;

@@ -33,6 +33,10 @@ struct zsw_lru {
          * changed, freed with the family, so that every payload coded with
          * it can be decoded as long as it is stored. */
         _Atomic(struct zsw_dict *) dict;
+        /* Until then, the pages sampled for it (store.c), under sample_lock. */
+        pthread_mutex_t sample_lock;
+        uint8_t *sample;
+        uint64_t sample_seen;
 };
 
 int zsw_lru_new(struct zsw_lru **ret);

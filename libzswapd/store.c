@@ -409,35 +409,60 @@ static int worker_cctx(struct zsw_worker *w, const struct zsw_owner_config *cfg,
         return 0;
 }
 
-/* A family gets its dictionary once one of its owners holds this many
- * pages (a dictionary costs 80 KiB, zstd's tables more: a small process
- * would not win it back), made of up to DICT_PAGES pages of the batch
- * that crossed it, among those that compressed: pages being stored are
- * the process's cold data, the kind the next ones will be. */
-#define DICT_MIN_PAGES 1024u
+_Static_assert((ZSW_WITH_DICT | (_ZSW_COMPRESSOR_MAX - 1)) < ZSW_ENTRY_DISK_RAW,
+               "an entry's 4-bit code holds every compressor with and without a dictionary");
+
+/* A family's dictionary is made of DICT_PAGES of its pages, sampled
+ * evenly (a reservoir) from DICT_SAMPLE_BATCHES store batches, one
+ * compressible page each, once one of its owners holds DICT_SAMPLE_FROM
+ * pages: a dictionary costs 80 KiB (zstd's tables more), which a small
+ * process would not win back. Evenly, because what a process gives up
+ * first is not what it gives up most: a redis under a budget gave up
+ * hash-table pages first, and a dictionary of those did nothing for its
+ * values (docs/performance.md). */
+#define DICT_SAMPLE_FROM 1024u
+#define DICT_SAMPLE_BATCHES 64u
 #define DICT_PAGES (ZSW_DICT_MAX / ZSW_PAGE_SIZE)
-#define DICT_PAGES_MIN 4u
+
+static uint64_t mix64(uint64_t x) {
+        x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+        x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
+        return x ^ (x >> 31);
+}
 
 static void family_dict_offer(struct store_batch *b, const void *const *src, const uint32_t *lens) {
-        _cleanup_(zsw_dict_freep) struct zsw_dict *d = NULL;
-        struct zsw_dict *none = NULL;
-        uint8_t *content;
-        size_t n = 0;
+        struct zsw_lru *f = b->o->lru;
+        struct zsw_dict *d = NULL, *none = NULL;
+        size_t pick = SIZE_MAX;
+        uint64_t slot;
 
-        if (b->s->cfg.no_dict || b->ncomp < DICT_PAGES_MIN ||
-            atomic_load_explicit(&b->o->counters[C_PAGES], memory_order_relaxed) < DICT_MIN_PAGES)
+        if (b->s->cfg.no_dict ||
+            atomic_load_explicit(&b->o->counters[C_PAGES], memory_order_relaxed) < DICT_SAMPLE_FROM)
                 return;
-        content = malloc(ZSW_DICT_MAX);
-        if (!content)
+        /* The middle of the batch's compressible pages. */
+        for (size_t k = b->ncomp / 2, n = 0; n < b->ncomp && pick == SIZE_MAX; n++, k++)
+                if (lens[k % b->ncomp] > 0)
+                        pick = k % b->ncomp;
+        if (pick == SIZE_MAX)
                 return;
-        for (size_t k = 0; k < b->ncomp && n < DICT_PAGES; k++)
-                if (lens[k] > 0)
-                        memcpy(content + n++ * ZSW_PAGE_SIZE, src[k], ZSW_PAGE_SIZE);
-        if (n >= DICT_PAGES_MIN && zsw_dict_new(content, n * ZSW_PAGE_SIZE, &d) >= 0 &&
-            atomic_compare_exchange_strong_explicit(&b->o->lru->dict, &none, d,
-                                                    memory_order_release, memory_order_relaxed))
-                d = NULL; /* the family's now */
-        free(content);
+        zsw_mutex_lock(&f->sample_lock, ZSW_LOCK_DICT_SAMPLE);
+        if (atomic_load_explicit(&f->dict, memory_order_relaxed) ||
+            (!f->sample && !(f->sample = malloc(ZSW_DICT_MAX))))
+                goto out;
+        slot = f->sample_seen < DICT_PAGES ? f->sample_seen
+                                           : mix64(f->sample_seen) % (f->sample_seen + 1);
+        if (slot < DICT_PAGES)
+                memcpy(f->sample + slot * ZSW_PAGE_SIZE, src[pick], ZSW_PAGE_SIZE);
+        if (++f->sample_seen < DICT_SAMPLE_BATCHES || zsw_dict_new(f->sample, ZSW_DICT_MAX, &d) < 0)
+                goto out;
+        if (atomic_compare_exchange_strong_explicit(&f->dict, &none, d, memory_order_release,
+                                                    memory_order_relaxed))
+                d = NULL;
+        free(f->sample);
+        f->sample = NULL;
+out:
+        zsw_mutex_unlock(&f->sample_lock);
+        zsw_dict_free(d);
 }
 
 /* Stage 2: the rest of the batch through one compression context, with

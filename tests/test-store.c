@@ -634,68 +634,73 @@ static void store_data(struct env *e, struct zsw_owner *o, uint64_t first, size_
                           (int) MIN(n - k, (size_t) ZSW_STORE_BATCH_MAX));
 }
 
-/* A family gets a dictionary from the first batch stored once an owner
- * holds 1024 pages; later pages are coded with it (pages of the corpus
- * that went into it take far less than in a store without dictionaries,
- * fed the same pages), load back exactly, in a clone too, and cross an
- * export once the receiving family has the same dictionary (refused
- * before). */
+/* A family gets a dictionary of 16 pages sampled from 64 batches stored
+ * once an owner holds 1024 pages; pages stored after it are coded with
+ * it: the dictionary's own pages, stored again, take a fraction of what
+ * they took before it. They load back exactly, in a clone too, and cross
+ * an export once the receiving family has the same dictionary (refused
+ * before). A store without dictionaries makes none. */
 TEST(dictionary_per_family) {
         struct zsw_store_config plain = { .no_dict = true };
-        struct zsw_store_stats a0, a1, b0, b1;
+        uint64_t tags[ZSW_DICT_MAX / ZSW_PAGE_SIZE], before, mid, after;
         struct zsw_owner *child;
         static struct handover h;
-        const void *content;
-        size_t len;
+        const uint8_t *content;
+        size_t len, n = ZSW_DICT_MAX / ZSW_PAGE_SIZE;
         struct env e, f, g;
 
         env_new(&e, NULL);
         env_new(&f, NULL);
         env_new(&g, &plain);
         store_data(&e, e.o, 0, 1024);
-        store_data(&g, g.o, 0, 1024);
+        store_data(&e, e.o, 1024, 63 * ZSW_STORE_BATCH_MAX);
         ASSERT_TRUE(zsw_store_dict(e.o, &len) == NULL);
-        /* Tags 1024..1055 are corpus pages 0..31: the dictionary is made
-         * of the first 16, which tags 1280..1295 are again. */
-        store_data(&e, e.o, 1024, 32);
-        store_data(&g, g.o, 1024, 32);
+        store_data(&e, e.o, 1024 + 63 * ZSW_STORE_BATCH_MAX, ZSW_STORE_BATCH_MAX);
         content = zsw_store_dict(e.o, &len);
         ASSERT_TRUE(content != NULL);
         ASSERT_EQ_U(len, ZSW_DICT_MAX);
+        store_data(&g, g.o, 0, 1024 + 64 * ZSW_STORE_BATCH_MAX);
         ASSERT_TRUE(zsw_store_dict(g.o, &len) == NULL);
-        a0 = stats(&e);
-        b0 = stats(&g);
-        store_data(&e, e.o, 1280, 16);
-        store_data(&g, g.o, 1280, 16);
-        a1 = stats(&e);
-        b1 = stats(&g);
-        ASSERT_LT(a1.payload_bytes - a0.payload_bytes, (b1.payload_bytes - b0.payload_bytes) / 4);
-        ASSERT_GE(a1.meta_bytes, ZSW_DICT_MAX);
+
+        /* Each page of it is a data page, its tag (= page number) in
+         * its second word; sampled after the first 1024. */
+        for (size_t i = 0; i < n; i++) {
+                memcpy(&tags[i], content + i * ZSW_PAGE_SIZE + 8, sizeof(tags[i]));
+                ASSERT_GE(tags[i], 1024);
+                ASSERT_LT(tags[i], 1024 + 64 * ZSW_STORE_BATCH_MAX);
+        }
+        before = stats(&e).payload_bytes;
+        for (size_t i = 0; i < n; i++)
+                ASSERT_EQ(zsw_store_invalidate(e.o, tags[i], 1), 1);
+        mid = stats(&e).payload_bytes;
+        for (size_t i = 0; i < n; i++)
+                ASSERT_EQ(store_run(&e, e.o, tags[i], 1, PAGE_DATA), 1);
+        after = stats(&e).payload_bytes;
+        ASSERT_LT(after - mid, (before - mid) / 4);
+        ASSERT_GE(stats(&e).meta_bytes, ZSW_DICT_MAX);
 
         ASSERT_OK(zsw_store_owner_clone(e.o, &child));
         ASSERT_TRUE(zsw_store_dict(child, &len) == content);
-        for (uint64_t i = 1024; i < 1056; i++)
-                check_load(&e, e.o, i, PAGE_DATA, 0);
-        for (uint64_t i = 1280; i < 1296; i++) {
-                check_load(&e, child, i, PAGE_DATA, ZSW_LOAD_EXCLUSIVE);
-                check_load(&e, e.o, i, PAGE_DATA, 0);
+        for (size_t i = 0; i < n; i++) {
+                check_load(&e, child, tags[i], PAGE_DATA, ZSW_LOAD_EXCLUSIVE);
+                check_load(&e, e.o, tags[i], PAGE_DATA, 0);
         }
         zsw_store_owner_free(child);
 
-        /* Across an export: 48 pages left, 16 of them coded with it. */
-        ASSERT_EQ(zsw_store_invalidate(e.o, 0, 1024), 1024);
+        /* Across an export: only the dictionary's pages left, coded with it. */
+        ASSERT_GT(zsw_store_invalidate(e.o, 0, ZSW_INDEX_MAX_PGNO + 1), 0);
+        for (size_t i = 0; i < n; i++)
+                ASSERT_EQ(store_run(&e, e.o, tags[i], 1, PAGE_DATA), 1);
         h.n = h.n_pages = 0;
         ASSERT_OK(zsw_store_export(e.o, export_page, &h));
-        ASSERT_EQ_U(h.n_pages, 48);
-        ASSERT_ERRNO(zsw_store_import(f.o, &h.pages[47], NULL, NULL), EINVAL);
-        ASSERT_FALSE(zsw_store_contains(f.o, h.pages[47].pgno));
+        ASSERT_EQ_U(h.n_pages, n);
+        ASSERT_ERRNO(zsw_store_import(f.o, &h.pages[0], NULL, NULL), EINVAL);
+        ASSERT_FALSE(zsw_store_contains(f.o, h.pages[0].pgno));
         ASSERT_OK(zsw_store_set_dict(f.o, content, ZSW_DICT_MAX));
         ASSERT_ERRNO(zsw_store_set_dict(f.o, content, ZSW_DICT_MAX), EEXIST);
         handover(&h, e.o, f.o);
-        for (uint64_t i = 1024; i < 1056; i++)
-                check_load(&f, f.o, i, PAGE_DATA, ZSW_LOAD_EXCLUSIVE);
-        for (uint64_t i = 1280; i < 1296; i++)
-                check_load(&f, f.o, i, PAGE_DATA, ZSW_LOAD_EXCLUSIVE);
+        for (size_t i = 0; i < n; i++)
+                check_load(&f, f.o, tags[i], PAGE_DATA, ZSW_LOAD_EXCLUSIVE);
         ASSERT_EQ_U(stats(&f).stored_pages, 0);
         env_free(&e);
         env_free(&f);

@@ -44,6 +44,7 @@ enum zsw_lock_rank {
         ZSW_LOCK_WRITEBACK,      /* zsw_writeback->lock */
         ZSW_LOCK_PARALLEL,       /* zsw_parallel->lock */
         ZSW_LOCK_HEAT,           /* zsw_heat->lock */
+        ZSW_LOCK_DICT_SAMPLE,    /* lru->sample_lock (store.c) */
         _ZSW_LOCK_RANK_MAX,
 };
 
