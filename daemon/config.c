@@ -779,11 +779,14 @@ static int parse_policy(struct zsw_config *c, struct zsw_policy *pol,
                 conf_error(
                         &p.ctx,
                         "policy has no [Match] condition (set Unit=, CgroupPath= or Executable=)");
-        /* The global compressor when [Store] names one, else the one for
-         * the policy's mode; a global level carries over as long as the
+        /* The global compressor when [Store] names one or a level (a level
+         * is a compressor's), or the policy a level; else the one for the
+         * policy's mode. A global level carries over as long as the
          * compressor does. */
         if (pol->compressor == ZSW_COMPRESSOR_INHERIT)
-                pol->compressor = c->compressor_set || pol->memory_budget.kind != ZSW_LIMIT_NONE
+                pol->compressor = c->compressor_set || c->compression_level_set ||
+                                                  pol->compression_level != 0 ||
+                                                  pol->memory_budget.kind != ZSW_LIMIT_NONE
                                           ? c->compressor
                                           : ZSW_COMPRESSOR_BY_AGE;
         if (pol->compressor == c->compressor && pol->compression_level == 0 &&

@@ -102,7 +102,7 @@ struct zsw_policy {
 #define ZSW_PREFETCH_MAX 64u
 #define ZSW_LEVEL_MIN 1
 /* The compressor of a policy without MemoryBudget= when neither it nor
- * [Store] names one: its pages go by age at a capped rate and few come
+ * [Store] names one or a level: its pages go by age at a capped rate and few come
  * back, so there is time to compress harder; a budget's faults may wait
  * for the room a reclaim makes, and every fault decompresses. */
 #define ZSW_COMPRESSOR_BY_AGE ZSW_COMPRESSOR_ZSTD

@@ -32,6 +32,9 @@
 struct zsw_dict {
         uint8_t *content;
         size_t len;
+        /* lz4 reaches back 65535 bytes from the page's start at most: it
+         * uses the content's last lz4_len bytes, a page less than 64 KiB. */
+        size_t lz4_len;
         LZ4_stream_t lz4;
         pthread_mutex_t lock;                        /* making zstd's tables */
         void *_Atomic cdict[ZSW_ZSTD_LEVEL_MAX + 1]; /* ZSTD_CDict per level */
@@ -134,13 +137,15 @@ static int lz4_compress_batch(void *state, int level, const struct zsw_dict *dic
 }
 
 static int lz4_set_dict(int level, const struct zsw_dict *dict) {
-        return level == ZSW_LZ4_LEVEL_DEFAULT;
+        return zsw_compress_dict_applies(ZSW_COMPRESSOR_LZ4, level);
 }
 
 static int lz4_decompress(void **dstate, const struct zsw_dict *dict, const void *src, uint32_t len,
                           void *dst) {
         int r = dict ? LZ4_decompress_safe_usingDict(src, dst, (int) len, ZSW_PAGE_SIZE,
-                                                     (const char *) dict->content, (int) dict->len)
+                                                     (const char *) dict->content + dict->len -
+                                                             dict->lz4_len,
+                                                     (int) dict->lz4_len)
                      : LZ4_decompress_safe(src, dst, (int) len, ZSW_PAGE_SIZE);
 
         return r == (int) ZSW_PAGE_SIZE ? 0 : -EBADMSG;
@@ -365,6 +370,10 @@ int zsw_compress_ctx_set_level(struct zsw_compress_ctx *ctx, int level) {
         return 0;
 }
 
+bool zsw_compress_dict_applies(enum zsw_compressor c, int level) {
+        return c != ZSW_COMPRESSOR_LZ4 || zsw_compress_level(c, level) == ZSW_LZ4_LEVEL_DEFAULT;
+}
+
 int zsw_compress_ctx_set_dict(struct zsw_compress_ctx *ctx, const struct zsw_dict *dict) {
         int r = dict ? ctx->backend->set_dict(ctx->level, dict) : 0;
 
@@ -430,7 +439,8 @@ int zsw_dict_new(const void *content, size_t len, struct zsw_dict **ret) {
         memcpy(d->content, content, len);
         d->len = len;
         LZ4_initStream(&d->lz4, sizeof(d->lz4));
-        LZ4_loadDict(&d->lz4, (const char *) d->content, (int) len);
+        d->lz4_len = MIN(len, (size_t) (65536 - ZSW_PAGE_SIZE));
+        LZ4_loadDict(&d->lz4, (const char *) d->content + len - d->lz4_len, (int) d->lz4_len);
         pthread_mutex_init(&d->lock, NULL);
         atomic_init(&d->memory, sizeof(*d) + len);
         *ret = d;

@@ -289,8 +289,9 @@ static size_t save_list(struct zsw_engine *e, struct zsw_target **v, uint32_t *f
         return n;
 }
 
-static int save_target(struct writer *w, struct zsw_target *t, uint32_t family,
-                       bool first_of_family, const char *label) {
+/* with_dict: t is the first of its family in a version-2 state. */
+static int save_target(struct writer *w, struct zsw_target *t, uint32_t family, bool with_dict,
+                       const char *label) {
         struct zsw_store_stats os;
         struct state_target st = {
                 .pid = t->pid,
@@ -322,7 +323,7 @@ static int save_target(struct writer *w, struct zsw_target *t, uint32_t family,
         st.n_pages = os.stored_pages;
         /* A family's dictionary goes with its first target, before any
          * page that needs it. */
-        if (first_of_family)
+        if (with_dict)
                 dict = zsw_store_dict(t->owner, &dict_len);
         st.dict = !!dict;
         writer_put(w, &st, sizeof(st));
@@ -349,6 +350,7 @@ int zsw_engine_save(struct zsw_engine *e, int fd, const char *(*label)(void *use
                                   .target_size = sizeof(struct state_target) };
         struct state_trailer tr = { .magic = ZSW_STATE_END };
         uint64_t start = zsw_now_ns();
+        bool dicts = false;
         size_t n;
         int r = 0;
 
@@ -361,9 +363,14 @@ int zsw_engine_save(struct zsw_engine *e, int fd, const char *(*label)(void *use
         }
         n = save_list(e, v, family);
         h.n_targets = (uint32_t) n;
+        /* Without dictionaries, the version before them: a binary of the
+         * release before can still take the state over. */
+        for (size_t i = 0; i < n; i++)
+                dicts = dicts || zsw_store_dict(v[i]->owner, &(size_t) { 0 });
+        h.version = dicts ? ZSW_STATE_VERSION : ZSW_STATE_VERSION_MIN;
         writer_put(&w, &h, sizeof(h));
         for (size_t i = 0; i < n && r >= 0; i++) {
-                r = save_target(&w, v[i], family[i], family[i] == i,
+                r = save_target(&w, v[i], family[i], dicts && family[i] == i,
                                 label ? label(userdata, v[i]->pid) : NULL);
                 if (r < 0)
                         (void) engine_fail(err, r, "cannot save process %d: %s", v[i]->pid,
@@ -411,6 +418,7 @@ struct reader {
         uint64_t taken;
         /* Entries made so far, by id. */
         struct zsw_entry **entries;
+        uint32_t *families; /* of entries[i]: the family it may be shared in */
         size_t n_entries, cap;
         uint32_t version; /* the header's */
 };
@@ -445,16 +453,22 @@ static const void *reader_take(struct reader *rd, size_t len) {
         return p;
 }
 
-static int reader_note_entry(struct reader *rd, struct zsw_entry *e) {
+static int reader_note_entry(struct reader *rd, struct zsw_entry *e, uint32_t family) {
         if (rd->n_entries == rd->cap) {
                 size_t cap = rd->cap ? rd->cap * 2 : 1u << 16;
                 struct zsw_entry **v = realloc(rd->entries, cap * sizeof(*v));
+                uint32_t *f;
 
                 if (!v)
                         return -ENOMEM;
                 rd->entries = v;
+                f = realloc(rd->families, cap * sizeof(*f));
+                if (!f)
+                        return -ENOMEM;
+                rd->families = f;
                 rd->cap = cap;
         }
+        rd->families[rd->n_entries] = family;
         rd->entries[rd->n_entries++] = e;
         return 0;
 }
@@ -468,7 +482,8 @@ struct import_batch {
         size_t n, n_new;
 };
 
-static int batch_flush(struct reader *rd, struct zsw_owner *o, struct import_batch *b) {
+static int batch_flush(struct reader *rd, struct zsw_owner *o, uint32_t family,
+                       struct import_batch *b) {
         struct zsw_entry *made[ZSW_STORE_BATCH_MAX];
         int r;
 
@@ -479,7 +494,7 @@ static int batch_flush(struct reader *rd, struct zsw_owner *o, struct import_bat
                 return r == -ENOMEM ? r : -EPROTO;
         for (size_t i = 0; i < b->n && r >= 0; i++)
                 if (!b->share[i])
-                        r = reader_note_entry(rd, made[i]);
+                        r = reader_note_entry(rd, made[i], family);
         b->n = b->n_new = 0;
         return r;
 }
@@ -488,7 +503,8 @@ static int batch_flush(struct reader *rd, struct zsw_owner *o, struct import_bat
  * move it. */
 #define PAGE_RECORD_MAX (sizeof(struct state_page) + sizeof(struct state_entry) + ZSW_PAGE_SIZE)
 
-static int load_pages(struct reader *rd, struct zsw_owner *o, uint64_t n) {
+/* Pages of owner o of fork family family (the index of its first target). */
+static int load_pages(struct reader *rd, struct zsw_owner *o, uint32_t family, uint64_t n) {
         struct import_batch b = {};
         int r;
 
@@ -498,7 +514,7 @@ static int load_pages(struct reader *rd, struct zsw_owner *o, uint64_t n) {
                 struct zsw_store_page *p;
 
                 if (b.n == ZSW_STORE_BATCH_MAX || rd->len - rd->pos < PAGE_RECORD_MAX) {
-                        r = batch_flush(rd, o, &b);
+                        r = batch_flush(rd, o, family, &b);
                         if (r < 0)
                                 return r;
                 }
@@ -508,6 +524,10 @@ static int load_pages(struct reader *rd, struct zsw_owner *o, uint64_t n) {
                 p = &b.pages[b.n];
                 *p = (struct zsw_store_page) { .pgno = sp->pgno };
                 if (sp->id < rd->n_entries) {
+                        /* Entries are shared within a family only: its
+                         * LRU and its dictionary are the family's. */
+                        if (rd->families[sp->id] != family)
+                                return -EPROTO;
                         b.share[b.n++] = rd->entries[sp->id];
                         continue;
                 }
@@ -526,7 +546,7 @@ static int load_pages(struct reader *rd, struct zsw_owner *o, uint64_t n) {
                 b.share[b.n++] = NULL;
                 b.n_new++;
         }
-        return batch_flush(rd, o, &b);
+        return batch_flush(rd, o, family, &b);
 }
 
 /* Whether the saved target is still the same process; its new pidfd. */
@@ -602,7 +622,7 @@ static int load_target(struct zsw_engine *e, struct reader *rd, struct zsw_targe
                 if (r < 0)
                         return r == -ENOMEM ? r : -EPROTO;
         }
-        return load_pages(rd, t->owner, st->n_pages);
+        return load_pages(rd, t->owner, st->family, st->n_pages);
 }
 
 static int load_check_header(const struct state_header *h, const struct state_trailer *tr,
@@ -742,6 +762,7 @@ int zsw_engine_load(struct zsw_engine *e, int fd, zsw_engine_adopted_fn adopted,
                         }
         zsw_mutex_unlock(&e->control_lock);
         free(rd.entries);
+        free(rd.families);
         free(rd.buf);
         if (r >= 0)
                 zsw_log(e->log, LOG_INFO,

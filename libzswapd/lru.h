@@ -37,6 +37,7 @@ struct zsw_lru {
         pthread_mutex_t sample_lock;
         uint8_t *sample;
         uint64_t sample_seen;
+        uint64_t stats_pass; /* store.c: counted in this stats pass, under owners_lock */
 };
 
 int zsw_lru_new(struct zsw_lru **ret);

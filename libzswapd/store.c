@@ -48,6 +48,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zstd.h>
 
 #include "entry.h"
 #include "index.h"
@@ -85,6 +86,7 @@ struct zsw_store {
         pthread_mutex_t owners_lock;
         struct zsw_owner *owners;
         uint64_t next_owner_id; /* under owners_lock */
+        uint64_t stats_pass;    /* under owners_lock: zsw_store_get_stats() */
         _Atomic unsigned workers;
 
         pthread_rwlock_t pool_lock; /* pool payload reads vs. the switch to disk */
@@ -430,6 +432,21 @@ static uint64_t mix64(uint64_t x) {
         return x ^ (x >> 31);
 }
 
+static bool sample_is_zstd_dict(const uint8_t *p) {
+        uint32_t magic;
+
+        memcpy(&magic, p, sizeof(magic));
+        return magic == ZSTD_MAGIC_DICTIONARY;
+}
+
+static void swap_pages(uint8_t *a, uint8_t *b) {
+        uint8_t t[ZSW_PAGE_SIZE];
+
+        memcpy(t, a, ZSW_PAGE_SIZE);
+        memcpy(a, b, ZSW_PAGE_SIZE);
+        memcpy(b, t, ZSW_PAGE_SIZE);
+}
+
 static void family_dict_offer(struct store_batch *b, const void *const *src, const uint32_t *lens) {
         struct zsw_lru *f = b->o->lru;
         struct zsw_dict *d = NULL, *none = NULL;
@@ -437,6 +454,7 @@ static void family_dict_offer(struct store_batch *b, const void *const *src, con
         uint64_t slot;
 
         if (b->s->cfg.no_dict ||
+            !zsw_compress_dict_applies(b->o->cfg.compressor, b->o->cfg.level) ||
             atomic_load_explicit(&b->o->counters[C_PAGES], memory_order_relaxed) < DICT_SAMPLE_FROM)
                 return;
         /* The middle of the batch's compressible pages. */
@@ -453,7 +471,13 @@ static void family_dict_offer(struct store_batch *b, const void *const *src, con
                                            : mix64(f->sample_seen) % (f->sample_seen + 1);
         if (slot < DICT_PAGES)
                 memcpy(f->sample + slot * ZSW_PAGE_SIZE, src[pick], ZSW_PAGE_SIZE);
-        if (++f->sample_seen < DICT_SAMPLE_BATCHES || zsw_dict_new(f->sample, ZSW_DICT_MAX, &d) < 0)
+        if (++f->sample_seen < DICT_SAMPLE_BATCHES)
+                goto out;
+        /* Content that starts as a zstd dictionary does would be parsed
+         * as one: start with a page that does not. */
+        for (size_t k = 1; k < DICT_PAGES && sample_is_zstd_dict(f->sample); k++)
+                swap_pages(f->sample, f->sample + k * ZSW_PAGE_SIZE);
+        if (zsw_dict_new(f->sample, ZSW_DICT_MAX, &d) < 0)
                 goto out;
         if (atomic_compare_exchange_strong_explicit(&f->dict, &none, d, memory_order_release,
                                                     memory_order_relaxed))
@@ -483,10 +507,12 @@ static int batch_compress(struct store_batch *b) {
         if (r < 0 || b->ncomp == 0)
                 return r;
         r = worker_cctx(b->w, &b->o->cfg, &ctx);
-        if (r >= 0)
-                r = zsw_compress_ctx_set_dict(ctx, dict);
         if (r < 0)
                 return r;
+        /* Without zstd's tables for this level (no memory), plain. */
+        r = zsw_compress_ctx_set_dict(ctx, dict);
+        if (r < 0)
+                r = zsw_compress_ctx_set_dict(ctx, NULL);
         code = b->o->cfg.compressor | (r > 0 ? ZSW_WITH_DICT : 0);
 
         for (size_t k = 0; k < b->ncomp; k++) {
@@ -1550,13 +1576,13 @@ void zsw_store_get_stats(struct zsw_store *s, struct zsw_store_stats *ret) {
         st.pool_compacted_bytes = ps.compacted_bytes;
         st.meta_bytes = ps.meta_bytes + zsw_entry_cache_bytes(&s->entries);
         zsw_mutex_lock(&s->owners_lock, ZSW_LOCK_OWNERS);
+        s->stats_pass++;
         for (struct zsw_owner *o = s->owners; o; o = o->next) {
-                bool first = true;
-
-                /* A family's dictionary once, with its first owner. */
-                for (struct zsw_owner *p = s->owners; p != o && first; p = p->next)
-                        first = p->lru != o->lru;
-                st.dict_bytes += first ? family_dict_bytes(o) : 0;
+                /* A family's dictionary once, with the first of its owners. */
+                if (o->lru->stats_pass != s->stats_pass) {
+                        o->lru->stats_pass = s->stats_pass;
+                        st.dict_bytes += family_dict_bytes(o);
+                }
                 st.meta_bytes += sizeof(*o) + owner_meta_bytes(o);
         }
         st.meta_bytes += st.dict_bytes;

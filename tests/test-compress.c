@@ -198,8 +198,8 @@ TEST(one_decompress_ctx_for_both) {
 
 /* A dictionary made of pages 0..15: those pages compress to almost
  * nothing with it (each is in it whole: 19-129 bytes here), which shows
- * it is used; every
- * page decodes with it, and a payload coded with it is refused without. */
+ * it is used; every page decodes with it, and a payload coded with it is
+ * refused without. */
 TEST(dictionary) {
         static const struct {
                 enum zsw_compressor c;
@@ -242,7 +242,10 @@ TEST(dictionary) {
                 for (unsigned i = 0; i < NPAGES; i++) {
                         if (lens[i] == 0)
                                 continue;
-                        if (cases[k].used && i < in_dict)
+                        /* lz4 reaches back 64 KiB - 1 from a page's first
+                         * byte: it uses the dictionary's last 15 pages. */
+                        if (cases[k].used && i < in_dict &&
+                            (cases[k].c != ZSW_COMPRESSOR_LZ4 || i >= 1))
                                 ASSERT_LT(lens[i], ZSW_PAGE_SIZE / 16);
                         memset(back, 0xaa, sizeof(back));
                         ASSERT_OK(zsw_decompress(dctx, code, d, out[i], lens[i], back));
@@ -251,12 +254,12 @@ TEST(dictionary) {
                 if (cases[k].used) {
                         ASSERT_ERRNO(zsw_decompress(dctx, code, NULL, out[0], lens[0], back),
                                      EINVAL);
-                        /* A level change unsets the dictionary. */
+                        /* A level change unsets the dictionary: page 1,
+                         * which is in it, then decodes without it. */
                         ASSERT_OK(zsw_compress_ctx_set_level(ctx, cases[k].level));
-                        ASSERT_EQ(zsw_compress_batch(ctx, src, dst, 1, ZSW_PAGE_SIZE, lens), 1);
-                        ASSERT_GT(lens[0], 64);
+                        ASSERT_EQ(zsw_compress_batch(ctx, &src[1], dst, 1, ZSW_PAGE_SIZE, lens), 1);
                         ASSERT_OK(zsw_decompress(dctx, cases[k].c, NULL, out[0], lens[0], back));
-                        ASSERT_MEMEQ(back, pages[0], ZSW_PAGE_SIZE);
+                        ASSERT_MEMEQ(back, pages[1], ZSW_PAGE_SIZE);
                 }
                 zsw_compress_ctx_free(ctx);
         }

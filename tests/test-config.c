@@ -250,9 +250,14 @@ TEST(policy_defaults_and_inheritance) {
         ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_LZ4);
         ASSERT_EQ(c->policies[0].compression_level, 1);
         c = config_free(c);
+        /* A level is lz4's unless zstd is named: it names lz4. */
         ASSERT_OK(load("[Store]\nCompressionLevel=2\n", MATCH "[Policy]\nMinColdAge=1m\n", &c));
-        ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_ZSTD);
-        ASSERT_EQ(c->policies[0].compression_level, ZSW_ZSTD_LEVEL_DEFAULT);
+        ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_LZ4);
+        ASSERT_EQ(c->policies[0].compression_level, 2);
+        c = config_free(c);
+        ASSERT_OK(load(NULL, MATCH "[Policy]\nCompressionLevel=9\n", &c));
+        ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_LZ4);
+        ASSERT_EQ(c->policies[0].compression_level, 9);
         c = config_free(c);
         ASSERT_OK(load(NULL, MATCH "[Policy]\nCompressor=lz4\nMinColdAge=1m\n", &c));
         ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_LZ4);
@@ -559,9 +564,9 @@ TEST(global_value_errors) {
                 "[Writeback]\nSwapfile=/var/a\\b\n", GLOBAL_PATH
                 ":2: Swapfile=/var/a\\b: path contains control characters, quotes or backslashes");
         /* The level a policy sets is checked against the compressor it
-         * inherits (a budget's: lz4). */
-        ASSERT_LOAD_FAILS(NULL, MATCH "[Policy]\nMemoryBudget=1G\nCompressionLevel=14\n",
-                          POLICY_PATH ":5: CompressionLevel=14: lz4 levels are 1 to 12 (set "
+         * inherits. */
+        ASSERT_LOAD_FAILS(NULL, MATCH "[Policy]\nCompressionLevel=14\n",
+                          POLICY_PATH ":4: CompressionLevel=14: lz4 levels are 1 to 12 (set "
                                       "Compressor=zstd for up to 19)");
 }
 
@@ -1144,9 +1149,11 @@ TEST(compressors_dump_back) {
                 enum zsw_compressor fresh; /* of another policy without a budget */
         } cases[] = {
                 { "[Store]\nCompressionLevel=1\n", MATCH "[Policy]\nMinColdAge=1m\n",
-                  ZSW_COMPRESSOR_ZSTD, ZSW_ZSTD_LEVEL_DEFAULT, ZSW_COMPRESSOR_ZSTD },
-                { NULL, MATCH "[Policy]\nCompressionLevel=1\n", ZSW_COMPRESSOR_ZSTD, 1,
+                  ZSW_COMPRESSOR_LZ4, 1, ZSW_COMPRESSOR_LZ4 },
+                { NULL, MATCH "[Policy]\nCompressionLevel=1\n", ZSW_COMPRESSOR_LZ4, 1,
                   ZSW_COMPRESSOR_ZSTD },
+                { NULL, MATCH "[Policy]\nMinColdAge=1m\n", ZSW_COMPRESSOR_ZSTD,
+                  ZSW_ZSTD_LEVEL_DEFAULT, ZSW_COMPRESSOR_ZSTD },
                 { NULL, MATCH "[Policy]\nMemoryBudget=1G\n", ZSW_COMPRESSOR_LZ4, 1,
                   ZSW_COMPRESSOR_ZSTD },
                 { "[Store]\nCompressor=lz4\n", MATCH "[Policy]\nMinColdAge=1m\n",

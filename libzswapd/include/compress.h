@@ -64,7 +64,8 @@ struct zsw_dict;
 /* Whether code is one that zsw_decompress() knows. */
 bool zsw_code_valid(unsigned code);
 
-/* A dictionary holds at most this much content (lz4 looks back 64 KiB). */
+/* A dictionary holds at most this much content (lz4 looks back 64 KiB
+ * from a page's first byte, so it uses the last 60 KiB of it). */
 #define ZSW_DICT_MAX (64u * 1024)
 
 /* A dictionary of the len bytes at content (1 <= len <= ZSW_DICT_MAX,
@@ -96,6 +97,9 @@ int zsw_compress_ctx_set_level(struct zsw_compress_ctx *ctx, int level);
  * page), so its payloads are plain. -ENOMEM when zstd's tables for this
  * level could not be made. */
 int zsw_compress_ctx_set_dict(struct zsw_compress_ctx *ctx, const struct zsw_dict *dict);
+/* Whether c at level (as for zsw_compress_level()) compresses with a
+ * dictionary when given one. */
+bool zsw_compress_dict_applies(enum zsw_compressor c, int level);
 
 /*
  * Compresses n pages of ZSW_PAGE_SIZE bytes: page i from src[i] into dst[i]
