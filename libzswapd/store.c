@@ -328,6 +328,15 @@ static const struct zsw_dict *family_dict(const struct zsw_owner *o) {
         return atomic_load_explicit(&o->lru->dict, memory_order_acquire);
 }
 
+/* Makes d the dictionary of family f unless it has one: then false, and d
+ * stays the caller's. */
+static bool family_publish_dict(struct zsw_lru *f, struct zsw_dict *d) {
+        struct zsw_dict *none = NULL;
+
+        return atomic_compare_exchange_strong_explicit(&f->dict, &none, d, memory_order_release,
+                                                       memory_order_relaxed);
+}
+
 static int stage_fault(struct store_batch *b, enum zsw_store_stage stage, unsigned page) {
         if (_likely_(!b->s->cfg.fault_inject))
                 return 0;
@@ -449,7 +458,7 @@ static void swap_pages(uint8_t *a, uint8_t *b) {
 
 static void family_dict_offer(struct store_batch *b, const void *const *src, const uint32_t *lens) {
         struct zsw_lru *f = b->o->lru;
-        struct zsw_dict *d = NULL, *none = NULL;
+        struct zsw_dict *d = NULL;
         size_t pick = SIZE_MAX;
         uint64_t slot;
 
@@ -479,8 +488,7 @@ static void family_dict_offer(struct store_batch *b, const void *const *src, con
                 swap_pages(f->sample, f->sample + k * ZSW_PAGE_SIZE);
         if (zsw_dict_new(f->sample, ZSW_DICT_MAX, &d) < 0)
                 goto out;
-        if (atomic_compare_exchange_strong_explicit(&f->dict, &none, d, memory_order_release,
-                                                    memory_order_relaxed))
+        if (family_publish_dict(f, d))
                 d = NULL;
         free(f->sample);
         f->sample = NULL;
@@ -1718,14 +1726,13 @@ const void *zsw_store_dict(struct zsw_owner *o, size_t *ret_len) {
 }
 
 int zsw_store_set_dict(struct zsw_owner *o, const void *content, size_t len) {
-        struct zsw_dict *d, *none = NULL;
+        struct zsw_dict *d;
         int r;
 
         r = zsw_dict_new(content, len, &d);
         if (r < 0)
                 return r;
-        if (!atomic_compare_exchange_strong_explicit(&o->lru->dict, &none, d, memory_order_release,
-                                                     memory_order_relaxed)) {
+        if (!family_publish_dict(o->lru, d)) {
                 zsw_dict_free(d);
                 return -EEXIST;
         }

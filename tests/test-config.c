@@ -209,59 +209,47 @@ TEST(policy_defaults_and_inheritance) {
         ASSERT_EQ(p->refault_limit.value, 500);
         c = config_free(c);
 
-        /* A policy choosing zstd over a global lz4 gets zstd's default level;
-         * one only raising the level keeps the global compressor. */
-        ASSERT_OK(load(NULL, MATCH "[Policy]\nCompressor=zstd\n", &c));
-        ASSERT_EQ(c->policies[0].compression_level, 3);
-        c = config_free(c);
-        ASSERT_OK(load("[Store]\nCompressor=zstd\n", MATCH "[Policy]\nCompressionLevel=12\n", &c));
-        ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_ZSTD);
-        ASSERT_EQ(c->policies[0].compression_level, 12);
-        c = config_free(c);
-        ASSERT_OK(load("[Store]\nCompressor=zstd\nCompressionLevel=8\n",
-                       MATCH "[Policy]\nCompressor=zstd\n", &c));
-        ASSERT_EQ(c->policies[0].compression_level, 8);
-        c = config_free(c);
-        ASSERT_OK(load("[Store]\nCompressor=zstd\nCompressionLevel=5\n",
-                       MATCH "[Policy]\nCompressor=lz4\n", &c));
-        ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_LZ4);
-        ASSERT_EQ(c->policies[0].compression_level, 1);
-        c = config_free(c);
-        /* lz4's levels above 1 are LZ4HC's. */
-        ASSERT_OK(load("[Store]\nCompressionLevel=4\n", MATCH "[Policy]\nCompressor=lz4\n", &c));
-        ASSERT_EQ(c->compression_level, 4);
-        ASSERT_EQ(c->policies[0].compression_level, 4);
-        c = config_free(c);
-        /* Unless a compressor is named, pages taken by age go to zstd, a
-         * budget's to lz4 (its faults may wait for a reclaim); naming one
-         * in [Store] (even lz4) or the policy decides. */
-        ASSERT_OK(load(NULL, MATCH "[Policy]\nMinColdAge=1m\n", &c));
-        ASSERT_EQ(c->compressor, ZSW_COMPRESSOR_LZ4);
-        ASSERT_FALSE(c->compressor_set);
-        ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_ZSTD);
-        ASSERT_EQ(c->policies[0].compression_level, ZSW_ZSTD_LEVEL_DEFAULT);
-        c = config_free(c);
-        ASSERT_OK(load(NULL, MATCH "[Policy]\nMemoryBudget=1G\n", &c));
-        ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_LZ4);
-        ASSERT_EQ(c->policies[0].compression_level, 1);
-        c = config_free(c);
-        ASSERT_OK(load("[Store]\nCompressor=lz4\n", MATCH "[Policy]\nMinColdAge=1m\n", &c));
-        ASSERT_TRUE(c->compressor_set);
-        ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_LZ4);
-        ASSERT_EQ(c->policies[0].compression_level, 1);
-        c = config_free(c);
-        /* A level is lz4's unless zstd is named: it names lz4. */
-        ASSERT_OK(load("[Store]\nCompressionLevel=2\n", MATCH "[Policy]\nMinColdAge=1m\n", &c));
-        ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_LZ4);
-        ASSERT_EQ(c->policies[0].compression_level, 2);
-        c = config_free(c);
-        ASSERT_OK(load(NULL, MATCH "[Policy]\nCompressionLevel=9\n", &c));
-        ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_LZ4);
-        ASSERT_EQ(c->policies[0].compression_level, 9);
-        c = config_free(c);
-        ASSERT_OK(load(NULL, MATCH "[Policy]\nCompressor=lz4\nMinColdAge=1m\n", &c));
-        ASSERT_EQ(c->policies[0].compressor, ZSW_COMPRESSOR_LZ4);
-        ASSERT_EQ(c->policies[0].compression_level, 1);
+
+        /* Which compressor and level a policy gets:
+         * - naming zstd over a global lz4 gives zstd's default level; only
+         *   raising the level keeps the global compressor;
+         * - lz4's levels above 1 are LZ4HC's;
+         * - unless a compressor or a level is named (in [Store] or the
+         *   policy), pages taken by age go to zstd, a budget's to lz4 (its
+         *   faults may wait for a reclaim); a level alone is lz4's. */
+        static const struct {
+                const char *global, *policy;
+                enum zsw_compressor comp;
+                int level;
+        } cases[] = {
+                { NULL, "Compressor=zstd\n", ZSW_COMPRESSOR_ZSTD, 3 },
+                { "Compressor=zstd\n", "CompressionLevel=12\n", ZSW_COMPRESSOR_ZSTD, 12 },
+                { "Compressor=zstd\nCompressionLevel=8\n", "Compressor=zstd\n", ZSW_COMPRESSOR_ZSTD,
+                  8 },
+                { "Compressor=zstd\nCompressionLevel=5\n", "Compressor=lz4\n", ZSW_COMPRESSOR_LZ4,
+                  1 },
+                { "CompressionLevel=4\n", "Compressor=lz4\n", ZSW_COMPRESSOR_LZ4, 4 },
+                { NULL, "MinColdAge=1m\n", ZSW_COMPRESSOR_ZSTD, ZSW_ZSTD_LEVEL_DEFAULT },
+                { NULL, "MemoryBudget=1G\n", ZSW_COMPRESSOR_LZ4, 1 },
+                { "Compressor=lz4\n", "MinColdAge=1m\n", ZSW_COMPRESSOR_LZ4, 1 },
+                { "CompressionLevel=2\n", "MinColdAge=1m\n", ZSW_COMPRESSOR_LZ4, 2 },
+                { NULL, "CompressionLevel=9\n", ZSW_COMPRESSOR_LZ4, 9 },
+                { NULL, "Compressor=lz4\nMinColdAge=1m\n", ZSW_COMPRESSOR_LZ4, 1 },
+        };
+
+        for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+                _cleanup_free_ char *g = NULL, *pol = NULL;
+
+                if (cases[i].global)
+                        ASSERT_GE(asprintf(&g, "[Store]\n%s", cases[i].global), 0);
+                ASSERT_GE(asprintf(&pol, MATCH "[Policy]\n%s", cases[i].policy), 0);
+                c = config_free(c);
+                ASSERT_OK(load(g, pol, &c));
+                ASSERT_EQ(c->policies[0].compressor, cases[i].comp);
+                ASSERT_EQ(c->policies[0].compression_level, cases[i].level);
+                /* [Store]'s own stays lz4 unless named, and says so. */
+                ASSERT_EQ(c->compressor_set, g && strstr(g, "Compressor=") != NULL);
+        }
 }
 
 TEST(syntax) {
