@@ -28,6 +28,7 @@
 #include "policy.h"
 #include "cgroup.h"
 #include "reclaim.h"
+#include "rescue.h"
 
 /* How often STATUS= is refreshed when no watchdog asks for more. */
 #define STATUS_INTERVAL_USEC (10 * 1000000ull)
@@ -52,6 +53,10 @@ struct reexec_ctx {
         /* A state that the binary executed last could not load: kept, with
          * the userfaultfds it names, for the next try. */
         int pending_state_fd;
+        /* Stopped across the exec: it would keep the old memory, and
+         * save its stale engine if the new process died. */
+        struct rescue *rescue;
+        const char *rescue_path;
 };
 
 static void help(void) {
@@ -520,8 +525,10 @@ static int exec_with_state(struct reexec_ctx *x, int state_fd, int client_fd) {
         }
         log_notice("Re-executing %s with the engine's state.", exe_path);
         sd_notify(false, "RELOADING=1\nSTATUS=Re-executing");
+        x->rescue = rescue_stop(x->rescue);
         execv(exe_path, exe_argv);
         r = -errno;
+        (void) rescue_start(x->engine, x->rescue_path, policy_label, x->policies, &x->rescue);
 fail:
         (void) keep_fd(state_fd, false);
         (void) keep_fd(listen_fd, false);
@@ -702,6 +709,11 @@ static uint32_t age_interval_ms(const struct zsw_config *c) {
         return (uint32_t) MIN(MAX(ms, 1000u), 60000u);
 }
 
+/* Before the engine goes: the rescue task must never save a freed one. */
+static void reexec_ctx_done(struct reexec_ctx *x) {
+        x->rescue = rescue_stop(x->rescue);
+}
+
 static int run(int argc, char *argv[]) {
         _cleanup_(zsw_engine_freep) struct zsw_engine *engine = NULL;
         _cleanup_(policy_manager_freep) struct policy_manager *policies = NULL;
@@ -715,7 +727,8 @@ static int run(int argc, char *argv[]) {
         struct control_hooks hooks = {
                 .reload = reload, .dump = dump, .detached = detached, .reexec = reexec
         };
-        struct reexec_ctx rx = { .pending_state_fd = -EBADF };
+        _cleanup_(reexec_ctx_done) struct reexec_ctx rx = { .pending_state_fd = -EBADF };
+        _cleanup_free_ char *rescue_path = NULL;
         struct adopted_list adopted = {};
         struct zsw_engine_error load_err = {};
         int r, k, state_fd, listen_fd, client_fd, loaded = 0;
@@ -773,8 +786,21 @@ static int run(int argc, char *argv[]) {
         if (r < 0)
                 return log_error_errno(r, "Failed to start the engine: %m");
 
-        /* Taken over from the process we replace, before anything is
-         * served: its targets' faults wait meanwhile. */
+        /* From here on, a death of ours leaves the targets' pages in the
+         * state file for the next zswapd (rescue.h). */
+        rescue_path = rescue_state_path(arg_socket);
+        if (!rescue_path)
+                return log_oom();
+        rx.engine = engine;
+        rx.rescue_path = rescue_path;
+        r = rescue_start(engine, rescue_path, NULL, NULL, &rx.rescue);
+        if (r < 0)
+                return r;
+
+        /* Taken over from the process we replace, or from one that died,
+         * before anything is served: their targets' faults wait meanwhile. */
+        if (state_fd < 0)
+                (void) rescue_adopt(engine, rescue_path, note_adopted, &adopted);
         if (state_fd >= 0) {
                 loaded = zsw_engine_load(engine, state_fd, note_adopted, &adopted, &load_err);
                 if (loaded < 0) {
@@ -805,8 +831,8 @@ static int run(int argc, char *argv[]) {
         free(adopted.pids);
         free(adopted.labels);
         hooks.userdata = &rx;
-        rx.engine = engine;
         rx.policies = policies;
+        rescue_set_label(rx.rescue, policy_label, policies);
         rx.control = control;
         control_set_hooks(control, &hooks);
 
@@ -841,6 +867,16 @@ static int run(int argc, char *argv[]) {
         control_set_stopping(control);
         /* Puts every stored page back into its process before returning. */
         k = stop(engine, control, sfd, watchdog_usec > 0);
+        if (k < 0) {
+                /* Pages are still held (logged): the rescue task saves
+                 * them once we are gone, from the engine as it is. */
+                TAKE_PTR(engine);
+                TAKE_PTR(policies);
+                rx.rescue = NULL;
+                return k;
+        }
+        /* Every page is back: nothing for a rescue to save. */
+        rx.rescue = rescue_stop(rx.rescue);
         control = control_free(control);
         policies = policy_manager_free(policies);
         engine = zsw_engine_free(engine);

@@ -22,10 +22,12 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <linux/kcmp.h>
 
 #include "engine-internal.h"
 #include "engine-state.h"
 #include "uffd.h"
+#include "vma.h"
 #include "writeback.h"
 
 /* The lowest address a wake may name (mmap_min_addr is at most this
@@ -43,15 +45,21 @@
 static int proc_start_time(pid_t pid, uint64_t *ret) {
         char path[64], buf[1024], *p;
         unsigned long long st;
-        FILE *f;
+        ssize_t n;
+        int fd;
 
+        /* open and read, not stdio: zswapd-rescue calls this after the
+         * other threads died, maybe holding stdio's locks. */
         snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-        f = fopen(path, "re");
-        if (!f)
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
                 return -errno;
-        p = fgets(buf, sizeof(buf), f);
-        fclose(f);
-        if (!p || !(p = strrchr(buf, ')')) ||
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return -EIO;
+        buf[n] = 0;
+        if (!(p = strrchr(buf, ')')) ||
             sscanf(p + 1,
                    " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
                    "%*d %*d %llu",
@@ -271,12 +279,22 @@ static int save_page(void *userdata, const struct zsw_store_page *p) {
         return w->error;
 }
 
-/* The targets to save: live, named; family[i] the first of i's family. */
-static size_t save_list(struct zsw_engine *e, struct zsw_target **v, uint32_t *family) {
+/* Whether t holds, as its own descriptor target_uffd, the very uffd we
+ * serve it through: then a new zswapd can take it from t after we are
+ * gone (pidfd_getfd()), and t's faults wait for it meanwhile. */
+static bool target_holds_uffd(const struct zsw_target *t) {
+        return t->target_uffd >= 0 &&
+               syscall(SYS_kcmp, getpid(), t->pid, KCMP_FILE, t->uffd, t->target_uffd) == 0;
+}
+
+/* The targets to save: live, named (orphaned: and holding their uffd);
+ * family[i] the first of i's family. */
+static size_t save_list(struct zsw_engine *e, bool orphaned, struct zsw_target **v,
+                        uint32_t *family) {
         size_t n = 0;
 
         for (struct zsw_target *t = e->targets; t; t = t->next) {
-                if (t->pid <= 0 || !target_live(t))
+                if (t->pid <= 0 || !target_live(t) || (orphaned && !target_holds_uffd(t)))
                         continue;
                 family[n] = (uint32_t) n;
                 for (size_t k = 0; k < n; k++)
@@ -291,7 +309,7 @@ static size_t save_list(struct zsw_engine *e, struct zsw_target **v, uint32_t *f
 
 /* with_dict: t is the first of its family in a version-2 state. */
 static int save_target(struct writer *w, struct zsw_target *t, uint32_t family, bool with_dict,
-                       const char *label) {
+                       bool orphaned, const char *label) {
         struct zsw_store_stats os;
         struct state_target st = {
                 .pid = t->pid,
@@ -334,14 +352,17 @@ static int save_target(struct writer *w, struct zsw_target *t, uint32_t family, 
                 writer_put(w, dict, dict_len);
                 writer_put(w, pad, ALIGN8(dict_len) - dict_len);
         }
-        r = zsw_store_export(t->owner, save_page, w);
+        r = orphaned ? zsw_store_export_orphaned(t->owner, save_page, w)
+                     : zsw_store_export(t->owner, save_page, w);
         return r < 0 ? r : w->error;
 }
 
-int zsw_engine_save(struct zsw_engine *e, int fd, const char *(*label)(void *userdata, pid_t pid),
-                    void *userdata, struct zsw_engine_error *err) {
-        _cleanup_free_ struct zsw_target **v = NULL;
-        _cleanup_free_ uint32_t *family = NULL;
+/* Writes the state of e's targets (v, n of them) to fd; the number of
+ * entries and bytes written in *ret_entries and *ret_bytes. */
+static int state_write(struct zsw_engine *e, int fd,
+                       const char *(*label)(void *userdata, pid_t pid), void *userdata,
+                       bool orphaned, struct zsw_target **v, uint32_t *family, size_t *ret_n,
+                       struct state_trailer *ret_tr, struct zsw_engine_error *err) {
         struct writer w = { .fd = fd };
         struct state_header h = { .magic = ZSW_STATE_MAGIC,
                                   .version = ZSW_STATE_VERSION,
@@ -349,19 +370,14 @@ int zsw_engine_save(struct zsw_engine *e, int fd, const char *(*label)(void *use
                                   .header_size = sizeof(h),
                                   .target_size = sizeof(struct state_target) };
         struct state_trailer tr = { .magic = ZSW_STATE_END };
-        uint64_t start = zsw_now_ns();
         bool dicts = false;
         size_t n;
         int r = 0;
 
-        v = calloc(MAX(e->n_targets, 1u), sizeof(*v));
-        family = calloc(MAX(e->n_targets, 1u), sizeof(*family));
         w.buf = malloc(WRITER_BUF);
-        if (!v || !family || !w.buf) {
-                free(w.buf);
+        if (!w.buf)
                 return engine_fail(err, -ENOMEM, "out of memory for the state");
-        }
-        n = save_list(e, v, family);
+        n = save_list(e, orphaned, v, family);
         h.n_targets = (uint32_t) n;
         /* Without dictionaries, the version before them: a binary of the
          * release before can still take the state over. */
@@ -370,7 +386,7 @@ int zsw_engine_save(struct zsw_engine *e, int fd, const char *(*label)(void *use
         h.version = dicts ? ZSW_STATE_VERSION : ZSW_STATE_VERSION_MIN;
         writer_put(&w, &h, sizeof(h));
         for (size_t i = 0; i < n && r >= 0; i++) {
-                r = save_target(&w, v[i], family[i], dicts && family[i] == i,
+                r = save_target(&w, v[i], family[i], dicts && family[i] == i, orphaned,
                                 label ? label(userdata, v[i]->pid) : NULL);
                 if (r < 0)
                         (void) engine_fail(err, r, "cannot save process %d: %s", v[i]->pid,
@@ -385,6 +401,25 @@ int zsw_engine_save(struct zsw_engine *e, int fd, const char *(*label)(void *use
         free(w.ids);
         if (r >= 0 && w.error < 0)
                 r = engine_fail(err, w.error, "cannot write the state: %s", strerror(-w.error));
+        *ret_n = n;
+        *ret_tr = tr;
+        return r;
+}
+
+int zsw_engine_save(struct zsw_engine *e, int fd, const char *(*label)(void *userdata, pid_t pid),
+                    void *userdata, struct zsw_engine_error *err) {
+        _cleanup_free_ struct zsw_target **v = NULL;
+        _cleanup_free_ uint32_t *family = NULL;
+        struct state_trailer tr;
+        uint64_t start = zsw_now_ns();
+        size_t n = 0;
+        int r;
+
+        v = calloc(MAX(e->n_targets, 1u), sizeof(*v));
+        family = calloc(MAX(e->n_targets, 1u), sizeof(*family));
+        if (!v || !family)
+                return engine_fail(err, -ENOMEM, "out of memory for the state");
+        r = state_write(e, fd, label, userdata, false, v, family, &n, &tr, err);
         for (size_t i = 0; i < n && r >= 0; i++)
                 r = fd_set_cloexec(v[i]->uffd, false);
         if (r < 0) {
@@ -399,6 +434,34 @@ int zsw_engine_save(struct zsw_engine *e, int fd, const char *(*label)(void *use
                 "State saved in %" PRIu64 " ms: %zu targets, %" PRIu64 " entries, "
                 "%" PRIu64 " bytes",
                 (zsw_now_ns() - start) / 1000000, n, tr.n_entries, tr.total_bytes);
+        return (int) n;
+}
+
+int zsw_engine_salvage(struct zsw_engine *e, int fd,
+                       const char *(*label)(void *userdata, pid_t pid), void *userdata,
+                       struct zsw_engine_salvage_result *ret, struct zsw_engine_error *err) {
+        _cleanup_free_ struct zsw_target **v = NULL;
+        _cleanup_free_ uint32_t *family = NULL;
+        struct state_trailer tr;
+        size_t n = 0;
+        int r;
+
+        *ret = (struct zsw_engine_salvage_result) {};
+        for (struct zsw_target *t = e->targets; t; t = t->next)
+                if (t->pid > 0 && target_live(t) && !target_holds_uffd(t))
+                        ret->unheld++;
+                else if (t->pid <= 0 && target_live(t))
+                        ret->unnamed++;
+        v = calloc(MAX(e->n_targets, 1u), sizeof(*v));
+        family = calloc(MAX(e->n_targets, 1u), sizeof(*family));
+        if (!v || !family)
+                return engine_fail(err, -ENOMEM, "out of memory for the state");
+        r = state_write(e, fd, label, userdata, true, v, family, &n, &tr, err);
+        if (r < 0)
+                return r;
+        ret->targets = n;
+        ret->entries = tr.n_entries;
+        ret->bytes = tr.total_bytes;
         return (int) n;
 }
 
@@ -559,14 +622,65 @@ static bool load_same_process(const struct state_target *st, int *ret_pidfd) {
                 return false;
         /* Read after the pidfd is open: a pid reused before that has
          * another start time. */
-        if (proc_start_time(st->pid, &start) < 0 || start != st->start_time ||
-            zsw_uffd_mm_alive(st->uffd) == -ESRCH) {
+        if (proc_start_time(st->pid, &start) < 0 || start != st->start_time) {
                 close(pidfd);
                 return false;
         }
         (void) fd_set_cloexec(pidfd, true);
         *ret_pidfd = pidfd;
         return true;
+}
+
+/* The uffd of a target whose zswapd died: the target's own reference,
+ * which the dead process checked was the one it served (kcmp), taken
+ * with pidfd_getfd(); -errno if it is not a userfaultfd now. */
+static int adopt_uffd(const struct zsw_target *t) {
+        char path[64], link[64];
+        ssize_t n;
+        int fd;
+
+        fd = (int) syscall(SYS_pidfd_getfd, t->pidfd, t->target_uffd, 0);
+        if (fd < 0)
+                return -errno;
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        n = readlink(path, link, sizeof(link) - 1);
+        if (n < 0 || (link[n] = 0, strcmp(link, "anon_inode:[userfaultfd]") != 0)) {
+                close(fd);
+                return -EBADF;
+        }
+        (void) fd_set_cloexec(fd, true);
+        return fd;
+}
+
+/* After a zswapd died: entries of pages present in the target go. They
+ * are of a round that had not dropped its pages yet, or of a fault whose
+ * page was placed before its entry was forgotten; the page present is
+ * the target's content. Pages a dead round left write-protected stay so
+ * until written: a write to a page of no round is let through (fault.c). */
+static int adopt_drop_present(struct zsw_target *t) {
+        struct zsw_page_run runs[64];
+        _cleanup_close_ int pagemap = -EBADF;
+        uint64_t pos = WAKE_START, dropped = 0;
+        char path[64];
+
+        snprintf(path, sizeof(path), "/proc/%d/pagemap", t->pid);
+        pagemap = open(path, O_RDONLY | O_CLOEXEC);
+        if (pagemap < 0)
+                return -errno;
+        while (pos < WAKE_END) {
+                int k = zsw_vma_scan(pagemap, pos, WAKE_END, PAGE_IS_PRESENT, 0, runs,
+                                     ARRAY_SIZE(runs), &pos);
+
+                if (k < 0)
+                        return k;
+                if (k == 0)
+                        break;
+                for (int i = 0; i < k; i++)
+                        dropped +=
+                                zsw_store_invalidate(t->owner, runs[i].start / ZSW_PAGE_SIZE,
+                                                     (runs[i].end - runs[i].start) / ZSW_PAGE_SIZE);
+        }
+        return (int) MIN(dropped, (uint64_t) INT32_MAX);
 }
 
 /* Makes the target of one record, with its owner (in the family of an
@@ -646,8 +760,8 @@ static int load_check_header(const struct state_header *h, const struct state_tr
 /* Every target of the state, made and filled, and its record; nothing
  * published. */
 static int load_all(struct zsw_engine *e, struct reader *rd, const struct state_trailer *tr,
-                    struct zsw_target ***ret_made, struct state_target **ret_recs, size_t *ret_n,
-                    struct zsw_engine_error *err) {
+                    bool adopt, struct zsw_target ***ret_made, struct state_target **ret_recs,
+                    size_t *ret_n, struct zsw_engine_error *err) {
         const struct state_header *hp = reader_take(rd, sizeof(*hp));
         struct state_header h;
         int r;
@@ -671,7 +785,8 @@ static int load_all(struct zsw_engine *e, struct reader *rd, const struct state_
                 if (r < 0)
                         return engine_fail(err, r, "cannot load target %zu of the state: %s", i,
                                            r == -EPROTO ? "malformed record" : strerror(-r));
-                (*ret_made)[i]->uffd = (*ret_recs)[i].uffd;
+                /* Adopted: taken from the target once it is checked. */
+                (*ret_made)[i]->uffd = adopt ? -EBADF : (*ret_recs)[i].uffd;
         }
         if (rd->left != 0 || rd->pos != rd->len)
                 return engine_fail(err, -EPROTO, "state has bytes after its last target");
@@ -679,10 +794,12 @@ static int load_all(struct zsw_engine *e, struct reader *rd, const struct state_
 }
 
 /* Serves each target that is still its process and wakes its waiters;
- * frees the others. */
+ * frees the others. adopt: the state of a zswapd that died, whose uffds
+ * the targets hold (adopt_uffd()). */
 static int load_publish(struct zsw_engine *e, struct zsw_target **made,
-                        const struct state_target *recs, size_t n, zsw_engine_adopted_fn adopted,
-                        void *userdata) {
+                        const struct state_target *recs, size_t n, bool adopt,
+                        zsw_engine_adopted_fn adopted, void *userdata) {
+        const char *when = adopt ? "after the previous zswapd died" : "during the re-exec";
         int adopted_n = 0;
 
         for (size_t i = 0; i < n; i++) {
@@ -692,22 +809,40 @@ static int load_publish(struct zsw_engine *e, struct zsw_target **made,
 
                 memcpy(label, recs[i].label, ZSW_STATE_LABEL_MAX);
                 made[i] = NULL;
-                (void) fd_set_cloexec(t->uffd, true);
-                if (!load_same_process(&recs[i], &t->pidfd)) {
-                        zsw_log(e->log, LOG_INFO,
-                                "Process %d exited during the re-exec; its pages "
-                                "are freed",
-                                t->pid);
+                if (!adopt)
+                        (void) fd_set_cloexec(t->uffd, true);
+                if (!load_same_process(&recs[i], &t->pidfd) ||
+                    (adopt && (t->uffd = adopt_uffd(t)) == -ESRCH) ||
+                    (t->uffd >= 0 && zsw_uffd_mm_alive(t->uffd) == -ESRCH)) {
+                        zsw_log(e->log, LOG_INFO, "Process %d exited %s; its pages are freed",
+                                t->pid, when);
                         target_free(t);
                         continue;
+                }
+                if (t->uffd < 0) {
+                        zsw_log_errno(e->log, LOG_ERR, t->uffd,
+                                      "Cannot take over process %d: its userfaultfd (its fd "
+                                      "%d) is gone: %m; its %" PRIu64 " pages are lost",
+                                      t->pid, t->target_uffd, recs[i].n_pages);
+                        target_free(t);
+                        continue;
+                }
+                if (adopt) {
+                        r = adopt_drop_present(t);
+                        if (r > 0)
+                                zsw_log(e->log, LOG_INFO,
+                                        "Process %d: %d pages taken by the dead zswapd were "
+                                        "still present; their copies are dropped",
+                                        t->pid, r);
                 }
                 r = engine_publish(e, t);
                 if (r < 0) {
                         zsw_log_errno(e->log, LOG_ERR, r,
-                                      "Cannot serve process %d after re-exec: %m; "
-                                      "its faults wait for the next zswapd",
-                                      t->pid);
-                        t->uffd = -EBADF; /* never closed: its pages would read as zeros */
+                                      "Cannot serve process %d %s: %m; its faults wait for the "
+                                      "next zswapd",
+                                      t->pid, when);
+                        if (!adopt)
+                                t->uffd = -EBADF; /* never closed: its pages would read as zeros */
                         target_free(t);
                         continue;
                 }
@@ -723,8 +858,8 @@ static int load_publish(struct zsw_engine *e, struct zsw_target **made,
         return adopted_n;
 }
 
-int zsw_engine_load(struct zsw_engine *e, int fd, zsw_engine_adopted_fn adopted, void *userdata,
-                    struct zsw_engine_error *err) {
+static int state_load(struct zsw_engine *e, int fd, bool adopt, zsw_engine_adopted_fn adopted,
+                      void *userdata, struct zsw_engine_error *err) {
         _cleanup_free_ struct state_target *recs = NULL;
         _cleanup_free_ struct zsw_target **made = NULL;
         struct state_trailer tr;
@@ -749,9 +884,9 @@ int zsw_engine_load(struct zsw_engine *e, int fd, zsw_engine_adopted_fn adopted,
         if (e->n_targets > 0)
                 r = engine_fail(err, -EBUSY, "the engine serves targets already");
         else
-                r = load_all(e, &rd, &tr, &made, &recs, &n, err);
+                r = load_all(e, &rd, &tr, adopt, &made, &recs, &n, err);
         if (r >= 0)
-                r = load_publish(e, made, recs, n, adopted, userdata);
+                r = load_publish(e, made, recs, n, adopt, adopted, userdata);
         else
                 /* Nothing taken over: the descriptors stay open, so the
                  * targets wait rather than read zeros. */
@@ -770,4 +905,14 @@ int zsw_engine_load(struct zsw_engine *e, int fd, zsw_engine_adopted_fn adopted,
                         "entries",
                         (zsw_now_ns() - start) / 1000000, r, rd.n_entries);
         return r;
+}
+
+int zsw_engine_load(struct zsw_engine *e, int fd, zsw_engine_adopted_fn adopted, void *userdata,
+                    struct zsw_engine_error *err) {
+        return state_load(e, fd, false, adopted, userdata, err);
+}
+
+int zsw_engine_adopt(struct zsw_engine *e, int fd, zsw_engine_adopted_fn adopted, void *userdata,
+                     struct zsw_engine_error *err) {
+        return state_load(e, fd, true, adopted, userdata, err);
 }

@@ -1671,8 +1671,9 @@ static int export_one(struct zsw_store *s, struct zsw_entry *e, uint64_t pgno, v
         return 0;
 }
 
-int zsw_store_export(struct zsw_owner *o, int (*fn)(void *userdata, const struct zsw_store_page *p),
-                     void *userdata) {
+static int owner_export(struct zsw_owner *o,
+                        int (*fn)(void *userdata, const struct zsw_store_page *p), void *userdata,
+                        bool locked) {
         struct zsw_store *s = o->store;
         void *disk_buf = NULL;
         struct zsw_entry *e;
@@ -1685,8 +1686,10 @@ int zsw_store_export(struct zsw_owner *o, int (*fn)(void *userdata, const struct
                 if (!disk_buf)
                         return -ENOMEM;
         }
-        zsw_mutex_lock(&o->lock, ZSW_LOCK_OWNER);
-        zsw_rwlock_rdlock(&s->pool_lock, ZSW_LOCK_STORE_POOL);
+        if (locked) {
+                zsw_mutex_lock(&o->lock, ZSW_LOCK_OWNER);
+                zsw_rwlock_rdlock(&s->pool_lock, ZSW_LOCK_STORE_POOL);
+        }
         for (e = zsw_index_next(o->index, 0, &pgno); e && r >= 0;
              e = pgno < ZSW_INDEX_MAX_PGNO ? zsw_index_next(o->index, pgno + 1, &pgno) : NULL) {
                 struct zsw_store_page p;
@@ -1695,10 +1698,23 @@ int zsw_store_export(struct zsw_owner *o, int (*fn)(void *userdata, const struct
                 if (r >= 0)
                         r = fn(userdata, &p);
         }
-        zsw_rwlock_unlock(&s->pool_lock);
-        zsw_mutex_unlock(&o->lock);
+        if (locked) {
+                zsw_rwlock_unlock(&s->pool_lock);
+                zsw_mutex_unlock(&o->lock);
+        }
         free(disk_buf);
         return r;
+}
+
+int zsw_store_export(struct zsw_owner *o, int (*fn)(void *userdata, const struct zsw_store_page *p),
+                     void *userdata) {
+        return owner_export(o, fn, userdata, true);
+}
+
+int zsw_store_export_orphaned(struct zsw_owner *o,
+                              int (*fn)(void *userdata, const struct zsw_store_page *p),
+                              void *userdata) {
+        return owner_export(o, fn, userdata, false);
 }
 
 int zsw_store_owner_new_sibling(struct zsw_owner *sibling, struct zsw_owner **ret) {

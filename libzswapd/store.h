@@ -390,6 +390,13 @@ struct zsw_store_page {
  */
 int zsw_store_export(struct zsw_owner *o, int (*fn)(void *userdata, const struct zsw_store_page *p),
                      void *userdata);
+/* The same for a store whose every other thread is gone (they died with
+ * their process, in the middle of anything): takes no lock, since a dead
+ * thread may hold one for good. A store and index changed half way by a
+ * dead thread read as they were left. */
+int zsw_store_export_orphaned(struct zsw_owner *o,
+                              int (*fn)(void *userdata, const struct zsw_store_page *p),
+                              void *userdata);
 
 /* A new owner without pages in the fork family of sibling (sharing its LRU
  * and settings), to receive a family's pages with zsw_store_import(). */

@@ -31,23 +31,11 @@ struct daemon {
         pid_t pid;
 };
 
-/* Starts zswapd (the binary at exe) with conf as its zswapd.conf; with
- * state (len bytes), as if a re-exec had handed that state over. */
-static void daemon_start_with(struct daemon *d, const char *exe, const char *conf,
-                              const void *state, size_t len) {
-        char path[128];
+/* Starts zswapd (the binary at exe) in d's directory; with state (len
+ * bytes), as if a re-exec had handed that state over. */
+static void daemon_exec(struct daemon *d, const char *exe, const void *state, size_t len) {
         int status;
-        FILE *f;
 
-        snprintf(d->dir, sizeof(d->dir), "/var/tmp/zswapd-reexec.XXXXXX");
-        ASSERT_TRUE(mkdtemp(d->dir));
-        snprintf(d->sock, sizeof(d->sock), "%s/ctl.sock", d->dir);
-        snprintf(d->log, sizeof(d->log), "%s/log", d->dir);
-        snprintf(path, sizeof(path), "%s/zswapd.conf", d->dir);
-        f = fopen(path, "we");
-        ASSERT_TRUE(f);
-        fputs(conf, f);
-        ASSERT_OK(fclose(f));
         d->pid = fork();
         ASSERT_GE(d->pid, 0);
         if (d->pid == 0) {
@@ -74,6 +62,26 @@ static void daemon_start_with(struct daemon *d, const char *exe, const char *con
                                   d->log);
                 usleep(10000);
         }
+}
+
+/* Starts zswapd (the binary at exe) with conf as its zswapd.conf in a
+ * new directory; with state (len bytes), as if a re-exec had handed that
+ * state over. */
+static void daemon_start_with(struct daemon *d, const char *exe, const char *conf,
+                              const void *state, size_t len) {
+        char path[128];
+        FILE *f;
+
+        snprintf(d->dir, sizeof(d->dir), "/var/tmp/zswapd-reexec.XXXXXX");
+        ASSERT_TRUE(mkdtemp(d->dir));
+        snprintf(d->sock, sizeof(d->sock), "%s/ctl.sock", d->dir);
+        snprintf(d->log, sizeof(d->log), "%s/log", d->dir);
+        snprintf(path, sizeof(path), "%s/zswapd.conf", d->dir);
+        f = fopen(path, "we");
+        ASSERT_TRUE(f);
+        fputs(conf, f);
+        ASSERT_OK(fclose(f));
+        daemon_exec(d, exe, state, len);
 }
 
 static void daemon_start(struct daemon *d, const char *exe, const char *conf) {
@@ -418,6 +426,125 @@ static void test_unreadable_state_is_kept(void) {
         daemon_stop(&d);
 }
 
+/* SIGKILL: zswapd dies at once; its rescue task (which holds the control
+ * socket meanwhile) saves the state in ctl.state and exits. */
+static void daemon_kill(struct daemon *d) {
+        char path[128];
+        int status;
+
+        ASSERT_OK(kill(d->pid, SIGKILL));
+        ASSERT_EQ(waitpid(d->pid, &status, 0), d->pid);
+        ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+        for (int i = 0; can_connect(d->sock); i++) {
+                if (i == TEST_GUARD_MS / 10)
+                        TEST_FAIL("the rescue task of zswapd %d did not end; see %s", d->pid,
+                                  d->log);
+                usleep(10000);
+        }
+        snprintf(path, sizeof(path), "%s/ctl.state", d->dir);
+        if (access(path, F_OK) < 0)
+                TEST_FAIL("no state file %s after zswapd's death; see %s", path, d->log);
+}
+
+static void expect_in_log(const struct daemon *d, const char *what) {
+        char *log = daemon_log(d);
+
+        if (!strstr(log, what))
+                TEST_FAIL("no \"%s\" in zswapd's log: %s", what, log);
+        free(log);
+}
+
+/* kill -9 of zswapd serving several targets (pages in memory and on disk,
+ * a fork family, one that keeps writing with 4 threads, one waiting in a
+ * fault): a zswapd started again takes every one over, every byte reads
+ * back, and the idle ones fault nothing back meanwhile. */
+static void test_killed_zswapd_loses_nothing(void) {
+        struct daemon d;
+        struct target *writer, *parent, *quiet, *reader;
+        uint64_t stored[3], rss[3];
+        pid_t quiet_pids[3], child;
+        char path[128];
+
+        daemon_start(&d, zswapd_path,
+                     "[Store]\nIncompressible=keep\n[Pool]\nLimit=8M\n"
+                     "[Writeback]\nEnabled=yes\nSwapfile=/var/tmp\n"
+                     "SwapfileSize=256M\n");
+        writer = target_start("--synthetic");
+        parent = target_start(NULL);
+        quiet = target_start(NULL);
+        reader = target_start(NULL);
+        cmd_ok(writer, "fill 24");
+        cmd_ok(parent, "fill 24 10");
+        cmd_ok(quiet, "fill 24");
+        cmd_ok(reader, "fill 24");
+        attach(&d, writer->pid);
+        attach(&d, parent->pid);
+        attach(&d, quiet->pid);
+        attach(&d, reader->pid);
+        reclaim_all(&d, parent->pid);
+        child = (pid_t) field(cmd_ok(parent, "fork-hold"), "child");
+        while (!served(&d, child))
+                usleep(10000);
+        reclaim_all(&d, quiet->pid);
+        reclaim_all(&d, reader->pid);
+        reclaim_all(&d, writer->pid);
+        cmd_ok(writer, "threads 4");
+        ASSERT_GT(stat_of(&d, 0, "disk_pages"), 0);
+        quiet_pids[0] = parent->pid;
+        quiet_pids[1] = child;
+        quiet_pids[2] = quiet->pid;
+        for (int i = 0; i < 3; i++) {
+                stored[i] = stat_of(&d, quiet_pids[i], "stored_pages");
+                rss[i] = rss_anon_kb(quiet_pids[i]);
+                ASSERT_GT(stored[i], 0);
+        }
+        /* The reader faults its pages back as zswapd dies, and waits. */
+        fprintf(reader->in, "verify\n");
+        fflush(reader->in);
+        while (!in_userfault(reader->pid))
+                usleep(1000);
+
+        daemon_kill(&d);
+        expect_in_log(&d, "are saved in");
+        daemon_exec(&d, zswapd_path, NULL, 0);
+        expect_in_log(&d, "Took over 5 processes");
+        snprintf(path, sizeof(path), "%s/ctl.state", d.dir);
+        ASSERT_NE(access(path, F_OK), 0);
+
+        for (int i = 0; i < 3; i++) {
+                ASSERT_EQ_U(stat_of(&d, quiet_pids[i], "stored_pages"), stored[i]);
+                ASSERT_EQ_U(stat_of(&d, quiet_pids[i], "faults"), 0);
+                ASSERT_LE(rss_anon_kb(quiet_pids[i]), rss[i] + 64);
+        }
+        ASSERT_TRUE(fgets(reader->line, sizeof(reader->line), reader->out));
+        ASSERT_EQ_U(field(reader->line, "good"), TARGET_PAGES);
+        ASSERT_EQ_U(field(reader->line, "bad"), 0);
+
+        /* Killed again, while the writer writes and the reader reads. */
+        reclaim_all(&d, reader->pid);
+        fprintf(reader->in, "verify\n");
+        fflush(reader->in);
+        daemon_kill(&d);
+        daemon_exec(&d, zswapd_path, NULL, 0);
+        ASSERT_TRUE(fgets(reader->line, sizeof(reader->line), reader->out));
+        ASSERT_EQ_U(field(reader->line, "good"), TARGET_PAGES);
+        ASSERT_EQ_U(field(reader->line, "bad"), 0);
+
+        field(cmd_ok(writer, "stop"), "writes");
+        expect_verify(writer, TARGET_PAGES, 0);
+        expect_verify(parent, TARGET_PAGES, 0);
+        expect_verify(quiet, TARGET_PAGES, 0);
+        ASSERT_EQ_U(field(cmd_ok(parent, "fork-release"), "good"), TARGET_PAGES);
+        ASSERT_EQ_U(field(parent->line, "bad"), 0);
+        reclaim_all(&d, quiet->pid);
+        daemon_stop(&d);
+        expect_verify(quiet, TARGET_PAGES, 0);
+        target_exit(writer);
+        target_exit(parent);
+        target_exit(quiet);
+        target_exit(reader);
+}
+
 int main(int argc, char **argv) {
         static const struct test_case cases[] = {
                 { "unreadable_state_is_kept", test_unreadable_state_is_kept },
@@ -425,6 +552,7 @@ int main(int argc, char **argv) {
                 { "reexec_wakes_a_thread_blocked_in_a_fault",
                   test_reexec_wakes_a_thread_blocked_in_a_fault },
                 { "failed_reexec_changes_nothing", test_failed_reexec_changes_nothing },
+                { "killed_zswapd_loses_nothing", test_killed_zswapd_loses_nothing },
         };
 
         if (argc < 3) {

@@ -265,6 +265,28 @@ int zsw_engine_save(struct zsw_engine *engine, int fd,
                     const char *(*label)(void *userdata, pid_t pid), void *userdata,
                     struct zsw_engine_error *err);
 
+/* What zsw_engine_salvage() saved, and what it could not. */
+struct zsw_engine_salvage_result {
+        size_t targets;   /* saved */
+        uint64_t entries; /* stored pages saved, shared ones once */
+        uint64_t bytes;   /* the state's size */
+        unsigned unheld;  /* targets left out: no reference of their own to their uffd */
+        unsigned unnamed; /* fork children left out: not named yet */
+};
+
+/*
+ * zsw_engine_save() for an engine whose process died: called by the one
+ * task left in its memory (daemon/rescue.c), after every thread of the
+ * engine is gone, in whatever state each left. Takes no lock, freezes
+ * nothing, leaves every descriptor as it is, logs nothing. A target is
+ * saved only if it holds its own reference to the uffd we served it
+ * through (the next zswapd takes that one: zsw_engine_adopt()). Returns
+ * the number of targets saved, or -errno (and err).
+ */
+int zsw_engine_salvage(struct zsw_engine *engine, int fd,
+                       const char *(*label)(void *userdata, pid_t pid), void *userdata,
+                       struct zsw_engine_salvage_result *ret, struct zsw_engine_error *err);
+
 /* A saved target the new engine took over, reported to the caller. */
 typedef void (*zsw_engine_adopted_fn)(void *userdata, pid_t pid, const char *label);
 
@@ -281,3 +303,13 @@ typedef void (*zsw_engine_adopted_fn)(void *userdata, pid_t pid, const char *lab
  */
 int zsw_engine_load(struct zsw_engine *engine, int fd, zsw_engine_adopted_fn adopted,
                     void *userdata, struct zsw_engine_error *err);
+
+/*
+ * zsw_engine_load() of a state zsw_engine_salvage() left: each target's
+ * uffd is taken from the target itself (pidfd_getfd() of the descriptor
+ * the state names, which must still be a userfaultfd), and entries of
+ * pages present in the target are dropped (a round or a fault the dead
+ * process had not finished): the present page is the content.
+ */
+int zsw_engine_adopt(struct zsw_engine *engine, int fd, zsw_engine_adopted_fn adopted,
+                     void *userdata, struct zsw_engine_error *err);

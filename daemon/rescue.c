@@ -1,0 +1,289 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * zswapd-rescue (see rescue.h).
+ *
+ * The pages zswapd takes live only in its memory, and a process can die
+ * at any instruction: SIGKILL, SIGSEGV, abort(), the watchdog. The rescue
+ * task is made with clone(CLONE_VM | CLONE_FILES) and no CLONE_THREAD: a
+ * process of its own, outside zswapd's thread group, so the signal that
+ * kills zswapd does not kill it, yet sharing zswapd's memory and
+ * descriptor table, which therefore outlive zswapd while it lives. It
+ * sleeps on zswapd's pidfd; when zswapd is gone, every thread of it is
+ * (a pidfd polls readable once the whole thread group has exited), and
+ * the task is alone with the engine as the threads left it. If zswapd
+ * had not disarmed it (a clean stop gives every page back first), it
+ * writes the engine's state (zsw_engine_salvage(): no locks, which dead
+ * threads may hold) to the state file, and exits. The next zswapd adopts
+ * the file before it serves anything (rescue_adopt()).
+ *
+ * Until zswapd is gone the task shares zswapd's main thread's TLS (clone
+ * without CLONE_SETTLS), so it must not touch it: errno, stdio, malloc,
+ * sanitizer state. It runs raw system calls only (raw_syscall()), in
+ * functions the sanitizers leave alone. Afterwards the TLS is the dead
+ * main thread's, and libc is ours to use, except what a dead thread may
+ * have left locked (malloc's arena of a thread that died inside malloc:
+ * the state is then never written, and the task gives up after
+ * RESCUE_TIMEOUT_SEC).
+ *
+ * What it cannot save: a fork child not named yet (its uffd is only in
+ * our table; it reads zeros once this task exits), a target that closed
+ * its own reference to its uffd, and a target a round was injecting into
+ * when zswapd died (that thread resumes with the injected registers:
+ * docs/design.md, "Surviving a crash").
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "rescue.h"
+#include "util.h"
+
+#define RESCUE_STACK_SIZE (1u << 20)
+#define RESCUE_TIMEOUT_SEC 600u
+
+/* ThreadSanitizer cannot follow a task that shares memory without being
+ * a thread: such a build has no rescue. */
+#if defined(__SANITIZE_THREAD__)
+#define RESCUE_UNSUPPORTED 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define RESCUE_UNSUPPORTED 1
+#endif
+#endif
+
+#define NO_SANITIZE __attribute__((no_sanitize("address", "undefined", "thread"), noinline, unused))
+
+struct rescue {
+        _Atomic bool armed;
+        pid_t pid;        /* the rescue task */
+        int daemon_pidfd; /* zswapd's own */
+        void *stack;
+        struct zsw_engine *engine;
+        const char *(*label)(void *userdata, pid_t pid);
+        void *userdata;
+        char *path;
+};
+
+/* A system call that touches neither errno nor any other TLS: -errno on
+ * failure. */
+NO_SANITIZE static long raw_syscall(long n, long a, long b, long c, long d) {
+#if defined(__x86_64__)
+        register long r10 __asm__("r10") = d;
+        long ret;
+
+        __asm__ volatile("syscall"
+                         : "=a"(ret)
+                         : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10)
+                         : "rcx", "r11", "memory");
+        return ret;
+#elif defined(__aarch64__)
+        register long x8 __asm__("x8") = n;
+        register long x0 __asm__("x0") = a;
+        register long x1 __asm__("x1") = b;
+        register long x2 __asm__("x2") = c;
+        register long x3 __asm__("x3") = d;
+
+        __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3) : "memory");
+        return x0;
+#else
+#error "raw_syscall() needs this architecture's system call instruction"
+#endif
+}
+
+char *rescue_state_path(const char *socket_path) {
+        size_t len = strlen(socket_path);
+        char *s;
+
+        if (len > 5 && strcmp(socket_path + len - 5, ".sock") == 0)
+                len -= 5;
+        if (asprintf(&s, "%.*s.state", (int) len, socket_path) < 0)
+                return NULL;
+        return s;
+}
+
+/* zswapd is gone without disarming us: its engine's state to r->path. */
+_unused_ static int rescue_save(struct rescue *r) {
+        struct zsw_engine_salvage_result res;
+        struct zsw_engine_error err = {};
+        _cleanup_free_ char *tmp = NULL;
+        sigset_t alarm_only;
+        int fd, n;
+
+        /* A dead thread may hold a lock we need (malloc's): give up then. */
+        signal(SIGALRM, SIG_DFL);
+        sigemptyset(&alarm_only);
+        sigaddset(&alarm_only, SIGALRM);
+        sigprocmask(SIG_UNBLOCK, &alarm_only, NULL);
+        alarm(RESCUE_TIMEOUT_SEC);
+
+        if (asprintf(&tmp, "%s.tmp", r->path) < 0)
+                return log_oom();
+        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0)
+                return log_error_errno(errno,
+                                       "zswapd died holding its targets' pages, and their state "
+                                       "cannot be written to %s: %m. Those processes wait on their "
+                                       "faults for good.",
+                                       tmp);
+        n = zsw_engine_salvage(r->engine, fd, r->label, r->userdata, &res, &err);
+        if (n >= 0 && fsync(fd) < 0)
+                n = -errno;
+        close(fd);
+        if (n > 0 && rename(tmp, r->path) < 0)
+                n = -errno;
+        if (n <= 0)
+                (void) unlink(tmp);
+        if (n < 0)
+                return log_error_errno(n,
+                                       "zswapd died holding its targets' pages, and their state "
+                                       "cannot be written to %s: %s. Those processes wait on their "
+                                       "faults for good.",
+                                       r->path, err.message[0] ? err.message : strerror(-n));
+        if (n > 0)
+                log_error("zswapd died; the pages it held for %d processes (%" PRIu64
+                          " entries, %.1f MiB of state) are saved in %s. Start zswapd again: it "
+                          "takes them over, and those processes' faults wait until then.",
+                          n, res.entries, res.bytes / (1024.0 * 1024.0), r->path);
+        if (res.unheld + res.unnamed > 0)
+                log_error("zswapd died serving %u processes whose pages could not be saved (%u "
+                          "closed their own reference to their userfaultfd, %u fork children "
+                          "were not named yet): their missing pages read as zeros now.",
+                          res.unheld + res.unnamed, res.unheld, res.unnamed);
+        return n;
+}
+
+/* The rescue task. Raw system calls only until zswapd is gone. */
+NO_SANITIZE static int rescue_main(void *userdata) {
+        struct rescue *r = userdata;
+        struct pollfd p = { .fd = r->daemon_pidfd, .events = POLLIN };
+        uint64_t all = ~UINT64_C(0);
+        long k;
+
+        /* Only SIGKILL ends us: systemd's SIGTERM to the unit's processes
+         * after zswapd's death must not cut the save short. */
+        raw_syscall(SYS_rt_sigprocmask, SIG_SETMASK, (long) &all, 0, sizeof(all));
+        raw_syscall(SYS_prctl, PR_SET_NAME, (long) "zswapd-rescue", 0, 0);
+        do
+                k = raw_syscall(SYS_ppoll, (long) &p, 1, 0, 0);
+        while (k == -EINTR || (k == 0));
+        if (k < 0 || !atomic_load_explicit(&r->armed, memory_order_acquire))
+                return 0;
+        return rescue_save(r) < 0 ? 1 : 0;
+}
+
+int rescue_start(struct zsw_engine *engine, const char *state_path,
+                 const char *(*label)(void *userdata, pid_t pid), void *userdata,
+                 struct rescue **ret) {
+        _cleanup_free_ struct rescue *r = NULL;
+        int k;
+
+#ifdef RESCUE_UNSUPPORTED
+        (void) engine;
+        (void) state_path;
+        (void) label;
+        (void) userdata;
+        (void) k;
+        *ret = NULL;
+        log_warning("No rescue task in a ThreadSanitizer build: if zswapd dies, its targets' "
+                    "pages are lost.");
+        return 0;
+#else
+        r = calloc(1, sizeof(*r));
+        if (!r)
+                return log_oom();
+        *r = (struct rescue) { .engine = engine, .label = label, .userdata = userdata };
+        atomic_init(&r->armed, true);
+        r->path = strdup(state_path);
+        if (!r->path)
+                return log_oom();
+        r->daemon_pidfd = (int) syscall(SYS_pidfd_open, getpid(), 0);
+        if (r->daemon_pidfd < 0) {
+                k = -errno;
+                free(r->path);
+                return log_error_errno(k, "Failed to open zswapd's own pidfd: %m");
+        }
+        r->stack = mmap(NULL, RESCUE_STACK_SIZE, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+        if (r->stack == MAP_FAILED) {
+                k = -errno;
+                close(r->daemon_pidfd);
+                free(r->path);
+                return log_error_errno(k, "Failed to map the rescue task's stack: %m");
+        }
+        /* No exit signal: zswapd reaps it with __WALL (rescue_stop()). */
+        r->pid = clone(rescue_main, (char *) r->stack + RESCUE_STACK_SIZE,
+                       CLONE_VM | CLONE_FILES | CLONE_FS, r);
+        if (r->pid < 0) {
+                k = -errno;
+                munmap(r->stack, RESCUE_STACK_SIZE);
+                close(r->daemon_pidfd);
+                free(r->path);
+                return log_error_errno(k, "Failed to start the rescue task: %m");
+        }
+        log_debug("Rescue task %d keeps the targets' pages if zswapd dies; state file %s.", r->pid,
+                  state_path);
+        *ret = TAKE_PTR(r);
+        return 0;
+#endif
+}
+
+void rescue_set_label(struct rescue *r, const char *(*label)(void *userdata, pid_t pid),
+                      void *userdata) {
+        if (!r)
+                return;
+        r->label = label;
+        r->userdata = userdata;
+}
+
+struct rescue *rescue_stop(struct rescue *r) {
+        if (!r)
+                return NULL;
+        atomic_store_explicit(&r->armed, false, memory_order_release);
+        (void) kill(r->pid, SIGKILL);
+        while (waitpid(r->pid, NULL, __WALL) < 0 && errno == EINTR)
+                ;
+        munmap(r->stack, RESCUE_STACK_SIZE);
+        close(r->daemon_pidfd);
+        free(r->path);
+        free(r);
+        return NULL;
+}
+
+int rescue_adopt(struct zsw_engine *engine, const char *path, zsw_engine_adopted_fn adopted,
+                 void *userdata) {
+        struct zsw_engine_error err = {};
+        _cleanup_close_ int fd = -EBADF;
+        int r;
+
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0 && errno == ENOENT)
+                return 0;
+        if (fd < 0)
+                return log_error_errno(errno, "Failed to open the state a dead zswapd left, %s: %m",
+                                       path);
+        log_notice("Taking over the processes a dead zswapd served, from %s.", path);
+        r = zsw_engine_adopt(engine, fd, adopted, userdata, &err);
+        if (r < 0)
+                return log_error_errno(r,
+                                       "Cannot take over the state a dead zswapd left in %s: %s. "
+                                       "Its processes wait on their faults; the file is kept: "
+                                       "start a zswapd that reads it.",
+                                       path, err.message);
+        if (unlink(path) < 0)
+                log_warning_errno(errno, "Failed to remove %s, ignoring: %m", path);
+        log_notice("Took over %d processes a dead zswapd served.", r);
+        return r;
+}

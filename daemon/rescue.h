@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * zswapd-rescue: a task that shares zswapd's memory and descriptors and
+ * outlives it. If zswapd dies holding pages (SIGKILL, a crash, an abort),
+ * it writes the engine's state, as the dead process left it, to a file
+ * (rescue_state_path()) that the next zswapd adopts before it serves
+ * anything: no target loses a page, and their faults wait meanwhile.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "engine.h"
+
+struct rescue;
+
+/* The state file of the zswapd whose control socket is socket_path: the
+ * socket's name with ".state" in place of ".sock" (or added). */
+char *rescue_state_path(const char *socket_path);
+
+/* Starts the rescue task for engine; label (may be NULL) names each
+ * target's policy in the state. */
+int rescue_start(struct zsw_engine *engine, const char *state_path,
+                 const char *(*label)(void *userdata, pid_t pid), void *userdata,
+                 struct rescue **ret);
+
+/* Sets the label of rescue_start() later (r may be NULL). */
+void rescue_set_label(struct rescue *r, const char *(*label)(void *userdata, pid_t pid),
+                      void *userdata);
+
+/* Ends the rescue task (before an exec, or once nothing is held any
+ * more): zswapd's death is no rescue's business from here. NULL is fine. */
+struct rescue *rescue_stop(struct rescue *r);
+
+static inline void rescue_stopp(struct rescue **r) {
+        *r = rescue_stop(*r);
+}
+
+/* Takes over the state a dead zswapd's rescue left at path, if any:
+ * 0 if there is none, the number of targets adopted, or -errno (logged;
+ * the file is kept for a zswapd that can read it). The file goes once
+ * adopted. */
+int rescue_adopt(struct zsw_engine *engine, const char *path, zsw_engine_adopted_fn adopted,
+                 void *userdata);
