@@ -15,6 +15,8 @@
 #   - writeback to a swapfile under the unit's sandbox;
 #   - an upgrade (the package installed again) with pages stored: zswapd
 #     re-executes in place and no page goes back;
+#   - kill -9 of zswapd with pages stored: systemd restarts it, the new one
+#     takes every target over from the state its rescue task saved;
 #   - dpkg --remove with pages stored gives every page back.
 # With --meson-install instead of a package, the build's `meson install`
 # (its prefix, /usr/local by default) goes into the root, the unit is
@@ -503,6 +505,32 @@ for u in "${units[@]}"; do
         active "$u" active || fail "$u is $(ct systemctl is-active "$u")"
 done
 
+# kill -9 with pages stored: zswapd-rescue saves them in the runtime
+# directory (kept across the restart), systemd restarts zswapd
+# (Restart=on-failure), and the new one takes every target over: no page
+# comes back meanwhile, every byte verifies.
+reclaim_all "before kill -9"
+old=$(prop zswapd MainPID)
+declare -A before_kill
+for u in "${units[@]}"; do before_kill[$u]=$(tstat "$u" stored_pages); done
+restarts=$(prop zswapd NRestarts)
+ct kill -KILL "$old"
+restarted() {
+        [ "$(prop zswapd NRestarts)" -gt "$restarts" ] && zswapd_ready &&
+                [ "$(prop zswapd MainPID)" != "$old" ]
+}
+wait_for 120 "systemd to restart zswapd after kill -9 of $old" restarted
+ct journalctl -u zswapd --no-pager -o cat | grep -q "^Took over [0-9]* processes a dead zswapd served" ||
+        fail "the restarted zswapd took nothing over: $(ct journalctl -u zswapd --no-pager -o cat | tail -20)"
+for u in "${units[@]}"; do
+        [ "$(tstat "$u" stored_pages)" = "${before_kill[$u]}" ] ||
+                fail "$u: ${before_kill[$u]} pages stored before kill -9, $(tstat "$u" stored_pages) after"
+        r=$(rss_kib "$u")
+        [ "$r" -lt 16384 ] || fail "$u: resident $r KiB after kill -9: pages came back"
+        verify "$u" "kill -9 and the restart"
+done
+say "kill -9: zswapd $old killed, restarted as $(prop zswapd MainPID), ${before_kill[*]} pages taken over, every byte verified"
+
 # Removing the package with pages stored: its prerm stops the unit, which
 # gives every page back (after meson install: disable --now).
 removal=(dpkg --remove)
@@ -512,5 +540,5 @@ ct "${removal[@]}" zswapd > "$tmp/remove.log" 2>&1 || { cat "$tmp/remove.log"; f
 active zswapd active && fail "zswapd still active after ${removal[*]}"
 [ "$(prop zswapd Result)" = success ] || fail "zswapd stopped with result $(prop zswapd Result) by ${removal[*]}"
 given_back "${removal[*]}"
-say "ok: $what: install, start, reload, policy attach (root and nobody), reclaim, restart, stop, start, upgrade, remove" \
+say "ok: $what: install, start, reload, policy attach (root and nobody), reclaim, restart, stop, start, upgrade, kill -9, remove" \
     "under systemd $(ct systemctl --version | sed -n '1s/^systemd \([0-9]*\).*/\1/p')"
