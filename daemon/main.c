@@ -393,7 +393,7 @@ static unsigned give_back(struct zsw_engine *engine, int priority, uint64_t *ret
  * take its pages back keeps zswapd running (its faults served, the control
  * socket answering stats and detach) until it can, or until it exits;
  * systemd's stop timeout is extended meanwhile. Only SIGKILL ends this
- * early, and then the target waits on those pages for good. */
+ * early; the rescue task then saves those pages for the next zswapd. */
 static int stop(struct zsw_engine *engine, struct control *control, int sfd, bool watchdog) {
         _cleanup_close_ int epfd = -EBADF, tfd = -EBADF;
         unsigned tries = 0;
@@ -439,8 +439,8 @@ static int stop(struct zsw_engine *engine, struct control *control, int sfd, boo
                                 if (read(sfd, &si, sizeof(si)) == sizeof(si))
                                         log_error("Received SIG%s while %u processes hold %" PRIu64
                                                   " pages only zswapd has: not exiting until they "
-                                                  "are given back (SIGKILL would leave those "
-                                                  "processes waiting on them forever).",
+                                                  "are given back (after SIGKILL the next zswapd "
+                                                  "takes them over).",
                                                   sigabbrev_np(si.ssi_signo) ?: "?", held, pages);
                         } else if (control_process(control) < 0)
                                 log_warning("Failed to serve the control socket, ignoring.");

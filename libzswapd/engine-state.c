@@ -337,8 +337,14 @@ static int save_target(struct writer *w, struct zsw_target *t, uint32_t family, 
                 return r;
         if (label)
                 snprintf(st.label, sizeof(st.label), "%s", label);
-        zsw_store_owner_get_stats(t->owner, &os);
-        st.n_pages = os.stored_pages;
+        /* Orphaned, the index is what is saved: a dead thread may have
+         * changed it without its counters (and holds the lock of stats). */
+        if (orphaned)
+                st.n_pages = zsw_store_owner_count_orphaned(t->owner);
+        else {
+                zsw_store_owner_get_stats(t->owner, &os);
+                st.n_pages = os.stored_pages;
+        }
         /* A family's dictionary goes with its first target, before any
          * page that needs it. */
         if (with_dict)

@@ -1711,6 +1711,16 @@ int zsw_store_export(struct zsw_owner *o, int (*fn)(void *userdata, const struct
         return owner_export(o, fn, userdata, true);
 }
 
+uint64_t zsw_store_owner_count_orphaned(struct zsw_owner *o) {
+        struct zsw_entry *e;
+        uint64_t n = 0, pgno;
+
+        for (e = zsw_index_next(o->index, 0, &pgno); e;
+             e = pgno < ZSW_INDEX_MAX_PGNO ? zsw_index_next(o->index, pgno + 1, &pgno) : NULL)
+                n++;
+        return n;
+}
+
 int zsw_store_export_orphaned(struct zsw_owner *o,
                               int (*fn)(void *userdata, const struct zsw_store_page *p),
                               void *userdata) {

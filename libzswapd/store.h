@@ -397,6 +397,8 @@ int zsw_store_export(struct zsw_owner *o, int (*fn)(void *userdata, const struct
 int zsw_store_export_orphaned(struct zsw_owner *o,
                               int (*fn)(void *userdata, const struct zsw_store_page *p),
                               void *userdata);
+/* The pages zsw_store_export_orphaned() reports, counted the same way. */
+uint64_t zsw_store_owner_count_orphaned(struct zsw_owner *o);
 
 /* A new owner without pages in the fork family of sibling (sharing its LRU
  * and settings), to receive a family's pages with zsw_store_import(). */
