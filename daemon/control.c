@@ -1088,8 +1088,10 @@ static int listen_socket(const char *path, int *ret_fd, struct stat *ret_st) {
         r = remove_stale(path, &sa, salen);
         if (r == -EADDRINUSE)
                 return log_error_errno(r,
-                                       "Another zswapd is listening on %s already; stop it "
-                                       "first or choose another socket with --socket.",
+                                       "Another zswapd is listening on %s already (or the "
+                                       "rescue task of one that died is saving its state: "
+                                       "try again in a moment); stop it first or choose "
+                                       "another socket with --socket.",
                                        path);
         if (r == -EEXIST)
                 return log_error_errno(r, "%s exists and is not a socket; refusing to replace it.",

@@ -57,6 +57,7 @@ struct reexec_ctx {
          * save its stale engine if the new process died. */
         struct rescue *rescue;
         const char *rescue_path;
+        struct zsw_engine **enginep; /* run()'s, which reexec_ctx_done() may keep */
 };
 
 static void help(void) {
@@ -711,6 +712,17 @@ static uint32_t age_interval_ms(const struct zsw_config *c) {
 
 /* Before the engine goes: the rescue task must never save a freed one. */
 static void reexec_ctx_done(struct reexec_ctx *x) {
+        /* Leaving with pages still held (an error after the state was
+         * taken over, a stop that could not give them back): the engine
+         * stays as it is, never freed, for the rescue to save once we
+         * are gone. */
+        if (x->rescue && x->enginep && *x->enginep &&
+            zsw_engine_list_targets(*x->enginep, NULL, 0) > 0) {
+                rescue_set_label(x->rescue, NULL, NULL);
+                *x->enginep = NULL;
+                x->rescue = NULL;
+                return;
+        }
         x->rescue = rescue_stop(x->rescue);
 }
 
@@ -792,13 +804,21 @@ static int run(int argc, char *argv[]) {
         if (!rescue_path)
                 return log_oom();
         rx.engine = engine;
+        rx.enginep = &engine;
         rx.rescue_path = rescue_path;
-        r = rescue_start(engine, rescue_path, NULL, NULL, &rx.rescue);
-        if (r < 0)
-                return r;
+        if (rescue_start(engine, rescue_path, NULL, NULL, &rx.rescue) < 0)
+                log_warning("Running without a rescue task (see above): if zswapd dies, its "
+                            "targets' pages are lost.");
 
         /* Taken over from the process we replace, or from one that died,
-         * before anything is served: their targets' faults wait meanwhile. */
+         * before anything is served: their targets' faults wait meanwhile.
+         * A dead zswapd's state is taken by the one zswapd that owns the
+         * control socket: its own, made first. */
+        if (listen_fd < 0) {
+                r = control_new(arg_socket, engine, &control);
+                if (r < 0)
+                        return r; /* logged with the reason and what to do */
+        }
         if (state_fd < 0)
                 (void) rescue_adopt(engine, rescue_path, note_adopted, &adopted);
         if (state_fd >= 0) {
@@ -815,12 +835,11 @@ static int run(int argc, char *argv[]) {
                         state_fd = safe_close(state_fd);
         }
 
-        if (listen_fd >= 0)
+        if (listen_fd >= 0) {
                 r = control_new_from_fd(arg_socket, listen_fd, engine, &control);
-        else
-                r = control_new(arg_socket, engine, &control);
-        if (r < 0)
-                return r; /* logged with the reason and what to do */
+                if (r < 0)
+                        return r;
+        }
 
         r = policy_manager_new(engine, TAKE_PTR(config), &policies);
         if (r < 0)
@@ -869,10 +888,9 @@ static int run(int argc, char *argv[]) {
         k = stop(engine, control, sfd, watchdog_usec > 0);
         if (k < 0) {
                 /* Pages are still held (logged): the rescue task saves
-                 * them once we are gone, from the engine as it is. */
-                TAKE_PTR(engine);
-                TAKE_PTR(policies);
-                rx.rescue = NULL;
+                 * them once we are gone, from the engine as it is, and
+                 * holds the socket until then (reexec_ctx_done()). */
+                TAKE_PTR(control);
                 return k;
         }
         /* Every page is back: nothing for a rescue to save. */

@@ -53,6 +53,7 @@
 
 #define RESCUE_STACK_SIZE (1u << 20)
 #define RESCUE_TIMEOUT_SEC 600u
+#define RESCUE_SLOTS 9
 
 /* ThreadSanitizer cannot follow a task that shares memory without being
  * a thread: such a build has no rescue. */
@@ -114,11 +115,42 @@ char *rescue_state_path(const char *socket_path) {
         return s;
 }
 
+/* The name of the state of slot i: path, then path.1 to path.9. */
+static char *slot_path(const char *path, int i) {
+        char *s;
+
+        if (i == 0)
+                return strdup(path);
+        return asprintf(&s, "%s.%d", path, i) < 0 ? NULL : s;
+}
+
+/* Gives the state in tmp its name: path, or, while a state not taken over
+ * yet has it, path.1 to path.9. Never replaces one (link() fails on an
+ * existing name): a state kept because no zswapd could read it, or that
+ * a zswapd died taking over, still holds pages. */
+static int publish(const char *tmp, const char *path, char **ret_name) {
+        for (int i = 0; i <= RESCUE_SLOTS; i++) {
+                char *name = slot_path(path, i);
+
+                if (!name)
+                        return -ENOMEM;
+                if (link(tmp, name) == 0) {
+                        (void) unlink(tmp);
+                        *ret_name = name;
+                        return 1;
+                }
+                free(name);
+                if (errno != EEXIST)
+                        return -errno;
+        }
+        return -EEXIST;
+}
+
 /* zswapd is gone without disarming us: its engine's state to r->path. */
 _unused_ static int rescue_save(struct rescue *r) {
         struct zsw_engine_salvage_result res;
         struct zsw_engine_error err = {};
-        _cleanup_free_ char *tmp = NULL;
+        _cleanup_free_ char *tmp = NULL, *saved = NULL;
         sigset_t alarm_only;
         int fd, n;
 
@@ -142,8 +174,12 @@ _unused_ static int rescue_save(struct rescue *r) {
         if (n >= 0 && fsync(fd) < 0)
                 n = -errno;
         close(fd);
-        if (n > 0 && rename(tmp, r->path) < 0)
-                n = -errno;
+        if (n > 0) {
+                int k = publish(tmp, r->path, &saved);
+
+                if (k < 0)
+                        n = k;
+        }
         if (n <= 0)
                 (void) unlink(tmp);
         if (n < 0)
@@ -156,7 +192,7 @@ _unused_ static int rescue_save(struct rescue *r) {
                 log_error("zswapd died; the pages it held for %d processes (%" PRIu64
                           " entries, %.1f MiB of state) are saved in %s. Start zswapd again: it "
                           "takes them over, and those processes' faults wait until then.",
-                          n, res.entries, res.bytes / (1024.0 * 1024.0), r->path);
+                          n, res.entries, res.bytes / (1024.0 * 1024.0), saved);
         if (res.unheld + res.unnamed > 0)
                 log_error("zswapd died serving %u processes whose pages could not be saved (%u "
                           "closed their own reference to their userfaultfd, %u fork children "
@@ -244,8 +280,13 @@ void rescue_set_label(struct rescue *r, const char *(*label)(void *userdata, pid
                       void *userdata) {
         if (!r)
                 return;
-        r->label = label;
+        /* The rescue may read them after our death at any instruction:
+         * never a label without its userdata. */
+        r->label = NULL;
+        atomic_signal_fence(memory_order_seq_cst);
         r->userdata = userdata;
+        atomic_signal_fence(memory_order_seq_cst);
+        r->label = label;
 }
 
 struct rescue *rescue_stop(struct rescue *r) {
@@ -262,8 +303,9 @@ struct rescue *rescue_stop(struct rescue *r) {
         return NULL;
 }
 
-int rescue_adopt(struct zsw_engine *engine, const char *path, zsw_engine_adopted_fn adopted,
-                 void *userdata) {
+/* Takes over the state at path, if any; removes it once taken over. */
+static int adopt_one(struct zsw_engine *engine, const char *path, zsw_engine_adopted_fn adopted,
+                     void *userdata) {
         struct zsw_engine_error err = {};
         _cleanup_close_ int fd = -EBADF;
         int r;
@@ -286,4 +328,23 @@ int rescue_adopt(struct zsw_engine *engine, const char *path, zsw_engine_adopted
                 log_warning_errno(errno, "Failed to remove %s, ignoring: %m", path);
         log_notice("Took over %d processes a dead zswapd served.", r);
         return r;
+}
+
+int rescue_adopt(struct zsw_engine *engine, const char *path, zsw_engine_adopted_fn adopted,
+                 void *userdata) {
+        int r, total = 0, first_error = 0;
+
+        /* Newest first: a process in two states (a zswapd died taking one
+         * over) is taken from the newer, which knows what happened since. */
+        for (int i = RESCUE_SLOTS; i >= 0; i--) {
+                _cleanup_free_ char *name = slot_path(path, i);
+
+                if (!name)
+                        return log_oom();
+                r = adopt_one(engine, name, adopted, userdata);
+                if (r < 0 && first_error == 0)
+                        first_error = r;
+                total += MAX(r, 0);
+        }
+        return first_error < 0 ? first_error : total;
 }

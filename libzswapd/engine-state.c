@@ -449,17 +449,21 @@ int zsw_engine_salvage(struct zsw_engine *e, int fd,
         _cleanup_free_ struct zsw_target **v = NULL;
         _cleanup_free_ uint32_t *family = NULL;
         struct state_trailer tr;
-        size_t n = 0;
+        size_t n = 0, listed = 0;
         int r;
 
         *ret = (struct zsw_engine_salvage_result) {};
-        for (struct zsw_target *t = e->targets; t; t = t->next)
+        /* Counted from the list: a target may be linked and not counted
+         * yet in n_targets (engine_publish() died in between). */
+        for (struct zsw_target *t = e->targets; t; t = t->next) {
+                listed++;
                 if (t->pid > 0 && target_live(t) && !target_holds_uffd(t))
                         ret->unheld++;
                 else if (t->pid <= 0 && target_live(t))
                         ret->unnamed++;
-        v = calloc(MAX(e->n_targets, 1u), sizeof(*v));
-        family = calloc(MAX(e->n_targets, 1u), sizeof(*family));
+        }
+        v = calloc(MAX(listed, 1u), sizeof(*v));
+        family = calloc(MAX(listed, 1u), sizeof(*family));
         if (!v || !family)
                 return engine_fail(err, -ENOMEM, "out of memory for the state");
         r = state_write(e, fd, label, userdata, true, v, family, &n, &tr, err);
@@ -817,6 +821,12 @@ static int load_publish(struct zsw_engine *e, struct zsw_target **made,
                 made[i] = NULL;
                 if (!adopt)
                         (void) fd_set_cloexec(t->uffd, true);
+                if (adopt && engine_find_target(e, t->pid)) {
+                        zsw_log(e->log, LOG_INFO,
+                                "Process %d was taken over from a newer state already", t->pid);
+                        target_free(t);
+                        continue;
+                }
                 if (!load_same_process(&recs[i], &t->pidfd) ||
                     (adopt && (t->uffd = adopt_uffd(t)) == -ESRCH) ||
                     (t->uffd >= 0 && zsw_uffd_mm_alive(t->uffd) == -ESRCH)) {
@@ -843,12 +853,19 @@ static int load_publish(struct zsw_engine *e, struct zsw_target **made,
                 }
                 r = engine_publish(e, t);
                 if (r < 0) {
-                        zsw_log_errno(e->log, LOG_ERR, r,
-                                      "Cannot serve process %d %s: %m; its faults wait for the "
-                                      "next zswapd",
-                                      t->pid, when);
-                        if (!adopt)
+                        if (adopt)
+                                zsw_log_errno(e->log, LOG_ERR, r,
+                                              "Cannot serve process %d %s: %m; its %" PRIu64
+                                              " pages are lost and its faults wait for good: "
+                                              "kill it",
+                                              t->pid, when, recs[i].n_pages);
+                        else {
+                                zsw_log_errno(e->log, LOG_ERR, r,
+                                              "Cannot serve process %d %s: %m; its faults wait "
+                                              "for the next zswapd",
+                                              t->pid, when);
                                 t->uffd = -EBADF; /* never closed: its pages would read as zeros */
+                        }
                         target_free(t);
                         continue;
                 }
@@ -887,7 +904,8 @@ static int state_load(struct zsw_engine *e, int fd, bool adopt, zsw_engine_adopt
         if (!rd.buf)
                 return engine_fail(err, -ENOMEM, "out of memory for the state");
         zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
-        if (e->n_targets > 0)
+        /* Several states are adopted one after the other (rescue.c). */
+        if (e->n_targets > 0 && !adopt)
                 r = engine_fail(err, -EBUSY, "the engine serves targets already");
         else
                 r = load_all(e, &rd, &tr, adopt, &made, &recs, &n, err);

@@ -17,8 +17,17 @@
  * the whole key range anyway (heap near the bottom, stack at the top), so
  * a tree that grows with the largest key would be full height in practice,
  * and a fixed height keeps lookup, on the fault path, a loop of six loads.
+ *
+ * A reader after the writer's death (the rescue task, which walks the
+ * index of a zswapd killed at any instruction) must find a tree it can
+ * walk: the bitmap is what a walk follows, so a node or an entry is
+ * linked before its bit is set, its bit cleared before it is unlinked,
+ * and a node unlinked before it is freed (free() writes into it).
+ * PUBLISH_ORDER() keeps the compiler from reordering those stores; a
+ * dead thread's stores are all visible, in order.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "index.h"
@@ -41,6 +50,8 @@ struct zsw_index {
 };
 
 _Static_assert(BITS *LEVELS == 36, "the tree must cover ZSW_INDEX_MAX_PGNO");
+
+#define PUBLISH_ORDER() atomic_signal_fence(memory_order_seq_cst)
 
 /* Slot of pgno in a node at the given level (0 = leaves). */
 static unsigned slot_of(uint64_t pgno, unsigned level) {
@@ -91,17 +102,19 @@ static void prune(struct zsw_index *idx, struct node **path, unsigned from, uint
 
                 if (n->bitmap)
                         return;
-                free(n);
-                idx->nodes--;
                 if (level == LEVELS - 1)
                         idx->root = NULL;
                 else {
                         struct node *parent = path[level + 1];
                         unsigned s = slot_of(pgno, level + 1);
 
-                        parent->slots[s] = NULL;
                         parent->bitmap &= ~(UINT64_C(1) << s);
+                        PUBLISH_ORDER();
+                        parent->slots[s] = NULL;
                 }
+                PUBLISH_ORDER();
+                free(n);
+                idx->nodes--;
         }
 }
 
@@ -127,6 +140,7 @@ int zsw_index_insert(struct zsw_index *idx, uint64_t pgno, void *entry) {
                         }
                         idx->nodes++;
                         *link = n;
+                        PUBLISH_ORDER();
                         if (level + 1 < LEVELS)
                                 path[level + 1]->bitmap |= UINT64_C(1) << slot_of(pgno, level + 1);
                 }
@@ -139,6 +153,7 @@ int zsw_index_insert(struct zsw_index *idx, uint64_t pgno, void *entry) {
         if (path[0]->slots[s])
                 return -EEXIST;
         path[0]->slots[s] = entry;
+        PUBLISH_ORDER();
         path[0]->bitmap |= UINT64_C(1) << s;
         idx->count++;
         return 0;
@@ -165,8 +180,9 @@ void *zsw_index_erase(struct zsw_index *idx, uint64_t pgno) {
         entry = path[0]->slots[s];
         if (!entry)
                 return NULL;
-        path[0]->slots[s] = NULL;
         path[0]->bitmap &= ~(UINT64_C(1) << s);
+        PUBLISH_ORDER();
+        path[0]->slots[s] = NULL;
         idx->count--;
         prune(idx, path, 0, pgno);
         return entry;
@@ -186,6 +202,8 @@ static void *node_next(const struct node *n, unsigned level, uint64_t from, uint
                 uint64_t key = base | ((uint64_t) i << shift);
                 void *e;
 
+                if (_unlikely_(!n->slots[i]))
+                        continue; /* never with the order above; cheap */
                 if (level == 0) {
                         *ret_pgno = key;
                         return n->slots[i];
@@ -235,8 +253,9 @@ static void node_erase_range(struct erase_ctx *c, struct node *n, unsigned level
                 if (level == 0) {
                         void *entry = n->slots[i];
 
-                        n->slots[i] = NULL;
                         n->bitmap &= ~(UINT64_C(1) << i);
+                        PUBLISH_ORDER();
+                        n->slots[i] = NULL;
                         c->idx->count--;
                         c->erased++;
                         if (c->fn)
@@ -245,10 +264,14 @@ static void node_erase_range(struct erase_ctx *c, struct node *n, unsigned level
                 }
                 node_erase_range(c, n->slots[i], level - 1, key);
                 if (((struct node *) n->slots[i])->bitmap == 0) {
-                        free(n->slots[i]);
-                        c->idx->nodes--;
-                        n->slots[i] = NULL;
+                        void *child = n->slots[i];
+
                         n->bitmap &= ~(UINT64_C(1) << i);
+                        PUBLISH_ORDER();
+                        n->slots[i] = NULL;
+                        PUBLISH_ORDER();
+                        free(child);
+                        c->idx->nodes--;
                 }
         }
 }
@@ -268,9 +291,12 @@ size_t zsw_index_erase_range(struct zsw_index *idx, uint64_t start, uint64_t end
                 return 0;
         node_erase_range(&c, idx->root, LEVELS - 1, 0);
         if (idx->root->bitmap == 0) {
-                free(idx->root);
-                idx->nodes--;
+                struct node *root = idx->root;
+
                 idx->root = NULL;
+                PUBLISH_ORDER();
+                free(root);
+                idx->nodes--;
         }
         return c.erased;
 }
