@@ -416,7 +416,7 @@ int zsw_engine_save(struct zsw_engine *e, int fd, const char *(*label)(void *use
                     void *userdata, struct zsw_engine_error *err) {
         _cleanup_free_ struct zsw_target **v = NULL;
         _cleanup_free_ uint32_t *family = NULL;
-        struct state_trailer tr;
+        struct state_trailer tr = {};
         uint64_t start = zsw_now_ns();
         size_t n = 0;
         int r;
@@ -448,7 +448,7 @@ int zsw_engine_salvage(struct zsw_engine *e, int fd,
                        struct zsw_engine_salvage_result *ret, struct zsw_engine_error *err) {
         _cleanup_free_ struct zsw_target **v = NULL;
         _cleanup_free_ uint32_t *family = NULL;
-        struct state_trailer tr;
+        struct state_trailer tr = {};
         size_t n = 0, listed = 0;
         int r;
 
@@ -817,6 +817,8 @@ static int load_publish(struct zsw_engine *e, struct zsw_target **made,
                 char label[ZSW_STATE_LABEL_MAX + 1] = "";
                 int r;
 
+                if (!t)
+                        continue; /* load_all() made every one; for the analyzer */
                 memcpy(label, recs[i].label, ZSW_STATE_LABEL_MAX);
                 made[i] = NULL;
                 if (!adopt)
@@ -885,7 +887,7 @@ static int state_load(struct zsw_engine *e, int fd, bool adopt, zsw_engine_adopt
                       void *userdata, struct zsw_engine_error *err) {
         _cleanup_free_ struct state_target *recs = NULL;
         _cleanup_free_ struct zsw_target **made = NULL;
-        struct state_trailer tr;
+        struct state_trailer tr = {};
         struct reader rd = { .fd = fd };
         uint64_t start = zsw_now_ns();
         struct stat sb;
