@@ -28,8 +28,9 @@
  * What it cannot save: a fork child not named yet (its uffd is only in
  * our table; it reads zeros once this task exits), a target that closed
  * its own reference to its uffd, and a target a round was injecting into
- * when zswapd died (that thread resumes with the injected registers:
- * docs/design.md, "Surviving a crash").
+ * when zswapd died: that thread resumes with the trap flag of our single
+ * steps and the injected registers, and dies of SIGTRAP (docs/design.md,
+ * "Surviving a crash").
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -212,9 +213,9 @@ NO_SANITIZE static int rescue_main(void *userdata) {
          * after zswapd's death must not cut the save short. */
         raw_syscall(SYS_rt_sigprocmask, SIG_SETMASK, (long) &all, 0, sizeof(all));
         raw_syscall(SYS_prctl, PR_SET_NAME, (long) "zswapd-rescue", 0, 0);
-        do
+        do /* no timeout, no mask: 1 once zswapd's thread group is gone */
                 k = raw_syscall(SYS_ppoll, (long) &p, 1, 0, 0);
-        while (k == -EINTR || (k == 0));
+        while (k == -EINTR || k == 0);
         if (k < 0 || !atomic_load_explicit(&r->armed, memory_order_acquire))
                 return 0;
         return rescue_save(r) < 0 ? 1 : 0;
