@@ -103,6 +103,7 @@ int zsw_engine_attach(struct zsw_engine *e, pid_t pid, struct zsw_engine_error *
 int zsw_engine_attach_with(struct zsw_engine *e, pid_t pid, const struct zsw_target_config *tc,
                            struct zsw_engine_error *err) {
         struct zsw_target *t = NULL;
+        size_t foreign = 0;
         int r;
 
         zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
@@ -172,7 +173,14 @@ int zsw_engine_attach_with(struct zsw_engine *e, pid_t pid, const struct zsw_tar
         r = engine_publish(e, t);
         if (r < 0)
                 goto out_remote;
-        r = evict_register_ranges(&e->evict, t, NULL, NULL);
+        r = evict_register_ranges(&e->evict, t, NULL, NULL, &foreign);
+        if (r >= 0 && foreign > 0)
+                /* Its faults there go to that uffd, never to us. */
+                r = engine_fail(err, -EBUSY,
+                                "process %d has %zu mappings registered with another "
+                                "userfaultfd: another pager serves it, or a zswapd that died "
+                                "without saving its state (see zswapd(8), WHAT SURVIVES WHAT)",
+                                pid, foreign);
         if (r < 0) {
                 engine_unpublish(e, t);
                 goto out_remote;

@@ -125,7 +125,7 @@ int zsw_engine_register(struct zsw_engine *e, pid_t pid) {
 
         if (!t)
                 return -ENOENT;
-        r = evict_register_ranges(&e->evict, t, NULL, NULL);
+        r = evict_register_ranges(&e->evict, t, NULL, NULL, NULL);
         zsw_mutex_unlock(&t->evict_lock);
         return r;
 }

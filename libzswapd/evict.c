@@ -302,11 +302,11 @@ void evict_forget_restored(struct zsw_target *t, uint64_t pgno, uint64_t n) {
  * memory; registering a registered range again is harmless) and returns
  * the ranges now registered, if ret is not NULL. */
 int evict_register_ranges(struct evictor *e, struct zsw_target *t, struct zsw_range **ret,
-                          size_t *ret_n) {
+                          size_t *ret_n, size_t *ret_foreign) {
         struct zsw_vma_list l = {};
         _cleanup_free_ struct zsw_range *ranges = NULL;
         struct zsw_range scratch = { t->scratch, t->scratch + t->scratch_size };
-        size_t n = 0, kept = 0;
+        size_t n = 0, kept = 0, foreign = 0;
         int r;
 
         r = target_read_vmas(t, &l);
@@ -325,7 +325,10 @@ int evict_register_ranges(struct evictor *e, struct zsw_target *t, struct zsw_ra
                                 ranges[i].start, ranges[i].end, t->pid, strerror(-r));
                 else
                         ranges[kept++] = ranges[i];
+                foreign += r == -EBUSY;
         }
+        if (ret_foreign)
+                *ret_foreign = foreign;
         if (ret) {
                 *ret = TAKE_PTR(ranges);
                 *ret_n = kept;
@@ -1266,7 +1269,7 @@ int evict_target(struct evictor *e, struct zsw_target *t, uint64_t max_bytes, ui
          * period until pages turn cold. */
         if (min_age_ms > 0 && cold_passes(t, min_age_ms, budget, passes, res) == 0)
                 return 0;
-        r = evict_register_ranges(e, t, &ranges, &n_ranges);
+        r = evict_register_ranges(e, t, &ranges, &n_ranges, NULL);
         if (r < 0)
                 return r;
         if (n_ranges == 0)
@@ -1351,7 +1354,7 @@ int evict_age_scan(struct evictor *e, struct zsw_target *t) {
         int r;
 
         /* New mappings are registered first, so that their pages age too. */
-        r = evict_register_ranges(e, t, &ranges, &n_ranges);
+        r = evict_register_ranges(e, t, &ranges, &n_ranges, NULL);
         if (r < 0)
                 return r;
         pagemap = target_open_pagemap(t);

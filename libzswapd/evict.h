@@ -42,8 +42,11 @@ int evict_next_round(int pagemap, struct zsw_heat *heat, uint64_t cold_ns, uint6
                      size_t n_max);
 /* An age scan of t (age.c), with evict_lock held. */
 int evict_age_scan(struct evictor *e, struct zsw_target *t);
+/* Registers t's eligible mappings (those already registered stay so);
+ * the registered ranges in *ret (may be NULL), and in *ret_foreign (may
+ * be NULL) how many are registered with another userfaultfd (EBUSY). */
 int evict_register_ranges(struct evictor *e, struct zsw_target *t, struct zsw_range **ret,
-                          size_t *ret_n);
+                          size_t *ret_n, size_t *ret_foreign);
 struct evict_round *evict_round_free(struct evict_round *rd);
 /* Called by fault threads with serve_lock held. */
 bool evict_on_wp_fault(struct zsw_target *t, uint64_t addr, bool *ret_round);

@@ -613,6 +613,74 @@ static void test_unread_state_is_never_overwritten(void) {
         target_exit(t);
 }
 
+/* A target that exits while zswapd is dead: the next zswapd frees its
+ * pages, takes the others over, and removes the state. */
+static void test_target_gone_while_zswapd_dead(void) {
+        struct target *gone, *kept;
+        char path[128];
+        struct daemon d;
+
+        daemon_start(&d, zswapd_path, "");
+        gone = target_start(NULL);
+        kept = target_start(NULL);
+        cmd_ok(gone, "fill 24");
+        cmd_ok(kept, "fill 24");
+        attach(&d, gone->pid);
+        attach(&d, kept->pid);
+        reclaim_all(&d, gone->pid);
+        reclaim_all(&d, kept->pid);
+        daemon_kill(&d, SIGKILL);
+        ASSERT_OK(kill(gone->pid, SIGKILL));
+        ASSERT_EQ(waitpid(gone->pid, NULL, 0), gone->pid);
+        fclose(gone->in);
+        fclose(gone->out);
+        free(gone);
+
+        daemon_exec(&d, zswapd_path, NULL, 0);
+        expect_in_log(&d, "exited after the previous zswapd died; its pages are freed");
+        expect_in_log(&d, "Took over 1 processes");
+        snprintf(path, sizeof(path), "%s/ctl.state", d.dir);
+        ASSERT_NE(access(path, F_OK), 0);
+        ASSERT_EQ_U(stat_of(&d, 0, "stored_pages"), stat_of(&d, kept->pid, "stored_pages"));
+        expect_verify(kept, TARGET_PAGES, 0);
+        daemon_stop(&d);
+        target_exit(kept);
+}
+
+/* A process still registered with a dead zswapd's uffd, whose state is
+ * gone (here: removed), cannot be served by a new zswapd: attach says
+ * why instead of claiming a target whose faults it would never see. */
+static void test_attach_refuses_a_foreign_registration(void) {
+        char path[128], p[16], *out;
+        struct target *t;
+        struct daemon d;
+
+        daemon_start(&d, zswapd_path, "");
+        t = target_start(NULL);
+        cmd_ok(t, "fill 24");
+        attach(&d, t->pid);
+        daemon_kill(&d, SIGKILL);
+        snprintf(path, sizeof(path), "%s/ctl.state", d.dir);
+        ASSERT_OK(unlink(path));
+
+        daemon_exec(&d, zswapd_path, NULL, 0);
+        snprintf(p, sizeof(p), "%d", t->pid);
+        ASSERT_NE(ctl(&d, &out, (const char *const[]) { "attach", p, NULL }), 0);
+        if (!strstr(out, "registered with another userfaultfd"))
+                TEST_FAIL("unexpected answer to attach: %s", out);
+        free(out);
+        ASSERT_FALSE(served(&d, t->pid));
+        expect_verify(t, TARGET_PAGES, 0);
+        daemon_stop(&d);
+        /* Its exit would free its buffer, and that munmap waits for good
+         * on the dead zswapd's uffd to read its UFFD_EVENT_UNMAP. */
+        ASSERT_OK(kill(t->pid, SIGKILL));
+        ASSERT_EQ(waitpid(t->pid, NULL, 0), t->pid);
+        fclose(t->in);
+        fclose(t->out);
+        free(t);
+}
+
 int main(int argc, char **argv) {
         static const struct test_case cases[] = {
                 { "unreadable_state_is_kept", test_unreadable_state_is_kept },
@@ -622,6 +690,9 @@ int main(int argc, char **argv) {
                 { "failed_reexec_changes_nothing", test_failed_reexec_changes_nothing },
                 { "killed_zswapd_loses_nothing", test_killed_zswapd_loses_nothing },
                 { "unread_state_is_never_overwritten", test_unread_state_is_never_overwritten },
+                { "target_gone_while_zswapd_dead", test_target_gone_while_zswapd_dead },
+                { "attach_refuses_a_foreign_registration",
+                  test_attach_refuses_a_foreign_registration },
         };
 
         if (argc < 3) {
