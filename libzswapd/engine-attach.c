@@ -174,13 +174,14 @@ int zsw_engine_attach_with(struct zsw_engine *e, pid_t pid, const struct zsw_tar
         if (r < 0)
                 goto out_remote;
         r = evict_register_ranges(&e->evict, t, NULL, NULL, &foreign);
+        /* Its faults there go to that uffd, never to us; a process that
+         * pages part of its memory itself keeps doing so. */
         if (r >= 0 && foreign > 0)
-                /* Its faults there go to that uffd, never to us. */
-                r = engine_fail(err, -EBUSY,
-                                "process %d has %zu mappings registered with another "
-                                "userfaultfd: another pager serves it, or a zswapd that died "
-                                "without saving its state (see zswapd(8), WHAT SURVIVES WHAT)",
-                                pid, foreign);
+                zsw_log(e->log, LOG_WARNING,
+                        "Process %d has %zu mappings registered with another userfaultfd: "
+                        "another pager serves them, or a zswapd that died without saving its "
+                        "state (see zswapd(8), WHAT SURVIVES WHAT); serving the rest",
+                        pid, foreign);
         if (r < 0) {
                 engine_unpublish(e, t);
                 goto out_remote;
