@@ -481,21 +481,33 @@ for u in "${units[@]}"; do verify "$u" "the reclaim after start"; done
 # meson install, zswapctl reexec itself.
 upgrade=(dpkg -i "/root/$what")
 [ $mode = deb ] || upgrade=(zswapctl reexec)
+# note_kept: the pages each target has stored now, for kept_stored.
+declare -A kept
+note_kept() {
+        local u
+        for u in "${units[@]}"; do kept[$u]=$(tstat "$u" stored_pages); done
+}
+# kept_stored PHASE: every target still has the pages note_kept saw stored
+# (none given back: resident memory stays low), and every byte is right.
+kept_stored() {
+        local u r
+        for u in "${units[@]}"; do
+                [ "$(tstat "$u" stored_pages)" = "${kept[$u]}" ] ||
+                        fail "$u: ${kept[$u]} pages stored before $1, $(tstat "$u" stored_pages) after"
+                r=$(rss_kib "$u")
+                [ "$r" -lt 16384 ] || fail "$u: resident $r KiB after $1: pages were given back"
+                verify "$u" "$1"
+        done
+}
+
 reclaim_all "before ${upgrade[*]}"
 old=$(prop zswapd MainPID)
-declare -A kept
-for u in "${units[@]}"; do kept[$u]=$(tstat "$u" stored_pages); done
+note_kept
 ct "${upgrade[@]}" > "$tmp/upgrade.log" 2>&1 || { cat "$tmp/upgrade.log"; fail "${upgrade[*]}"; }
 check_started "after ${upgrade[*]}"
 [ "$(prop zswapd MainPID)" = "$old" ] ||
         fail "${upgrade[*]} replaced zswapd $old by $(prop zswapd MainPID): a restart, not a re-exec"
-for u in "${units[@]}"; do
-        [ "$(tstat "$u" stored_pages)" = "${kept[$u]}" ] ||
-                fail "$u: ${kept[$u]} pages stored before ${upgrade[*]}, $(tstat "$u" stored_pages) after"
-        r=$(rss_kib "$u")
-        [ "$r" -lt 16384 ] || fail "$u: resident $r KiB after ${upgrade[*]}: pages were given back"
-        verify "$u" "${upgrade[*]}"
-done
+kept_stored "${upgrade[*]}"
 say "${upgrade[*]}: same zswapd (pid $old) re-executed, ${kept[*]} pages kept stored, every byte verified"
 
 # Nothing zswapd logged at error level in all of this.
@@ -511,8 +523,7 @@ done
 # comes back meanwhile, every byte verifies.
 reclaim_all "before kill -9"
 old=$(prop zswapd MainPID)
-declare -A before_kill
-for u in "${units[@]}"; do before_kill[$u]=$(tstat "$u" stored_pages); done
+note_kept
 restarts=$(prop zswapd NRestarts)
 ct kill -KILL "$old"
 restarted() {
@@ -525,14 +536,8 @@ took_over() {
         ct journalctl -u zswapd --no-pager -o cat | grep -q "^Took over [0-9]* processes a dead zswapd served"
 }
 wait_for 30 "the restarted zswapd to log that it took the targets over" took_over
-for u in "${units[@]}"; do
-        [ "$(tstat "$u" stored_pages)" = "${before_kill[$u]}" ] ||
-                fail "$u: ${before_kill[$u]} pages stored before kill -9, $(tstat "$u" stored_pages) after"
-        r=$(rss_kib "$u")
-        [ "$r" -lt 16384 ] || fail "$u: resident $r KiB after kill -9: pages came back"
-        verify "$u" "kill -9 and the restart"
-done
-say "kill -9: zswapd $old killed, restarted as $(prop zswapd MainPID), ${before_kill[*]} pages taken over, every byte verified"
+kept_stored "kill -9 and the restart"
+say "kill -9: zswapd $old killed, restarted as $(prop zswapd MainPID), ${kept[*]} pages taken over, every byte verified"
 
 # Removing the package with pages stored: its prerm stops the unit, which
 # gives every page back (after meson install: disable --now).

@@ -228,88 +228,109 @@ static void reexec_ok(const struct daemon *d) {
         ASSERT_EQ(waitpid(d->pid, NULL, WNOHANG), 0);
 }
 
-/* Several targets, pages in memory and on disk, a fork family, a target
- * that keeps writing: after the re-exec nothing came back, all is there. */
-static void test_reexec_keeps_every_page(void) {
+/* Targets in every state that matters to a handover: pages in memory
+ * and on disk (an 8 MiB pool limit with writeback), a fork family that
+ * shares its pages and dictionary, one that keeps writing with 4 threads,
+ * and (with a reader) one whose pages are all taken, to fault them back
+ * at the handover. The quiet ones (parent, child, quiet) are the ones
+ * whose stored pages, dictionary and resident memory must not change. */
+struct fixture {
         struct daemon d;
-        struct target *writer, *parent, *quiet;
-        pid_t child;
-        uint64_t stored[3], rss[3], dict[3], disk;
+        struct target *writer, *parent, *quiet, *reader;
         pid_t quiet_pids[3];
+        uint64_t stored[3], rss[3], dict[3];
+};
 
-        daemon_start(&d, zswapd_path,
+static void fixture_start(struct fixture *fx, bool with_reader) {
+        pid_t child;
+
+        daemon_start(&fx->d, zswapd_path,
                      "[Store]\nIncompressible=keep\n[Pool]\nLimit=8M\n"
                      "[Writeback]\nEnabled=yes\nSwapfile=/var/tmp\n"
                      "SwapfileSize=256M\n");
-        writer = target_start("--synthetic");
-        parent = target_start(NULL);
-        quiet = target_start(NULL);
-        cmd_ok(writer, "fill 24");
-        cmd_ok(parent, "fill 24 10");
-        cmd_ok(quiet, "fill 24");
-        attach(&d, writer->pid);
-        attach(&d, parent->pid);
-        attach(&d, quiet->pid);
-        reclaim_all(&d, parent->pid);
+        fx->writer = target_start("--synthetic");
+        fx->parent = target_start(NULL);
+        fx->quiet = target_start(NULL);
+        fx->reader = with_reader ? target_start(NULL) : NULL;
+        cmd_ok(fx->writer, "fill 24");
+        cmd_ok(fx->parent, "fill 24 10");
+        cmd_ok(fx->quiet, "fill 24");
+        if (fx->reader)
+                cmd_ok(fx->reader, "fill 24");
+        attach(&fx->d, fx->writer->pid);
+        attach(&fx->d, fx->parent->pid);
+        attach(&fx->d, fx->quiet->pid);
+        if (fx->reader)
+                attach(&fx->d, fx->reader->pid);
+        reclaim_all(&fx->d, fx->parent->pid);
         /* Forked after its pages were taken: parent and child share them. */
-        child = (pid_t) field(cmd_ok(parent, "fork-hold"), "child");
-        while (!served(&d, child))
+        child = (pid_t) field(cmd_ok(fx->parent, "fork-hold"), "child");
+        while (!served(&fx->d, child))
                 usleep(10000);
-        reclaim_all(&d, quiet->pid);
-        reclaim_all(&d, writer->pid);
-        cmd_ok(writer, "threads 4");
+        reclaim_all(&fx->d, fx->quiet->pid);
+        if (fx->reader)
+                reclaim_all(&fx->d, fx->reader->pid);
+        reclaim_all(&fx->d, fx->writer->pid);
+        cmd_ok(fx->writer, "threads 4");
 
         /* The pool limit sent the coldest pages to the swapfile. */
-        disk = stat_of(&d, 0, "disk_pages");
-        ASSERT_GT(disk, 0);
-        quiet_pids[0] = parent->pid;
-        quiet_pids[1] = child;
-        quiet_pids[2] = quiet->pid;
+        ASSERT_GT(stat_of(&fx->d, 0, "disk_pages"), 0);
+        fx->quiet_pids[0] = fx->parent->pid;
+        fx->quiet_pids[1] = child;
+        fx->quiet_pids[2] = fx->quiet->pid;
         for (int i = 0; i < 3; i++) {
-                stored[i] = stat_of(&d, quiet_pids[i], "stored_pages");
-                rss[i] = rss_anon_kb(quiet_pids[i]);
-                dict[i] = stat_of(&d, quiet_pids[i], "dictionary_bytes");
-                ASSERT_GT(stored[i], 0);
+                fx->stored[i] = stat_of(&fx->d, fx->quiet_pids[i], "stored_pages");
+                fx->rss[i] = rss_anon_kb(fx->quiet_pids[i]);
+                fx->dict[i] = stat_of(&fx->d, fx->quiet_pids[i], "dictionary_bytes");
+                ASSERT_GT(fx->stored[i], 0);
         }
-        fprintf(stderr,
-                "before: %" PRIu64 " pages on disk; stored %" PRIu64 "/%" PRIu64 "/%" PRIu64 "\n",
-                disk, stored[0], stored[1], stored[2]);
         /* The parent's family stored its 5,000 pages before the pool
-         * filled: it has a dictionary (from 1,024 pages), which the state
+         * filled: it has a dictionary (from 1,024 pages), which a handover
          * must carry; how many of its pages the last target stored before
          * the pool limit depends on writeback's pace. */
-        ASSERT_GT(dict[0], 0);
-        ASSERT_EQ_U(dict[1], dict[0]);
+        ASSERT_GT(fx->dict[0], 0);
+        ASSERT_EQ_U(fx->dict[1], fx->dict[0]);
+}
 
-        reexec_ok(&d);
-
-        /* Every target is served by the new process, with every page it
-         * had; none came back (not one fault of the idle ones). */
+/* After a handover: the quiet ones are served with every page they had,
+ * their dictionary, and none came back; the writer is served. */
+static void fixture_check_kept(struct fixture *fx) {
         for (int i = 0; i < 3; i++) {
-                ASSERT_EQ_U(stat_of(&d, quiet_pids[i], "stored_pages"), stored[i]);
-                ASSERT_EQ_U(stat_of(&d, quiet_pids[i], "dictionary_bytes"), dict[i]);
-                ASSERT_EQ_U(stat_of(&d, quiet_pids[i], "faults"), 0);
-                ASSERT_LE(rss_anon_kb(quiet_pids[i]), rss[i] + 64);
+                ASSERT_EQ_U(stat_of(&fx->d, fx->quiet_pids[i], "stored_pages"), fx->stored[i]);
+                ASSERT_EQ_U(stat_of(&fx->d, fx->quiet_pids[i], "dictionary_bytes"), fx->dict[i]);
+                ASSERT_LE(rss_anon_kb(fx->quiet_pids[i]), fx->rss[i] + 64);
         }
-        ASSERT_TRUE(served(&d, writer->pid));
+        ASSERT_TRUE(served(&fx->d, fx->writer->pid));
+}
 
-        /* Once more with the new binary, while the writer writes. */
-        reexec_ok(&d);
+/* Every byte of every target, then stop gives everything back. */
+static void fixture_finish(struct fixture *fx) {
+        field(cmd_ok(fx->writer, "stop"), "writes");
+        expect_verify(fx->writer, TARGET_PAGES, 0);
+        expect_verify(fx->parent, TARGET_PAGES, 0);
+        expect_verify(fx->quiet, TARGET_PAGES, 0);
+        ASSERT_EQ_U(field(cmd_ok(fx->parent, "fork-release"), "good"), TARGET_PAGES);
+        ASSERT_EQ_U(field(fx->parent->line, "bad"), 0);
+        reclaim_all(&fx->d, fx->quiet->pid);
+        daemon_stop(&fx->d);
+        expect_verify(fx->quiet, TARGET_PAGES, 0);
+        target_exit(fx->writer);
+        target_exit(fx->parent);
+        target_exit(fx->quiet);
+        if (fx->reader)
+                target_exit(fx->reader);
+}
 
-        field(cmd_ok(writer, "stop"), "writes");
-        expect_verify(writer, TARGET_PAGES, 0);
-        expect_verify(parent, TARGET_PAGES, 0);
-        expect_verify(quiet, TARGET_PAGES, 0);
-        ASSERT_EQ_U(field(cmd_ok(parent, "fork-release"), "good"), TARGET_PAGES);
-        ASSERT_EQ_U(field(parent->line, "bad"), 0);
+/* After the re-exec nothing came back, all is there; once more with the
+ * new binary, while the writer writes. */
+static void test_reexec_keeps_every_page(void) {
+        struct fixture fx;
 
-        /* Stop gives everything back. */
-        reclaim_all(&d, quiet->pid);
-        daemon_stop(&d);
-        expect_verify(quiet, TARGET_PAGES, 0);
-        target_exit(writer);
-        target_exit(parent);
-        target_exit(quiet);
+        fixture_start(&fx, false);
+        reexec_ok(&fx.d);
+        fixture_check_kept(&fx);
+        reexec_ok(&fx.d);
+        fixture_finish(&fx);
 }
 
 static bool in_userfault(pid_t pid) {
@@ -482,48 +503,15 @@ static void expect_in_log(const struct daemon *d, const char *what) {
 /* kill -9 of zswapd serving several targets (pages in memory and on disk,
  * a fork family, one that keeps writing with 4 threads, one waiting in a
  * fault): a zswapd started again takes every one over, every byte reads
- * back, and the idle ones fault nothing back meanwhile. Then a SIGSEGV
+ * back, and the quiet ones keep their pages and dictionary. Then a SIGSEGV
  * and a SIGABRT, the same. */
 static void test_killed_zswapd_loses_nothing(void) {
-        struct daemon d;
-        struct target *writer, *parent, *quiet, *reader;
-        uint64_t stored[3], rss[3];
-        pid_t quiet_pids[3], child;
+        struct fixture fx;
+        struct target *reader;
         char path[128];
 
-        daemon_start(&d, zswapd_path,
-                     "[Store]\nIncompressible=keep\n[Pool]\nLimit=8M\n"
-                     "[Writeback]\nEnabled=yes\nSwapfile=/var/tmp\n"
-                     "SwapfileSize=256M\n");
-        writer = target_start("--synthetic");
-        parent = target_start(NULL);
-        quiet = target_start(NULL);
-        reader = target_start(NULL);
-        cmd_ok(writer, "fill 24");
-        cmd_ok(parent, "fill 24 10");
-        cmd_ok(quiet, "fill 24");
-        cmd_ok(reader, "fill 24");
-        attach(&d, writer->pid);
-        attach(&d, parent->pid);
-        attach(&d, quiet->pid);
-        attach(&d, reader->pid);
-        reclaim_all(&d, parent->pid);
-        child = (pid_t) field(cmd_ok(parent, "fork-hold"), "child");
-        while (!served(&d, child))
-                usleep(10000);
-        reclaim_all(&d, quiet->pid);
-        reclaim_all(&d, reader->pid);
-        reclaim_all(&d, writer->pid);
-        cmd_ok(writer, "threads 4");
-        ASSERT_GT(stat_of(&d, 0, "disk_pages"), 0);
-        quiet_pids[0] = parent->pid;
-        quiet_pids[1] = child;
-        quiet_pids[2] = quiet->pid;
-        for (int i = 0; i < 3; i++) {
-                stored[i] = stat_of(&d, quiet_pids[i], "stored_pages");
-                rss[i] = rss_anon_kb(quiet_pids[i]);
-                ASSERT_GT(stored[i], 0);
-        }
+        fixture_start(&fx, true);
+        reader = fx.reader;
         /* The reader faults its pages back as zswapd dies, and waits
          * (if it is still at it: the verdict does not depend on it). */
         fprintf(reader->in, "verify\n");
@@ -531,17 +519,13 @@ static void test_killed_zswapd_loses_nothing(void) {
         for (int i = 0; i < 2000 && !in_userfault(reader->pid); i++)
                 usleep(1000);
 
-        daemon_kill(&d, SIGKILL);
-        expect_in_log(&d, "the pages it held for 5 processes");
-        daemon_exec(&d, zswapd_path, NULL, 0);
-        expect_in_log(&d, "Took over 5 processes");
-        snprintf(path, sizeof(path), "%s/ctl.state", d.dir);
+        daemon_kill(&fx.d, SIGKILL);
+        expect_in_log(&fx.d, "the pages it held for 5 processes");
+        daemon_exec(&fx.d, zswapd_path, NULL, 0);
+        expect_in_log(&fx.d, "Took over 5 processes");
+        snprintf(path, sizeof(path), "%s/ctl.state", fx.d.dir);
         ASSERT_NE(access(path, F_OK), 0);
-
-        for (int i = 0; i < 3; i++) {
-                ASSERT_EQ_U(stat_of(&d, quiet_pids[i], "stored_pages"), stored[i]);
-                ASSERT_LE(rss_anon_kb(quiet_pids[i]), rss[i] + 64);
-        }
+        fixture_check_kept(&fx);
         ASSERT_TRUE(fgets(reader->line, sizeof(reader->line), reader->out));
         ASSERT_EQ_U(field(reader->line, "good"), TARGET_PAGES);
         ASSERT_EQ_U(field(reader->line, "bad"), 0);
@@ -549,30 +533,17 @@ static void test_killed_zswapd_loses_nothing(void) {
         /* A crash and an abort, while the writer writes and the reader
          * reads. */
         for (int i = 0; i < 2; i++) {
-                reclaim_all(&d, reader->pid);
+                reclaim_all(&fx.d, reader->pid);
                 fprintf(reader->in, "verify\n");
                 fflush(reader->in);
-                daemon_kill(&d, i == 0 ? SIGSEGV : SIGABRT);
-                daemon_exec(&d, zswapd_path, NULL, 0);
-                ASSERT_EQ(count_in_log(&d, "Took over 5 processes"), i + 2);
+                daemon_kill(&fx.d, i == 0 ? SIGSEGV : SIGABRT);
+                daemon_exec(&fx.d, zswapd_path, NULL, 0);
+                ASSERT_EQ(count_in_log(&fx.d, "Took over 5 processes"), i + 2);
                 ASSERT_TRUE(fgets(reader->line, sizeof(reader->line), reader->out));
                 ASSERT_EQ_U(field(reader->line, "good"), TARGET_PAGES);
                 ASSERT_EQ_U(field(reader->line, "bad"), 0);
         }
-
-        field(cmd_ok(writer, "stop"), "writes");
-        expect_verify(writer, TARGET_PAGES, 0);
-        expect_verify(parent, TARGET_PAGES, 0);
-        expect_verify(quiet, TARGET_PAGES, 0);
-        ASSERT_EQ_U(field(cmd_ok(parent, "fork-release"), "good"), TARGET_PAGES);
-        ASSERT_EQ_U(field(parent->line, "bad"), 0);
-        reclaim_all(&d, quiet->pid);
-        daemon_stop(&d);
-        expect_verify(quiet, TARGET_PAGES, 0);
-        target_exit(writer);
-        target_exit(parent);
-        target_exit(quiet);
-        target_exit(reader);
+        fixture_finish(&fx);
 }
 
 /* A state no zswapd could read is kept (its processes wait), and a later
