@@ -224,7 +224,7 @@ NO_SANITIZE static int rescue_main(void *userdata) {
 int rescue_start(struct zsw_engine *engine, const char *state_path,
                  const char *(*label)(void *userdata, pid_t pid), void *userdata,
                  struct rescue **ret) {
-        _cleanup_free_ struct rescue *r = NULL;
+        _cleanup_(rescue_stopp) struct rescue *r = NULL;
         int k;
 
 #ifdef RESCUE_UNSUPPORTED
@@ -241,35 +241,28 @@ int rescue_start(struct zsw_engine *engine, const char *state_path,
         r = calloc(1, sizeof(*r));
         if (!r)
                 return log_oom();
-        *r = (struct rescue) { .engine = engine, .label = label, .userdata = userdata };
+        *r = (struct rescue) {
+                .engine = engine, .label = label, .userdata = userdata, .daemon_pidfd = -EBADF
+        };
         atomic_init(&r->armed, true);
         r->path = strdup(state_path);
         if (!r->path)
                 return log_oom();
         r->daemon_pidfd = (int) syscall(SYS_pidfd_open, getpid(), 0);
-        if (r->daemon_pidfd < 0) {
-                k = -errno;
-                free(r->path);
-                return log_error_errno(k, "Failed to open zswapd's own pidfd: %m");
-        }
+        if (r->daemon_pidfd < 0)
+                return log_error_errno(errno, "Failed to open zswapd's own pidfd: %m");
         r->stack = mmap(NULL, RESCUE_STACK_SIZE, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
         if (r->stack == MAP_FAILED) {
-                k = -errno;
-                close(r->daemon_pidfd);
-                free(r->path);
-                return log_error_errno(k, "Failed to map the rescue task's stack: %m");
+                r->stack = NULL;
+                return log_error_errno(errno, "Failed to map the rescue task's stack: %m");
         }
         /* No exit signal: zswapd reaps it with __WALL (rescue_stop()). */
-        r->pid = clone(rescue_main, (char *) r->stack + RESCUE_STACK_SIZE,
-                       CLONE_VM | CLONE_FILES | CLONE_FS, r);
-        if (r->pid < 0) {
-                k = -errno;
-                munmap(r->stack, RESCUE_STACK_SIZE);
-                close(r->daemon_pidfd);
-                free(r->path);
-                return log_error_errno(k, "Failed to start the rescue task: %m");
-        }
+        k = clone(rescue_main, (char *) r->stack + RESCUE_STACK_SIZE,
+                  CLONE_VM | CLONE_FILES | CLONE_FS, r);
+        if (k < 0)
+                return log_error_errno(errno, "Failed to start the rescue task: %m");
+        r->pid = k;
         log_debug("Rescue task %d keeps the targets' pages if zswapd dies; state file %s.", r->pid,
                   state_path);
         *ret = TAKE_PTR(r);
@@ -294,11 +287,15 @@ struct rescue *rescue_stop(struct rescue *r) {
         if (!r)
                 return NULL;
         atomic_store_explicit(&r->armed, false, memory_order_release);
-        (void) kill(r->pid, SIGKILL);
-        while (waitpid(r->pid, NULL, __WALL) < 0 && errno == EINTR)
-                ;
-        munmap(r->stack, RESCUE_STACK_SIZE);
-        close(r->daemon_pidfd);
+        /* Also what rescue_start() made before it failed. */
+        if (r->pid > 0) {
+                (void) kill(r->pid, SIGKILL);
+                while (waitpid(r->pid, NULL, __WALL) < 0 && errno == EINTR)
+                        ;
+        }
+        if (r->stack)
+                munmap(r->stack, RESCUE_STACK_SIZE);
+        safe_close(r->daemon_pidfd);
         free(r->path);
         free(r);
         return NULL;

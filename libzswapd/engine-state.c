@@ -287,15 +287,37 @@ static bool target_holds_uffd(const struct zsw_target *t) {
                syscall(SYS_kcmp, getpid(), t->pid, KCMP_FILE, t->uffd, t->target_uffd) == 0;
 }
 
-/* The targets to save: live, named (orphaned: and holding their uffd);
- * family[i] the first of i's family. */
-static size_t save_list(struct zsw_engine *e, bool orphaned, struct zsw_target **v,
-                        uint32_t *family) {
-        size_t n = 0;
+/* The targets to save, in a new *ret_v: live, named (orphaned: and
+ * holding their uffd); (*ret_family)[i] the first of i's family. Sized by
+ * the list, not n_targets: a dead engine_publish() may have linked one
+ * without counting it. What it leaves out alive is counted in *skipped
+ * (may be NULL). */
+static int save_list(struct zsw_engine *e, bool orphaned, struct zsw_target ***ret_v,
+                     uint32_t **ret_family, size_t *ret_n,
+                     struct zsw_engine_salvage_result *skipped) {
+        struct zsw_target **v;
+        uint32_t *family;
+        size_t n = 0, listed = 0;
 
+        for (struct zsw_target *t = e->targets; t; t = t->next)
+                listed++;
+        v = calloc(MAX(listed, 1u), sizeof(*v));
+        family = calloc(MAX(listed, 1u), sizeof(*family));
+        if (!v || !family) {
+                free(v);
+                free(family);
+                return -ENOMEM;
+        }
         for (struct zsw_target *t = e->targets; t; t = t->next) {
-                if (t->pid <= 0 || !target_live(t) || (orphaned && !target_holds_uffd(t)))
+                if (!target_live(t))
                         continue;
+                if (t->pid <= 0 || (orphaned && !target_holds_uffd(t))) {
+                        if (skipped && t->pid <= 0)
+                                skipped->unnamed++;
+                        else if (skipped)
+                                skipped->unheld++;
+                        continue;
+                }
                 family[n] = (uint32_t) n;
                 for (size_t k = 0; k < n; k++)
                         if (zsw_store_same_family(v[k]->owner, t->owner)) {
@@ -304,7 +326,10 @@ static size_t save_list(struct zsw_engine *e, bool orphaned, struct zsw_target *
                         }
                 v[n++] = t;
         }
-        return n;
+        *ret_v = v;
+        *ret_family = family;
+        *ret_n = n;
+        return 0;
 }
 
 /* with_dict: t is the first of its family in a version-2 state. */
@@ -363,12 +388,16 @@ static int save_target(struct writer *w, struct zsw_target *t, uint32_t family, 
         return r < 0 ? r : w->error;
 }
 
-/* Writes the state of e's targets (v, n of them) to fd; the number of
- * entries and bytes written in *ret_entries and *ret_bytes. */
+/* Writes the state of e's targets to fd; the targets written in a new
+ * *ret_v (*ret_n of them), the trailer in *ret_tr, the targets left out
+ * in *skipped (may be NULL). */
 static int state_write(struct zsw_engine *e, int fd,
                        const char *(*label)(void *userdata, pid_t pid), void *userdata,
-                       bool orphaned, struct zsw_target **v, uint32_t *family, size_t *ret_n,
-                       struct state_trailer *ret_tr, struct zsw_engine_error *err) {
+                       bool orphaned, struct zsw_target ***ret_v, size_t *ret_n,
+                       struct state_trailer *ret_tr, struct zsw_engine_salvage_result *skipped,
+                       struct zsw_engine_error *err) {
+        _cleanup_free_ struct zsw_target **v = NULL;
+        _cleanup_free_ uint32_t *family = NULL;
         struct writer w = { .fd = fd };
         struct state_header h = { .magic = ZSW_STATE_MAGIC,
                                   .version = ZSW_STATE_VERSION,
@@ -378,12 +407,14 @@ static int state_write(struct zsw_engine *e, int fd,
         struct state_trailer tr = { .magic = ZSW_STATE_END };
         bool dicts = false;
         size_t n;
-        int r = 0;
+        int r;
 
         w.buf = malloc(WRITER_BUF);
-        if (!w.buf)
-                return engine_fail(err, -ENOMEM, "out of memory for the state");
-        n = save_list(e, orphaned, v, family);
+        r = w.buf ? save_list(e, orphaned, &v, &family, &n, skipped) : -ENOMEM;
+        if (r < 0) {
+                free(w.buf);
+                return engine_fail(err, r, "out of memory for the state");
+        }
         h.n_targets = (uint32_t) n;
         /* Without dictionaries, the version before them: a binary of the
          * release before can still take the state over. */
@@ -407,6 +438,7 @@ static int state_write(struct zsw_engine *e, int fd,
         free(w.ids);
         if (r >= 0 && w.error < 0)
                 r = engine_fail(err, w.error, "cannot write the state: %s", strerror(-w.error));
+        *ret_v = TAKE_PTR(v);
         *ret_n = n;
         *ret_tr = tr;
         return r;
@@ -415,17 +447,12 @@ static int state_write(struct zsw_engine *e, int fd,
 int zsw_engine_save(struct zsw_engine *e, int fd, const char *(*label)(void *userdata, pid_t pid),
                     void *userdata, struct zsw_engine_error *err) {
         _cleanup_free_ struct zsw_target **v = NULL;
-        _cleanup_free_ uint32_t *family = NULL;
         struct state_trailer tr = {};
         uint64_t start = zsw_now_ns();
         size_t n = 0;
         int r;
 
-        v = calloc(MAX(e->n_targets, 1u), sizeof(*v));
-        family = calloc(MAX(e->n_targets, 1u), sizeof(*family));
-        if (!v || !family)
-                return engine_fail(err, -ENOMEM, "out of memory for the state");
-        r = state_write(e, fd, label, userdata, false, v, family, &n, &tr, err);
+        r = state_write(e, fd, label, userdata, false, &v, &n, &tr, NULL, err);
         for (size_t i = 0; i < n && r >= 0; i++)
                 r = fd_set_cloexec(v[i]->uffd, false);
         if (r < 0) {
@@ -447,26 +474,12 @@ int zsw_engine_salvage(struct zsw_engine *e, int fd,
                        const char *(*label)(void *userdata, pid_t pid), void *userdata,
                        struct zsw_engine_salvage_result *ret, struct zsw_engine_error *err) {
         _cleanup_free_ struct zsw_target **v = NULL;
-        _cleanup_free_ uint32_t *family = NULL;
         struct state_trailer tr = {};
-        size_t n = 0, listed = 0;
+        size_t n = 0;
         int r;
 
         *ret = (struct zsw_engine_salvage_result) {};
-        /* Counted from the list: a target may be linked and not counted
-         * yet in n_targets (engine_publish() died in between). */
-        for (struct zsw_target *t = e->targets; t; t = t->next) {
-                listed++;
-                if (t->pid > 0 && target_live(t) && !target_holds_uffd(t))
-                        ret->unheld++;
-                else if (t->pid <= 0 && target_live(t))
-                        ret->unnamed++;
-        }
-        v = calloc(MAX(listed, 1u), sizeof(*v));
-        family = calloc(MAX(listed, 1u), sizeof(*family));
-        if (!v || !family)
-                return engine_fail(err, -ENOMEM, "out of memory for the state");
-        r = state_write(e, fd, label, userdata, true, v, family, &n, &tr, err);
+        r = state_write(e, fd, label, userdata, true, &v, &n, &tr, ret, err);
         if (r < 0)
                 return r;
         ret->targets = n;
@@ -693,6 +706,20 @@ static int adopt_drop_present(struct zsw_target *t) {
         return (int) MIN(dropped, (uint64_t) INT32_MAX);
 }
 
+/* Whether t is still the process of rec, with its uffd (adopt: taken
+ * from it now): 0, -ESRCH if it exited (or exec'd), or -errno if the uffd
+ * is gone. */
+static int load_check_target(struct zsw_target *t, const struct state_target *rec, bool adopt) {
+        if (!load_same_process(rec, &t->pidfd))
+                return -ESRCH;
+        if (adopt) {
+                t->uffd = adopt_uffd(t);
+                if (t->uffd < 0)
+                        return t->uffd;
+        }
+        return zsw_uffd_mm_alive(t->uffd) == -ESRCH ? -ESRCH : 0;
+}
+
 /* Makes the target of one record, with its owner (in the family of an
  * earlier target when it has one) and its pages. */
 static int load_target(struct zsw_engine *e, struct reader *rd, struct zsw_target **made, size_t i,
@@ -829,16 +856,15 @@ static int load_publish(struct zsw_engine *e, struct zsw_target **made,
                         target_free(t);
                         continue;
                 }
-                if (!load_same_process(&recs[i], &t->pidfd) ||
-                    (adopt && (t->uffd = adopt_uffd(t)) == -ESRCH) ||
-                    (t->uffd >= 0 && zsw_uffd_mm_alive(t->uffd) == -ESRCH)) {
+                r = load_check_target(t, &recs[i], adopt);
+                if (r == -ESRCH) {
                         zsw_log(e->log, LOG_INFO, "Process %d exited %s; its pages are freed",
                                 t->pid, when);
                         target_free(t);
                         continue;
                 }
-                if (t->uffd < 0) {
-                        zsw_log_errno(e->log, LOG_ERR, t->uffd,
+                if (r < 0) {
+                        zsw_log_errno(e->log, LOG_ERR, r,
                                       "Cannot take over process %d: its userfaultfd (its fd "
                                       "%d) is gone: %m; its %" PRIu64 " pages are lost",
                                       t->pid, t->target_uffd, recs[i].n_pages);
@@ -846,28 +872,32 @@ static int load_publish(struct zsw_engine *e, struct zsw_target **made,
                         continue;
                 }
                 if (adopt) {
+                        /* A copy left is never served (its page is present)
+                         * and goes with the page's removal or unmap. */
                         r = adopt_drop_present(t);
                         if (r > 0)
                                 zsw_log(e->log, LOG_INFO,
                                         "Process %d: %d pages taken by the dead zswapd were "
                                         "still present; their copies are dropped",
                                         t->pid, r);
+                        else if (r < 0)
+                                zsw_log_errno(e->log, LOG_WARNING, r,
+                                              "Cannot scan process %d for pages present again: "
+                                              "%m; their copies stay stored",
+                                              t->pid);
                 }
                 r = engine_publish(e, t);
                 if (r < 0) {
-                        if (adopt)
-                                zsw_log_errno(e->log, LOG_ERR, r,
-                                              "Cannot serve process %d %s: %m; its %" PRIu64
-                                              " pages are lost and its faults wait for good: "
-                                              "kill it",
-                                              t->pid, when, recs[i].n_pages);
-                        else {
-                                zsw_log_errno(e->log, LOG_ERR, r,
-                                              "Cannot serve process %d %s: %m; its faults wait "
-                                              "for the next zswapd",
-                                              t->pid, when);
-                                t->uffd = -EBADF; /* never closed: its pages would read as zeros */
-                        }
+                        /* A re-exec's uffd is the only one we have: never
+                         * closed, or its pages would read as zeros. An
+                         * adopted one is our copy of the target's. */
+                        zsw_log_errno(e->log, LOG_ERR, r, "Cannot serve process %d %s: %m; %s",
+                                      t->pid, when,
+                                      adopt ? "its pages are lost and its faults wait for good: "
+                                              "kill it"
+                                            : "its faults wait for the next zswapd");
+                        if (!adopt)
+                                t->uffd = -EBADF;
                         target_free(t);
                         continue;
                 }

@@ -202,8 +202,6 @@ static void *node_next(const struct node *n, unsigned level, uint64_t from, uint
                 uint64_t key = base | ((uint64_t) i << shift);
                 void *e;
 
-                if (_unlikely_(!n->slots[i]))
-                        continue; /* never with the order above; cheap */
                 if (level == 0) {
                         *ret_pgno = key;
                         return n->slots[i];

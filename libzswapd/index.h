@@ -37,6 +37,14 @@ void *zsw_index_erase(struct zsw_index *idx, uint64_t pgno);
  * in *ret_pgno, or returns NULL. */
 void *zsw_index_next(const struct zsw_index *idx, uint64_t from, uint64_t *ret_pgno);
 
+/* The first entry after pgno, as zsw_index_next(); NULL after the last
+ * page number. A walk: for (e = zsw_index_next(idx, 0, &p); e;
+ * e = zsw_index_after(idx, p, &p)). */
+static inline void *zsw_index_after(const struct zsw_index *idx, uint64_t pgno,
+                                    uint64_t *ret_pgno) {
+        return pgno < ZSW_INDEX_MAX_PGNO ? zsw_index_next(idx, pgno + 1, ret_pgno) : NULL;
+}
+
 /* Removes every entry with start <= pgno < end, calling fn(entry, pgno,
  * userdata) for each in ascending pgno order (fn may free the entry, but
  * must not call into the index). end is clamped to the key space, so

@@ -1094,7 +1094,7 @@ static int move_locked(struct zsw_owner *o, uint64_t old, uint64_t new, uint64_t
         int r = 0;
 
         for (e = zsw_index_next(o->index, old, &pgno); e && pgno < old + n;
-             e = pgno < ZSW_INDEX_MAX_PGNO ? zsw_index_next(o->index, pgno + 1, &pgno) : NULL) {
+             e = zsw_index_after(o->index, pgno, &pgno)) {
                 r = zsw_index_insert(o->index, new + (pgno - old), e);
                 if (r < 0) {
                         /* The destination was emptied first: all of it is ours. */
@@ -1513,8 +1513,7 @@ int zsw_store_owner_clone(struct zsw_owner *parent, struct zsw_owner **ret) {
 
         zsw_mutex_lock(&parent->lock, ZSW_LOCK_OWNER);
         for (e = zsw_index_next(parent->index, 0, &pgno); e;
-             e = pgno < ZSW_INDEX_MAX_PGNO ? zsw_index_next(parent->index, pgno + 1, &pgno)
-                                           : NULL) {
+             e = zsw_index_after(parent->index, pgno, &pgno)) {
                 r = zsw_index_insert(child->index, pgno, e);
                 if (r < 0)
                         break;
@@ -1691,7 +1690,7 @@ static int owner_export(struct zsw_owner *o,
                 zsw_rwlock_rdlock(&s->pool_lock, ZSW_LOCK_STORE_POOL);
         }
         for (e = zsw_index_next(o->index, 0, &pgno); e && r >= 0;
-             e = pgno < ZSW_INDEX_MAX_PGNO ? zsw_index_next(o->index, pgno + 1, &pgno) : NULL) {
+             e = zsw_index_after(o->index, pgno, &pgno)) {
                 struct zsw_store_page p;
 
                 r = export_one(s, e, pgno, disk_buf, &p);
@@ -1715,8 +1714,7 @@ uint64_t zsw_store_owner_count_orphaned(struct zsw_owner *o) {
         struct zsw_entry *e;
         uint64_t n = 0, pgno;
 
-        for (e = zsw_index_next(o->index, 0, &pgno); e;
-             e = pgno < ZSW_INDEX_MAX_PGNO ? zsw_index_next(o->index, pgno + 1, &pgno) : NULL)
+        for (e = zsw_index_next(o->index, 0, &pgno); e; e = zsw_index_after(o->index, pgno, &pgno))
                 n++;
         return n;
 }
