@@ -58,6 +58,7 @@ static void daemon_start(struct daemon *d, bool netns) {
         ASSERT_OK(chmod(d->dir, 0755));
         snprintf(d->sock, sizeof(d->sock), "%s/ctl.sock", d->dir);
         snprintf(d->log, sizeof(d->log), "%s/log", d->dir);
+        guard_log = d->log;
         snprintf(conf, sizeof(conf), "%s/zswapd.conf", d->dir);
         ASSERT_OK(close(open(conf, O_WRONLY | O_CREAT | O_CLOEXEC, 0644)));
         d->pid = fork();
@@ -549,5 +550,6 @@ int main(int argc, char **argv) {
         frozen_path = argv[3];
         if (geteuid() != 0)
                 TEST_SKIP("needs root: the daemon ptraces its targets");
+        test_guard(150); /* meson's timeout: 180 s */
         return test_run_cases(argc - 3, argv + 3);
 }

@@ -8,6 +8,7 @@
  */
 #pragma once
 
+#include <dirent.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "util.h"
 
 /* A program that takes longer than this has hung (the daemon's own
  * deadlines are a few seconds). */
@@ -28,6 +30,87 @@
 
 /* The test process, set first thing in main(). */
 static pid_t test_pid;
+
+/* Prints what every descendant of pid waits in: each thread's state,
+ * wait channel and kernel stack. */
+static inline void dump_waits(pid_t pid, int depth) {
+        DIR *dir = opendir("/proc");
+        struct dirent *de;
+
+        if (!dir || depth > 8)
+                goto out;
+        while ((de = readdir(dir))) {
+                char path[320], line[512];
+                pid_t child = atoi(de->d_name), ppid = 0;
+                DIR *tasks;
+                FILE *f;
+
+                if (child <= 0)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%d/stat", child);
+                f = fopen(path, "re");
+                if (!f)
+                        continue;
+                if (fgets(line, sizeof(line), f) && strrchr(line, ')'))
+                        sscanf(strrchr(line, ')') + 2, "%*c %d", &ppid);
+                fclose(f);
+                if (ppid != pid)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%d/task", child);
+                tasks = opendir(path);
+                while (tasks && (de = readdir(tasks))) {
+                        static const char *const files[] = { "comm", "wchan", "stack" };
+
+                        if (de->d_name[0] == '.')
+                                continue;
+                        fprintf(stderr, "--- process %d, thread %s:\n", child, de->d_name);
+                        for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
+                                snprintf(path, sizeof(path), "/proc/%d/task/%s/%s", child,
+                                         de->d_name, files[i]);
+                                f = fopen(path, "re");
+                                while (f && fgets(line, sizeof(line), f))
+                                        fprintf(stderr, "  %s", line);
+                                if (f)
+                                        fclose(f);
+                                fputc('\n', stderr);
+                        }
+                }
+                if (tasks)
+                        closedir(tasks);
+                dump_waits(child, depth + 1);
+        }
+out:
+        if (dir)
+                closedir(dir);
+}
+
+/* The log of the daemon under test, printed when the guard fires. */
+static const char *guard_log;
+
+static inline void guard_fired(int sig) {
+        char line[512];
+        FILE *f;
+
+        (void) sig;
+        fprintf(stderr, "the test hangs; what its processes wait in:\n");
+        dump_waits(test_pid, 0);
+        f = guard_log ? fopen(guard_log, "re") : NULL;
+        if (f) {
+                fprintf(stderr, "--- %s:\n", guard_log);
+                while (fgets(line, sizeof(line), f))
+                        fputs(line, stderr);
+                fclose(f);
+        }
+        abort();
+}
+
+/* A case that has not ended after seconds fails, showing what hangs
+ * (before meson's timeout, which shows nothing). The test hangs for good
+ * by then: nothing here needs to be safe against the code it interrupts. */
+static inline void test_guard(unsigned seconds) {
+        signal(SIGALRM, guard_fired);
+        alarm(seconds);
+}
 
 /* In a child of the test: nothing outlives a test that aborts, even one
  * that aborted before this child got here. */

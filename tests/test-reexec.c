@@ -37,6 +37,7 @@ struct daemon {
 static void daemon_exec(struct daemon *d, const char *exe, const void *state, size_t len) {
         int status;
 
+        guard_log = d->log;
         d->pid = fork();
         ASSERT_GE(d->pid, 0);
         if (d->pid == 0) {
@@ -684,6 +685,7 @@ int main(int argc, char **argv) {
                 if (!run)
                         continue;
                 fprintf(stderr, "=== %s\n", cases[i].name);
+                test_guard(240); /* meson's timeout: 300 s */
                 cases[i].fn();
         }
         return 0;
