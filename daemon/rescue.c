@@ -21,9 +21,10 @@
  * sanitizer state. It runs raw system calls only (raw_syscall()), in
  * functions the sanitizers leave alone. Afterwards the TLS is the dead
  * main thread's, and libc is ours to use, except what a dead thread may
- * have left locked (malloc's arena of a thread that died inside malloc:
- * the state is then never written, and the task gives up after
- * RESCUE_TIMEOUT_SEC).
+ * have left locked: the save takes no lock and allocates with mmap(2),
+ * not malloc (a thread that died inside malloc keeps its arena locked for
+ * good); should it wait for good anyway, it gives up after
+ * RESCUE_TIMEOUT_SEC.
  *
  * What it cannot save: a fork child not named yet (its uffd is only in
  * our table; it reads zeros once this task exits), a target that closed
@@ -35,6 +36,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -117,30 +119,27 @@ char *rescue_state_path(const char *socket_path) {
 }
 
 /* The name of the state of slot i: path, then path.1 to path.9. */
-static char *slot_path(const char *path, int i) {
-        char *s;
+static int slot_name(char *buf, size_t size, const char *path, int i) {
+        int n = i == 0 ? snprintf(buf, size, "%s", path) : snprintf(buf, size, "%s.%d", path, i);
 
-        if (i == 0)
-                return strdup(path);
-        return asprintf(&s, "%s.%d", path, i) < 0 ? NULL : s;
+        return n < 0 || (size_t) n >= size ? -ENAMETOOLONG : 0;
 }
 
-/* Gives the state in tmp its name: path, or, while a state not taken over
- * yet has it, path.1 to path.9. Never replaces one (link() fails on an
- * existing name): a state kept because no zswapd could read it, or that
- * a zswapd died taking over, still holds pages. */
-static int publish(const char *tmp, const char *path, char **ret_name) {
+/* Gives the state in tmp its name (in name, of PATH_MAX bytes): path, or,
+ * while a state not taken over yet has it, path.1 to path.9. Never
+ * replaces one (link() fails on an existing name): a state kept because
+ * no zswapd could read it, or that a zswapd died taking over, still holds
+ * pages. */
+static int publish(const char *tmp, const char *path, char *name) {
         for (int i = 0; i <= RESCUE_SLOTS; i++) {
-                char *name = slot_path(path, i);
+                int r = slot_name(name, PATH_MAX, path, i);
 
-                if (!name)
-                        return -ENOMEM;
+                if (r < 0)
+                        return r;
                 if (link(tmp, name) == 0) {
                         (void) unlink(tmp);
-                        *ret_name = name;
                         return 1;
                 }
-                free(name);
                 if (errno != EEXIST)
                         return -errno;
         }
@@ -151,19 +150,21 @@ static int publish(const char *tmp, const char *path, char **ret_name) {
 _unused_ static int rescue_save(struct rescue *r) {
         struct zsw_engine_salvage_result res;
         struct zsw_engine_error err = {};
-        _cleanup_free_ char *tmp = NULL, *saved = NULL;
+        char tmp[PATH_MAX], saved[PATH_MAX];
         sigset_t alarm_only;
         int fd, n;
 
-        /* A dead thread may hold a lock we need (malloc's): give up then. */
+        /* Nothing here takes a lock a dead thread may hold (no malloc: the
+         * save maps its buffers), but should it wait for good anyway, it
+         * gives up. */
         signal(SIGALRM, SIG_DFL);
         sigemptyset(&alarm_only);
         sigaddset(&alarm_only, SIGALRM);
         sigprocmask(SIG_UNBLOCK, &alarm_only, NULL);
         alarm(RESCUE_TIMEOUT_SEC);
 
-        if (asprintf(&tmp, "%s.tmp", r->path) < 0)
-                return log_oom();
+        if (snprintf(tmp, sizeof(tmp), "%s.tmp", r->path) >= (int) sizeof(tmp))
+                return log_error_errno(ENAMETOOLONG, "State file name too long: %s", r->path);
         fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         if (fd < 0)
                 return log_error_errno(errno,
@@ -176,7 +177,7 @@ _unused_ static int rescue_save(struct rescue *r) {
                 n = -errno;
         close(fd);
         if (n > 0) {
-                int k = publish(tmp, r->path, &saved);
+                int k = publish(tmp, r->path, saved);
 
                 if (k < 0)
                         n = k;
@@ -335,10 +336,11 @@ int rescue_adopt(struct zsw_engine *engine, const char *path, zsw_engine_adopted
         /* Newest first: a process in two states (a zswapd died taking one
          * over) is taken from the newer, which knows what happened since. */
         for (int i = RESCUE_SLOTS; i >= 0; i--) {
-                _cleanup_free_ char *name = slot_path(path, i);
+                char name[PATH_MAX];
 
-                if (!name)
-                        return log_oom();
+                r = slot_name(name, sizeof(name), path, i);
+                if (r < 0)
+                        return log_error_errno(r, "State file name too long: %s", path);
                 r = adopt_one(engine, name, adopted, userdata);
                 if (r < 0 && first_error == 0)
                         first_error = r;

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -163,6 +164,38 @@ void zsw_engine_thaw(struct zsw_engine *e) {
 
 /* ---- save --------------------------------------------------------------- */
 
+/* The save allocates with mmap(2), never malloc: a salvage runs after
+ * zswapd's threads died at any instruction, one maybe inside malloc with
+ * its arena's lock held, which nobody would ever release. Zeroed, like
+ * calloc's; the size is kept in front for save_free(). */
+#define SAVE_ALLOC_HEADER 16u
+
+static void *save_alloc(size_t size) {
+        size_t total = size + SAVE_ALLOC_HEADER;
+        uint8_t *p;
+
+        if (total < size)
+                return NULL;
+        p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+                return NULL;
+        memcpy(p, &total, sizeof(total));
+        return p + SAVE_ALLOC_HEADER;
+}
+
+static void save_free(void *p) {
+        size_t total;
+
+        if (!p)
+                return;
+        memcpy(&total, (uint8_t *) p - SAVE_ALLOC_HEADER, sizeof(total));
+        munmap((uint8_t *) p - SAVE_ALLOC_HEADER, total);
+}
+
+static void save_freep(void *p) {
+        save_free(*(void **) p);
+}
+
 struct writer {
         int fd;
         int error;
@@ -218,12 +251,12 @@ static int writer_entry_id(struct writer *w, const void *entry, uint64_t *ret_id
 
         if (w->n_entries * 2 >= w->cap) {
                 size_t cap = w->cap ? w->cap * 2 : 1u << 16;
-                const void **keys = calloc(cap, sizeof(*keys));
-                uint64_t *ids = calloc(cap, sizeof(*ids));
+                const void **keys = save_alloc(cap * sizeof(*keys));
+                uint64_t *ids = save_alloc(cap * sizeof(*ids));
 
                 if (!keys || !ids) {
-                        free(keys);
-                        free(ids);
+                        save_free(keys);
+                        save_free(ids);
                         return -ENOMEM;
                 }
                 for (size_t k = 0; k < w->cap; k++)
@@ -234,8 +267,8 @@ static int writer_entry_id(struct writer *w, const void *entry, uint64_t *ret_id
                                 keys[i] = w->keys[k];
                                 ids[i] = w->ids[k];
                         }
-                free(w->keys);
-                free(w->ids);
+                save_free(w->keys);
+                save_free(w->ids);
                 w->keys = keys;
                 w->ids = ids;
                 w->cap = cap;
@@ -301,11 +334,11 @@ static int save_list(struct zsw_engine *e, bool orphaned, struct zsw_target ***r
 
         for (struct zsw_target *t = e->targets; t; t = t->next)
                 listed++;
-        v = calloc(MAX(listed, 1u), sizeof(*v));
-        family = calloc(MAX(listed, 1u), sizeof(*family));
+        v = save_alloc(MAX(listed, 1u) * sizeof(*v));
+        family = save_alloc(MAX(listed, 1u) * sizeof(*family));
         if (!v || !family) {
-                free(v);
-                free(family);
+                save_free(v);
+                save_free(family);
                 return -ENOMEM;
         }
         for (struct zsw_target *t = e->targets; t; t = t->next) {
@@ -396,8 +429,8 @@ static int state_write(struct zsw_engine *e, int fd,
                        bool orphaned, struct zsw_target ***ret_v, size_t *ret_n,
                        struct state_trailer *ret_tr, struct zsw_engine_salvage_result *skipped,
                        struct zsw_engine_error *err) {
-        _cleanup_free_ struct zsw_target **v = NULL;
-        _cleanup_free_ uint32_t *family = NULL;
+        _cleanup_(save_freep) struct zsw_target **v = NULL;
+        _cleanup_(save_freep) uint32_t *family = NULL;
         struct writer w = { .fd = fd };
         struct state_header h = { .magic = ZSW_STATE_MAGIC,
                                   .version = ZSW_STATE_VERSION,
@@ -409,10 +442,10 @@ static int state_write(struct zsw_engine *e, int fd,
         size_t n;
         int r;
 
-        w.buf = malloc(WRITER_BUF);
+        w.buf = save_alloc(WRITER_BUF);
         r = w.buf ? save_list(e, orphaned, &v, &family, &n, skipped) : -ENOMEM;
         if (r < 0) {
-                free(w.buf);
+                save_free(w.buf);
                 return engine_fail(err, r, "out of memory for the state");
         }
         h.n_targets = (uint32_t) n;
@@ -433,9 +466,9 @@ static int state_write(struct zsw_engine *e, int fd,
         tr.total_bytes = w.total + sizeof(tr);
         writer_put(&w, &tr, sizeof(tr));
         writer_flush(&w);
-        free(w.buf);
-        free(w.keys);
-        free(w.ids);
+        save_free(w.buf);
+        save_free(w.keys);
+        save_free(w.ids);
         if (r >= 0 && w.error < 0)
                 r = engine_fail(err, w.error, "cannot write the state: %s", strerror(-w.error));
         *ret_v = TAKE_PTR(v);
@@ -446,7 +479,7 @@ static int state_write(struct zsw_engine *e, int fd,
 
 int zsw_engine_save(struct zsw_engine *e, int fd, const char *(*label)(void *userdata, pid_t pid),
                     void *userdata, struct zsw_engine_error *err) {
-        _cleanup_free_ struct zsw_target **v = NULL;
+        _cleanup_(save_freep) struct zsw_target **v = NULL;
         struct state_trailer tr = {};
         uint64_t start = zsw_now_ns();
         size_t n = 0;
@@ -473,7 +506,7 @@ int zsw_engine_save(struct zsw_engine *e, int fd, const char *(*label)(void *use
 int zsw_engine_salvage(struct zsw_engine *e, int fd,
                        const char *(*label)(void *userdata, pid_t pid), void *userdata,
                        struct zsw_engine_salvage_result *ret, struct zsw_engine_error *err) {
-        _cleanup_free_ struct zsw_target **v = NULL;
+        _cleanup_(save_freep) struct zsw_target **v = NULL;
         struct state_trailer tr = {};
         size_t n = 0;
         int r;

@@ -48,6 +48,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <zstd.h>
 
 #include "entry.h"
@@ -1680,9 +1681,11 @@ static int owner_export(struct zsw_owner *o,
         int r = 0;
 
         if (s->cfg.read_disk) {
-                /* O_DIRECT reads want an aligned buffer. */
-                disk_buf = aligned_alloc(ZSW_PAGE_SIZE, ZSW_PAGE_SIZE);
-                if (!disk_buf)
+                /* Aligned, for O_DIRECT reads; not from malloc, whose lock
+                 * a dead thread may hold when an orphaned store is saved. */
+                disk_buf = mmap(NULL, ZSW_PAGE_SIZE, PROT_READ | PROT_WRITE,
+                                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                if (disk_buf == MAP_FAILED)
                         return -ENOMEM;
         }
         if (locked) {
@@ -1701,7 +1704,8 @@ static int owner_export(struct zsw_owner *o,
                 zsw_rwlock_unlock(&s->pool_lock);
                 zsw_mutex_unlock(&o->lock);
         }
-        free(disk_buf);
+        if (disk_buf)
+                munmap(disk_buf, ZSW_PAGE_SIZE);
         return r;
 }
 
