@@ -195,6 +195,11 @@ _unused_ static int rescue_save(struct rescue *r) {
                           " entries, %.1f MiB of state) are saved in %s. Start zswapd again: it "
                           "takes them over, and those processes' faults wait until then.",
                           n, res.entries, res.bytes / (1024.0 * 1024.0), saved);
+        if (n > 0 && res.lost > 0)
+                log_error("%" PRIu64 " of those pages were in the swapfile, which could not be "
+                          "read: they are saved as lost, and the next zswapd poisons them (a "
+                          "process that touches one gets SIGBUS).",
+                          res.lost);
         if (res.unheld + res.unnamed > 0)
                 log_error("zswapd died serving %u processes whose pages could not be saved (%u "
                           "closed their own reference to their userfaultfd, %u fork children "

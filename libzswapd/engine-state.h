@@ -21,7 +21,10 @@
  *                           far), struct state_entry and length payload
  *                           bytes; a page of an entry already given
  *                           (shared within a fork family) has id < that
- *                           count and nothing follows
+ *                           count and nothing follows; an entry of state
+ *                           ZSW_STORE_PAGE_LOST (a dead zswapd's page
+ *                           whose disk copy could not be read) has no
+ *                           payload, and its pages are poisoned
  *   trailer                 struct state_trailer
  */
 #pragma once
@@ -72,7 +75,7 @@ struct state_page {
 };
 
 struct state_entry {
-        uint8_t state; /* enum zsw_entry_state: SAME, COMPRESSED or RAW */
+        uint8_t state; /* enum zsw_entry_state: SAME, COMPRESSED or RAW; ZSW_STORE_PAGE_LOST */
         uint8_t compressor;
         uint16_t length; /* payload bytes that follow; 0 for SAME */
         uint32_t reserved;

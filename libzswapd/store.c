@@ -1697,6 +1697,12 @@ static int owner_export(struct zsw_owner *o,
                 struct zsw_store_page p;
 
                 r = export_one(s, e, pgno, disk_buf, &p);
+                if (r < 0 && !locked && e->state == ZSW_ENTRY_DISK) {
+                        p = (struct zsw_store_page) { .pgno = pgno,
+                                                      .entry = e,
+                                                      .state = ZSW_STORE_PAGE_LOST };
+                        r = 0;
+                }
                 if (r >= 0)
                         r = fn(userdata, &p);
         }

@@ -366,9 +366,14 @@ bool zsw_store_owner_may_writeback(struct zsw_owner *o);
 /* One stored page as the state handed across exec carries it
  * (engine-state.c): where it is, and its payload in the form it is
  * kept. */
+/* A page zsw_store_export_orphaned() reports without content: its only
+ * copy was on disk, and the disk failed to read it. */
+#define ZSW_STORE_PAGE_LOST 0xffu
+
 struct zsw_store_page {
         uint64_t pgno;
-        uint8_t state;       /* enum zsw_entry_state: SAME, COMPRESSED or RAW */
+        uint8_t state;       /* enum zsw_entry_state: SAME, COMPRESSED or RAW;
+                              * or ZSW_STORE_PAGE_LOST */
         uint8_t compressor;  /* COMPRESSED: its code (compress.h: the compressor,
                               * with ZSW_WITH_DICT after the family's dictionary) */
         uint16_t length;     /* payload bytes; 0 for SAME */
@@ -393,7 +398,9 @@ int zsw_store_export(struct zsw_owner *o, int (*fn)(void *userdata, const struct
 /* The same for a store whose every other thread is gone (they died with
  * their process, in the middle of anything): takes no lock, since a dead
  * thread may hold one for good. A store and index changed half way by a
- * dead thread read as they were left. */
+ * dead thread read as they were left. A page on disk that cannot be read
+ * is reported as ZSW_STORE_PAGE_LOST: this is the last chance to save the
+ * others. */
 int zsw_store_export_orphaned(struct zsw_owner *o,
                               int (*fn)(void *userdata, const struct zsw_store_page *p),
                               void *userdata);

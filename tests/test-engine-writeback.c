@@ -118,42 +118,6 @@ TEST(target_pages_through_the_swapfile) {
         ASSERT_OK(rmdir(dir));
 }
 
-/* Sanitizers catch SIGBUS to report it and abort: the target (built
- * with them too) must die of it as a plain program does. */
-static void sanitizers_leave_sigbus(void) {
-        static const char *const vars[] = { "ASAN_OPTIONS", "TSAN_OPTIONS", "UBSAN_OPTIONS" };
-
-        for (size_t i = 0; i < ARRAY_SIZE(vars); i++) {
-                const char *old = getenv(vars[i]);
-                char v[1024];
-
-                snprintf(v, sizeof(v), "%s%shandle_sigbus=0", old ?: "", old && *old ? ":" : "");
-                ASSERT_OK(setenv(vars[i], v, 1));
-        }
-}
-
-/* Waits until pid's (only) thread sits in read(2) on its stdin. */
-static void wait_reading_stdin(pid_t pid) {
-        char path[64], line[256] = "";
-
-        snprintf(path, sizeof(path), "/proc/%d/syscall", (int) pid);
-        for (int i = 0; i < 60 * 1000; i++) {
-                FILE *f = fopen(path, "re");
-                long nr = -1;
-                unsigned long fd = 1;
-                bool reading;
-
-                ASSERT_TRUE(f);
-                reading = fgets(line, sizeof(line), f) &&
-                          sscanf(line, "%ld 0x%lx", &nr, &fd) == 2 && nr == SYS_read && fd == 0;
-                fclose(f);
-                if (reading)
-                        return;
-                usleep(1000);
-        }
-        TEST_FAIL("process %d never waited in read(0, ...): %s", (int) pid, line);
-}
-
 /*
  * The disk dies under written-back pages: the faulting thread gets SIGBUS,
  * as on a kernel swap read error, never other bytes, and the log says so.

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 
 #include "test.h"
+#include "test-disk.h"
 #include "test-procs.h"
 #include "target-client.h"
 
@@ -661,6 +662,81 @@ static void test_attach_warns_of_a_foreign_registration(void) {
         free(t);
 }
 
+/* The swapfile's disk dies, then zswapd: the rescue saves the pages it
+ * can read and marks the others lost instead of saving nothing; the next
+ * zswapd takes the process over and poisons the lost pages, so that its
+ * walk of them ends in SIGBUS (as after a kernel swap read error), never
+ * in other bytes or a wait for good; another process keeps every page. */
+static void test_dead_disk_then_dead_zswapd(void) {
+        _cleanup_free_ char *dir = NULL;
+        struct target *t, *other;
+        uint64_t on_disk = 0;
+        struct daemon d;
+        char conf[512];
+        int fd, status;
+
+        test_private_mounts();
+        dir = test_make_dir("zswapd-reexec-disk");
+        if (!test_ext4_on_loop(dir)) {
+                rmdir(dir);
+                TEST_SKIP("no loop device with ext4 here");
+        }
+        snprintf(conf, sizeof(conf),
+                 "[Store]\nIncompressible=keep\n[Pool]\nLimit=2M\n"
+                 "[Writeback]\nEnabled=yes\nSwapfile=%s\nSwapfileSize=32M\n",
+                 dir);
+        daemon_start(&d, zswapd_path, conf);
+        sanitizers_leave_sigbus();
+        t = target_start("--synthetic");
+        cmd_ok(t, "fill 8 0");
+        attach(&d, t->pid);
+        for (int i = 0; i < 200 && on_disk < 8 * 256 / 2; i++) {
+                reclaim_all(&d, t->pid);
+                on_disk = stat_of(&d, 0, "disk_pages");
+                usleep(10000);
+        }
+        ASSERT_GE(on_disk, 8 * 256 / 2);
+
+        /* t takes its command while the disk still reads (its own buffers
+         * may be on disk), so that only its walk of its pages meets the
+         * lost ones. */
+        ASSERT_TRUE(strncmp(cmd_ok(t, "verify-on-byte"), "ok waiting", 10) == 0);
+        wait_reading_stdin(t->pid);
+        fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        ASSERT_GE(fd, 0);
+        test_ext4_shutdown(fd);
+        close(fd);
+        /* Its pages cannot go to the dead disk: they stay in the pool. */
+        other = target_start(NULL);
+        cmd_ok(other, "fill 1");
+        attach(&d, other->pid);
+        reclaim_all(&d, other->pid);
+        ASSERT_GT(stat_of(&d, other->pid, "stored_pages"), 0);
+
+        daemon_kill(&d, SIGKILL);
+        expect_in_log(&d, "the pages it held for 2 processes");
+        expect_in_log(&d, "could not be read: they are saved as lost");
+        daemon_exec(&d, zswapd_path, NULL, 0);
+        expect_in_log(&d, "Took over 2 processes");
+        expect_in_log(&d, "they are poisoned");
+
+        signal(SIGPIPE, SIG_IGN);
+        ASSERT_TRUE(write(fileno(t->in), "x", 1) == 1 || errno == EPIPE);
+        /* No answer: the verify never saw a page at all, right or wrong. */
+        ASSERT_TRUE(fgets(t->line, sizeof(t->line), t->out) == NULL);
+        ASSERT_EQ(waitpid(t->pid, &status, 0), t->pid);
+        ASSERT_TRUE(WIFSIGNALED(status));
+        ASSERT_EQ(WTERMSIG(status), SIGBUS);
+        fclose(t->in);
+        fclose(t->out);
+        free(t);
+        expect_verify(other, 256, 0);
+        daemon_stop(&d);
+        target_exit(other);
+        ASSERT_OK(umount(dir));
+        ASSERT_OK(rmdir(dir));
+}
+
 int main(int argc, char **argv) {
         static const struct test_case cases[] = {
                 { "unreadable_state_is_kept", test_unreadable_state_is_kept },
@@ -673,6 +749,8 @@ int main(int argc, char **argv) {
                 { "target_gone_while_zswapd_dead", test_target_gone_while_zswapd_dead },
                 { "attach_warns_of_a_foreign_registration",
                   test_attach_warns_of_a_foreign_registration },
+                /* Last: it skips where there is no loop device. */
+                { "dead_disk_then_dead_zswapd", test_dead_disk_then_dead_zswapd },
         };
 
         if (argc < 3) {

@@ -272,6 +272,7 @@ struct zsw_engine_salvage_result {
         uint64_t bytes;   /* the state's size */
         unsigned unheld;  /* targets left out: no reference of their own to their uffd */
         unsigned unnamed; /* fork children left out: not named yet */
+        uint64_t lost;    /* pages saved without content: their disk copy could not be read */
 };
 
 /*
