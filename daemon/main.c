@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -710,6 +711,27 @@ static uint32_t age_interval_ms(const struct zsw_config *c) {
         return (uint32_t) MIN(MAX(ms, 1000u), 60000u);
 }
 
+/* Stopping with a state a re-exec handed over that this binary could not
+ * read: its processes' pages are in it alone. It goes where a dead
+ * zswapd's state goes, for the next zswapd to take over at its start. */
+static int keep_pending_state(struct reexec_ctx *x) {
+        char saved[PATH_MAX];
+        int r;
+
+        r = rescue_keep_state(x->rescue_path, x->pending_state_fd, saved);
+        if (r < 0)
+                return log_error_errno(r,
+                                       "The state the previous zswapd handed over, which this "
+                                       "zswapd cannot read, cannot be kept in %s: %m. Its "
+                                       "processes wait on their faults for good.",
+                                       x->rescue_path);
+        log_error("Exiting with the state the previous zswapd handed over, which this zswapd "
+                  "cannot read: it is kept in %s, and its processes wait on their faults until "
+                  "a zswapd that reads it starts.",
+                  saved);
+        return -EUCLEAN;
+}
+
 /* Before the engine goes: the rescue task must never save a freed one. */
 static void reexec_ctx_done(struct reexec_ctx *x) {
         /* Leaving with pages still held (an error after the state was
@@ -822,6 +844,7 @@ static int run(int argc, char *argv[]) {
         if (state_fd < 0)
                 (void) rescue_adopt(engine, rescue_path, note_adopted, &adopted);
         if (state_fd >= 0) {
+                rescue_set_pending(rx.rescue, state_fd);
                 loaded = zsw_engine_load(engine, state_fd, note_adopted, &adopted, &load_err);
                 if (loaded < 0) {
                         log_error(
@@ -831,8 +854,10 @@ static int run(int argc, char *argv[]) {
                                 load_err.message);
                         rx.pending_state_fd = state_fd;
                         state_fd = -EBADF;
-                } else
+                } else {
+                        rescue_set_pending(rx.rescue, -EBADF);
                         state_fd = safe_close(state_fd);
+                }
         }
 
         if (listen_fd >= 0) {
@@ -895,6 +920,8 @@ static int run(int argc, char *argv[]) {
         }
         /* Every page is back: nothing for a rescue to save. */
         rx.rescue = rescue_stop(rx.rescue);
+        if (rx.pending_state_fd >= 0)
+                r = keep_pending_state(&rx);
         control = control_free(control);
         policies = policy_manager_free(policies);
         engine = zsw_engine_free(engine);

@@ -46,6 +46,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -72,8 +74,9 @@
 
 struct rescue {
         _Atomic bool armed;
-        pid_t pid;        /* the rescue task */
-        int daemon_pidfd; /* zswapd's own */
+        _Atomic int pending_fd; /* rescue_set_pending() */
+        pid_t pid;              /* the rescue task */
+        int daemon_pidfd;       /* zswapd's own */
         void *stack;
         struct zsw_engine *engine;
         const char *(*label)(void *userdata, pid_t pid);
@@ -146,13 +149,44 @@ static int publish(const char *tmp, const char *path, char *name) {
         return -EEXIST;
 }
 
+int rescue_keep_state(const char *path, int fd, char *saved) {
+        char tmp[PATH_MAX];
+        struct stat st;
+        off_t off = 0;
+        int out, r = 0;
+
+        if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int) sizeof(tmp))
+                return -ENAMETOOLONG;
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (out < 0)
+                return -errno;
+        while (r == 0 && off < st.st_size) {
+                ssize_t n = sendfile(out, fd, &off, (size_t) (st.st_size - off));
+
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        r = n < 0 ? -errno : -EIO;
+        }
+        if (r == 0 && fsync(out) < 0)
+                r = -errno;
+        close(out);
+        if (r == 0)
+                r = publish(tmp, path, saved);
+        if (r < 0)
+                (void) unlink(tmp);
+        return MIN(r, 0);
+}
+
 /* zswapd is gone without disarming us: its engine's state to r->path. */
 _unused_ static int rescue_save(struct rescue *r) {
         struct zsw_engine_salvage_result res;
         struct zsw_engine_error err = {};
         char tmp[PATH_MAX], saved[PATH_MAX];
         sigset_t alarm_only;
-        int fd, n;
+        int fd, n, pending;
 
         /* Nothing here takes a lock a dead thread may hold (no malloc: the
          * save maps its buffers), but should it wait for good anyway, it
@@ -162,6 +196,23 @@ _unused_ static int rescue_save(struct rescue *r) {
         sigaddset(&alarm_only, SIGALRM);
         sigprocmask(SIG_UNBLOCK, &alarm_only, NULL);
         alarm(RESCUE_TIMEOUT_SEC);
+
+        /* First: the engine's state is the newer for a process in both
+         * (taken in half way), and adoption takes the newest first. */
+        pending = atomic_load(&r->pending_fd);
+        if (pending >= 0) {
+                n = rescue_keep_state(r->path, pending, saved);
+                if (n < 0)
+                        log_error_errno(n,
+                                        "zswapd died holding the state a re-exec handed over, "
+                                        "not taken in, and it cannot be kept in %s: %m. Its "
+                                        "processes wait on their faults for good.",
+                                        r->path);
+                else
+                        log_error("zswapd died holding the state a re-exec handed over, not "
+                                  "taken in; it is kept in %s for the next zswapd.",
+                                  saved);
+        }
 
         if (snprintf(tmp, sizeof(tmp), "%s.tmp", r->path) >= (int) sizeof(tmp))
                 return log_error_errno(ENAMETOOLONG, "State file name too long: %s", r->path);
@@ -251,6 +302,7 @@ int rescue_start(struct zsw_engine *engine, const char *state_path,
                 .engine = engine, .label = label, .userdata = userdata, .daemon_pidfd = -EBADF
         };
         atomic_init(&r->armed, true);
+        atomic_init(&r->pending_fd, -1);
         r->path = strdup(state_path);
         if (!r->path)
                 return log_oom();
@@ -287,6 +339,11 @@ void rescue_set_label(struct rescue *r, const char *(*label)(void *userdata, pid
         r->userdata = userdata;
         atomic_signal_fence(memory_order_seq_cst);
         r->label = label;
+}
+
+void rescue_set_pending(struct rescue *r, int fd) {
+        if (r)
+                atomic_store(&r->pending_fd, fd < 0 ? -1 : fd);
 }
 
 struct rescue *rescue_stop(struct rescue *r) {

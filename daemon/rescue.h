@@ -29,6 +29,17 @@ int rescue_start(struct zsw_engine *engine, const char *state_path,
 void rescue_set_label(struct rescue *r, const char *(*label)(void *userdata, pid_t pid),
                       void *userdata);
 
+/* A state a re-exec handed over and this zswapd has not taken in (it is
+ * loading it, or could not read it): fd, or -1 once there is none. Should
+ * zswapd die meanwhile, the rescue keeps it as it is (rescue_keep_state()),
+ * before and beside the engine's own state. r may be NULL. */
+void rescue_set_pending(struct rescue *r, int fd);
+
+/* Writes the state in fd, as it is, under the first free name of path's
+ * (rescue_adopt() takes them all over), given in saved (PATH_MAX bytes);
+ * 0 or -errno. Allocates nothing (the rescue task calls it). */
+int rescue_keep_state(const char *path, int fd, char *saved);
+
 /* Ends the rescue task (before an exec, or once nothing is held any
  * more): zswapd's death is no rescue's business from here. NULL is fine. */
 struct rescue *rescue_stop(struct rescue *r);

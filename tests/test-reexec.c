@@ -448,29 +448,6 @@ static void test_failed_reexec_changes_nothing(void) {
         target_exit(t);
 }
 
-/* A state the new binary cannot read (here: not a state at all) is not
- * dropped: zswapd serves on, says so at error level, and a reexec hands
- * the same state over again (and fails the same way, with its reason). */
-static void test_unreadable_state_is_kept(void) {
-        static const char garbage[64] = "ZSWSTATE but not one";
-        struct daemon d;
-        char *log, *out;
-
-        daemon_start_with(&d, zswapd_path, "", garbage, sizeof(garbage));
-        log = daemon_log(&d);
-        if (!strstr(log, "Cannot load the state the previous zswapd left"))
-                TEST_FAIL("no error about the state in the log: %s", log);
-        free(log);
-        free(ctl_ok(&d, (const char *const[]) { "stats", NULL }));
-        ASSERT_NE(ctl(&d, &out, (const char *const[]) { "reexec", NULL }), 0);
-        if (!strstr(out, "cannot load the state") || !strstr(out, "every page stays held"))
-                TEST_FAIL("unexpected reply to reexec: %s", out);
-        free(out);
-        ASSERT_EQ(waitpid(d.pid, NULL, WNOHANG), 0);
-        free(ctl_ok(&d, (const char *const[]) { "stats", NULL }));
-        daemon_stop(&d);
-}
-
 /* sig (SIGKILL, SIGSEGV, SIGABRT): zswapd dies at once; its rescue task
  * (which holds the control socket meanwhile) saves the state in
  * ctl.state and exits. */
@@ -510,6 +487,61 @@ static void expect_in_log(const struct daemon *d, const char *what) {
         if (!strstr(log, what))
                 TEST_FAIL("no \"%s\" in zswapd's log: %s", what, log);
         free(log);
+}
+
+/* The file name in d's directory holds exactly len bytes of content. */
+static void expect_state_file(const struct daemon *d, const char *name, const void *content,
+                              size_t len) {
+        char path[160], *s;
+        int fd;
+
+        snprintf(path, sizeof(path), "%s/%s", d->dir, name);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                TEST_FAIL("no %s; see %s", path, d->log);
+        s = fd_slurp(fd);
+        close(fd);
+        ASSERT_EQ(memcmp(s, content, len), 0);
+        free(s);
+}
+
+/* A state the new binary cannot read (here: not a state at all) is not
+ * dropped: zswapd serves on, says so at error level, and a reexec hands
+ * the same state over again (and fails the same way, with its reason).
+ * Killed, its rescue keeps that state, as it is, for the next zswapd;
+ * stopped, zswapd keeps it itself and exits with an error. */
+static void test_unreadable_state_is_kept(void) {
+        static const char garbage[64] = "ZSWSTATE but not one";
+        char *log, *out, cmdline[128];
+        struct daemon d;
+        int status;
+
+        daemon_start_with(&d, zswapd_path, "", garbage, sizeof(garbage));
+        log = daemon_log(&d);
+        if (!strstr(log, "Cannot load the state the previous zswapd left"))
+                TEST_FAIL("no error about the state in the log: %s", log);
+        free(log);
+        free(ctl_ok(&d, (const char *const[]) { "stats", NULL }));
+        ASSERT_NE(ctl(&d, &out, (const char *const[]) { "reexec", NULL }), 0);
+        if (!strstr(out, "cannot load the state") || !strstr(out, "every page stays held"))
+                TEST_FAIL("unexpected reply to reexec: %s", out);
+        free(out);
+        ASSERT_EQ(waitpid(d.pid, NULL, WNOHANG), 0);
+        free(ctl_ok(&d, (const char *const[]) { "stats", NULL }));
+
+        daemon_kill(&d, SIGKILL);
+        expect_state_file(&d, "ctl.state", garbage, sizeof(garbage));
+        expect_in_log(&d, "not taken in; it is kept in");
+
+        daemon_exec(&d, zswapd_path, garbage, sizeof(garbage));
+        ASSERT_OK(kill(d.pid, SIGTERM));
+        if (!wait_guarded(d.pid, TEST_GUARD_MS, &status))
+                TEST_FAIL("zswapd did not exit after SIGTERM; see %s", d.log);
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+        expect_in_log(&d, "Exiting with the state the previous zswapd handed over");
+        expect_state_file(&d, "ctl.state.1", garbage, sizeof(garbage));
+        snprintf(cmdline, sizeof(cmdline), "rm -rf '%s'", d.dir);
+        ASSERT_EQ(system(cmdline), 0);
 }
 
 /* kill -9 of zswapd serving several targets (pages in memory and on disk,
