@@ -283,12 +283,15 @@ eff=$(ct sed -n 's/^CapEff:\t//p' "/proc/$main/status")
 want=$(( 0x$bnd & ((1 << 2) | (1 << 14) | (1 << 19) | (1 << 24)) ))
 [ $((0x$eff)) = "$want" ] || fail "zswapd's capabilities are $eff, the unit and the container give $(printf %x "$want")"
 oom=$(ct cat "/proc/$main/oom_score_adj")
+rescue=$(ct pgrep -P "$main" -x zswapd-rescue) || fail "zswapd $main has no zswapd-rescue task"
+rescue_oom=$(ct cat "/proc/$rescue/oom_score_adj")
+[ "$rescue_oom" = "$oom" ] || fail "zswapd-rescue's oom_score_adj is $rescue_oom, zswapd's $oom"
 if (( 0x$bnd & (1 << 24) )); then
-        [ "$oom" = -900 ] || fail "zswapd's oom_score_adj is $oom, the unit sets -900"
-        say "capabilities $eff as the unit sets them, oom_score_adj $oom"
+        [ "$oom" = -1000 ] || fail "zswapd's oom_score_adj is $oom, the unit sets -1000"
+        say "capabilities $eff as the unit sets them, oom_score_adj $oom (zswapd-rescue too)"
 else
         say "capabilities $eff as the unit sets them, without CAP_SYS_RESOURCE (not in this" \
-            "host's bounding set): oom_score_adj $oom, not the unit's -900"
+            "host's bounding set): oom_score_adj $oom (zswapd-rescue too), not the unit's -1000"
 fi
 
 # Two policies, loaded by the unit's ExecReload= (SIGHUP). The second keeps at most 16 MiB of its target in the pool: the rest
