@@ -531,6 +531,7 @@ static int exec_with_state(struct reexec_ctx *x, int state_fd, int client_fd) {
         execv(exe_path, exe_argv);
         r = -errno;
         (void) rescue_start(x->engine, x->rescue_path, policy_label, x->policies, &x->rescue);
+        rescue_set_pending(x->rescue, x->pending_state_fd);
 fail:
         (void) keep_fd(state_fd, false);
         (void) keep_fd(listen_fd, false);
@@ -713,7 +714,9 @@ static uint32_t age_interval_ms(const struct zsw_config *c) {
 
 /* Stopping with a state a re-exec handed over that this binary could not
  * read: its processes' pages are in it alone. It goes where a dead
- * zswapd's state goes, for the next zswapd to take over at its start. */
+ * zswapd's state goes, for a zswapd that reads it to take over at its
+ * start. -EUCLEAN once kept (zswapd exits with an error: it did not give
+ * those pages back); on failure the rescue stays armed to try again. */
 static int keep_pending_state(struct reexec_ctx *x) {
         char saved[PATH_MAX];
         int r;
@@ -723,8 +726,10 @@ static int keep_pending_state(struct reexec_ctx *x) {
                 return log_error_errno(r,
                                        "The state the previous zswapd handed over, which this "
                                        "zswapd cannot read, cannot be kept in %s: %m. Its "
-                                       "processes wait on their faults for good.",
+                                       "processes wait on their faults.",
                                        x->rescue_path);
+        rescue_set_pending(x->rescue, -EBADF);
+        x->pending_state_fd = safe_close(x->pending_state_fd);
         log_error("Exiting with the state the previous zswapd handed over, which this zswapd "
                   "cannot read: it is kept in %s, and its processes wait on their faults until "
                   "a zswapd that reads it starts.",
@@ -735,11 +740,11 @@ static int keep_pending_state(struct reexec_ctx *x) {
 /* Before the engine goes: the rescue task must never save a freed one. */
 static void reexec_ctx_done(struct reexec_ctx *x) {
         /* Leaving with pages still held (an error after the state was
-         * taken over, a stop that could not give them back): the engine
-         * stays as it is, never freed, for the rescue to save once we
-         * are gone. */
+         * taken over, a stop that could not give them back, a state
+         * handed over and not taken in): the engine stays as it is, never
+         * freed, for the rescue to save once we are gone. */
         if (x->rescue && x->enginep && *x->enginep &&
-            zsw_engine_list_targets(*x->enginep, NULL, 0) > 0) {
+            (x->pending_state_fd >= 0 || zsw_engine_list_targets(*x->enginep, NULL, 0) > 0)) {
                 rescue_set_label(x->rescue, NULL, NULL);
                 *x->enginep = NULL;
                 x->rescue = NULL;
@@ -918,10 +923,16 @@ static int run(int argc, char *argv[]) {
                 TAKE_PTR(control);
                 return k;
         }
-        /* Every page is back: nothing for a rescue to save. */
-        rx.rescue = rescue_stop(rx.rescue);
-        if (rx.pending_state_fd >= 0)
+        /* Every page is back; a state not taken in goes to a file before
+         * the rescue, which would keep it otherwise, stops. */
+        if (rx.pending_state_fd >= 0) {
                 r = keep_pending_state(&rx);
+                if (r < 0 && r != -EUCLEAN) {
+                        TAKE_PTR(control);
+                        return r; /* the rescue keeps it, or says why not */
+                }
+        }
+        rx.rescue = rescue_stop(rx.rescue);
         control = control_free(control);
         policies = policy_manager_free(policies);
         engine = zsw_engine_free(engine);

@@ -248,8 +248,8 @@ _unused_ static int rescue_save(struct rescue *r) {
                           n, res.entries, res.bytes / (1024.0 * 1024.0), saved);
         if (n > 0 && res.lost > 0)
                 log_error("%" PRIu64 " of those pages were in the swapfile, which could not be "
-                          "read: they are saved as lost, and the next zswapd poisons them (a "
-                          "process that touches one gets SIGBUS).",
+                          "read: they are saved as lost, and a process that touches one gets "
+                          "SIGBUS.",
                           res.lost);
         if (res.unheld + res.unnamed > 0)
                 log_error("zswapd died serving %u processes whose pages could not be saved (%u "

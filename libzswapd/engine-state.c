@@ -374,7 +374,9 @@ static int save_target(struct writer *w, struct zsw_target *t, uint32_t family, 
         struct state_target st = {
                 .pid = t->pid,
                 .uffd = t->uffd,
-                .target_uffd = t->target_uffd,
+                /* Only the very uffd we serve: a kept state may be adopted
+                 * from it after a death (adopt_uffd()). */
+                .target_uffd = target_holds_uffd(t) ? t->target_uffd : -1,
                 .family = family,
                 .scratch = t->scratch,
                 .scratch_size = t->scratch_size,
@@ -539,33 +541,12 @@ struct reader {
         size_t len, pos; /* bytes in buf, and the next to take */
         uint64_t left;   /* bytes of the state not read yet, trailer excluded */
         uint64_t taken;
-        /* Entries made so far, by id; NULL for ZSW_STORE_PAGE_LOST. */
+        /* Entries made so far, by id. */
         struct zsw_entry **entries;
         uint32_t *families; /* of entries[i]: the family it may be shared in */
         size_t n_entries, cap;
         uint32_t version; /* the header's */
-        /* The pages of lost entries, to poison once their target's uffd
-         * is ours. */
-        struct lost_page {
-                size_t target; /* its index in the state */
-                uint64_t pgno;
-        } * lost;
-        size_t n_lost, lost_cap;
 };
-
-static int reader_note_lost(struct reader *rd, size_t target, uint64_t pgno) {
-        if (rd->n_lost == rd->lost_cap) {
-                size_t cap = rd->lost_cap ? rd->lost_cap * 2 : 64;
-                struct lost_page *v = realloc(rd->lost, cap * sizeof(*v));
-
-                if (!v)
-                        return -ENOMEM;
-                rd->lost = v;
-                rd->lost_cap = cap;
-        }
-        rd->lost[rd->n_lost++] = (struct lost_page) { target, pgno };
-        return 0;
-}
 
 /* The next len bytes of the state; valid until the next call. */
 static const void *reader_take(struct reader *rd, size_t len) {
@@ -647,10 +628,10 @@ static int batch_flush(struct reader *rd, struct zsw_owner *o, uint32_t family,
  * move it. */
 #define PAGE_RECORD_MAX (sizeof(struct state_page) + sizeof(struct state_entry) + ZSW_PAGE_SIZE)
 
-/* Pages of owner o of target i, of fork family family (the index of its
- * first target). */
-static int load_pages(struct reader *rd, size_t i_target, struct zsw_owner *o, uint32_t family,
-                      uint64_t n) {
+/* Pages of owner o of fork family family (the index of its first target);
+ * in *ret_lost, how many of its entries are lost (ZSW_STORE_PAGE_LOST). */
+static int load_pages(struct reader *rd, struct zsw_owner *o, uint32_t family, uint64_t n,
+                      uint64_t *ret_lost) {
         struct import_batch b = {};
         int r;
 
@@ -674,12 +655,6 @@ static int load_pages(struct reader *rd, size_t i_target, struct zsw_owner *o, u
                          * LRU and its dictionary are the family's. */
                         if (rd->families[sp->id] != family)
                                 return -EPROTO;
-                        if (!rd->entries[sp->id]) {
-                                r = reader_note_lost(rd, i_target, sp->pgno);
-                                if (r < 0)
-                                        return r;
-                                continue;
-                        }
                         b.share[b.n++] = rd->entries[sp->id];
                         continue;
                 }
@@ -688,21 +663,7 @@ static int load_pages(struct reader *rd, size_t i_target, struct zsw_owner *o, u
                 se = reader_take(rd, sizeof(*se));
                 if (!se)
                         return -EPROTO;
-                if (se->state == ZSW_STORE_PAGE_LOST) {
-                        /* The batch's entries first: ids follow the order. */
-                        uint64_t pgno = sp->pgno;
-
-                        if (se->length != 0)
-                                return -EPROTO;
-                        r = batch_flush(rd, o, family, &b);
-                        if (r >= 0)
-                                r = reader_note_entry(rd, NULL, family);
-                        if (r >= 0)
-                                r = reader_note_lost(rd, i_target, pgno);
-                        if (r < 0)
-                                return r;
-                        continue;
-                }
+                *ret_lost += se->state == ZSW_STORE_PAGE_LOST;
                 p->state = se->state;
                 p->compressor = se->compressor;
                 p->length = se->length;
@@ -787,40 +748,6 @@ static int adopt_drop_present(struct zsw_target *t) {
         return (int) MIN(dropped, (uint64_t) INT32_MAX);
 }
 
-/* Poisons the pages of target i whose content was lost (a dead zswapd
- * could not read them from its swapfile): a touch of one is SIGBUS, as
- * after a kernel swap read error, rather than a wait for good or zeros. */
-static void load_poison_lost(struct zsw_target *t, const struct reader *rd, size_t i) {
-        uint64_t poisoned = 0, present = 0;
-        int r = 0;
-
-        for (size_t k = 0; k < rd->n_lost; k++) {
-                int p;
-
-                if (rd->lost[k].target != i)
-                        continue;
-                p = zsw_uffd_poison(t->uffd, rd->lost[k].pgno * ZSW_PAGE_SIZE, ZSW_PAGE_SIZE);
-                if (p == -EEXIST)
-                        present++; /* written again since: its content */
-                else if (p < 0)
-                        r = r ?: p;
-                else
-                        poisoned++;
-        }
-        if (poisoned + present == 0 && r == 0)
-                return;
-        zsw_log(t->log, LOG_ERR,
-                "Process %d: %" PRIu64 " of its pages were lost with the swapfile, which could "
-                "not be read when zswapd died; they are poisoned, and the process gets SIGBUS "
-                "if it touches one (%" PRIu64 " were present again)",
-                t->pid, poisoned, present);
-        if (r < 0)
-                zsw_log_errno(t->log, LOG_ERR, r,
-                              "Cannot poison a lost page of process %d: %m; a touch of it "
-                              "waits for good",
-                              t->pid);
-}
-
 /* Whether t is still the process of rec, with its uffd (adopt: taken
  * from it now): 0, -ESRCH if it exited (or exec'd), or -errno if the uffd
  * is gone. */
@@ -840,6 +767,7 @@ static int load_check_target(struct zsw_target *t, const struct state_target *re
 static int load_target(struct zsw_engine *e, struct reader *rd, struct zsw_target **made, size_t i,
                        const struct state_target *st) {
         struct zsw_target *t;
+        uint64_t lost = 0;
         size_t dict_len;
         int r, level;
 
@@ -888,7 +816,14 @@ static int load_target(struct zsw_engine *e, struct reader *rd, struct zsw_targe
                 if (r < 0)
                         return r == -ENOMEM ? r : -EPROTO;
         }
-        return load_pages(rd, i, t->owner, st->family, st->n_pages);
+        r = load_pages(rd, t->owner, st->family, st->n_pages, &lost);
+        if (r >= 0 && lost > 0)
+                zsw_log(e->log, LOG_ERR,
+                        "Process %d: %" PRIu64 " of its pages were lost with the swapfile of a "
+                        "zswapd that died, which could not read them; the process gets SIGBUS "
+                        "where it touches one",
+                        st->pid, lost);
+        return r;
 }
 
 static int load_check_header(const struct state_header *h, const struct state_trailer *tr,
@@ -949,8 +884,8 @@ static int load_all(struct zsw_engine *e, struct reader *rd, const struct state_
  * frees the others. adopt: the state of a zswapd that died, whose uffds
  * the targets hold (adopt_uffd()). */
 static int load_publish(struct zsw_engine *e, struct zsw_target **made,
-                        const struct state_target *recs, size_t n, const struct reader *rd,
-                        bool adopt, zsw_engine_adopted_fn adopted, void *userdata) {
+                        const struct state_target *recs, size_t n, bool adopt,
+                        zsw_engine_adopted_fn adopted, void *userdata) {
         const char *when = adopt ? "after the previous zswapd died" : "during the re-exec";
         int adopted_n = 0;
 
@@ -1001,7 +936,6 @@ static int load_publish(struct zsw_engine *e, struct zsw_target **made,
                                               "%m; their copies stay stored",
                                               t->pid);
                 }
-                load_poison_lost(t, rd, i);
                 r = engine_publish(e, t);
                 if (r < 0) {
                         /* A re-exec's uffd is the only one we have: never
@@ -1058,7 +992,7 @@ static int state_load(struct zsw_engine *e, int fd, bool adopt, zsw_engine_adopt
         else
                 r = load_all(e, &rd, &tr, adopt, &made, &recs, &n, err);
         if (r >= 0)
-                r = load_publish(e, made, recs, n, &rd, adopt, adopted, userdata);
+                r = load_publish(e, made, recs, n, adopt, adopted, userdata);
         else
                 /* Nothing taken over: the descriptors stay open, so the
                  * targets wait rather than read zeros. */
@@ -1070,7 +1004,6 @@ static int state_load(struct zsw_engine *e, int fd, bool adopt, zsw_engine_adopt
         zsw_mutex_unlock(&e->control_lock);
         free(rd.entries);
         free(rd.families);
-        free(rd.lost);
         free(rd.buf);
         if (r >= 0)
                 zsw_log(e->log, LOG_INFO,

@@ -24,7 +24,8 @@
  *                           count and nothing follows; an entry of state
  *                           ZSW_STORE_PAGE_LOST (a dead zswapd's page
  *                           whose disk copy could not be read) has no
- *                           payload, and its pages are poisoned
+ *                           payload: a load of it fails, its fault is
+ *                           answered with poison
  *   trailer                 struct state_trailer
  */
 #pragma once

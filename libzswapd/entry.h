@@ -28,6 +28,8 @@ enum zsw_entry_state {
         ZSW_ENTRY_COMPRESSED, /* handle: length bytes compressed with compressor */
         ZSW_ENTRY_RAW,        /* handle: the page as it was (did not shrink) */
         ZSW_ENTRY_DISK,       /* disk_sector: length compressed bytes in the swapfile */
+        ZSW_ENTRY_LOST,       /* no content: its disk failed to read it when zswapd died;
+                               * a load fails (-EIO), and the fault path poisons the page */
 };
 
 struct zsw_entry {

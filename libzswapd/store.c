@@ -139,6 +139,8 @@ static void count(_Atomic uint64_t *c, int64_t delta) {
         atomic_fetch_add_explicit(c, (uint64_t) delta, memory_order_relaxed);
 }
 
+_Static_assert(ZSW_STORE_PAGE_LOST == ZSW_ENTRY_LOST, "store.h names the entry state");
+
 static bool entry_in_pool(const struct zsw_entry *e) {
         return e->state == ZSW_ENTRY_COMPRESSED || e->state == ZSW_ENTRY_RAW;
 }
@@ -894,6 +896,9 @@ static int entry_read(struct zsw_worker *w, const struct zsw_owner *o, struct zs
                 zsw_rwlock_unlock(&s->pool_lock);
                 return entry_read_disk(w, family_dict(o), sector, len, compressor, buf);
         }
+        case ZSW_ENTRY_LOST:
+                r = -EIO;
+                break;
         }
         zsw_rwlock_unlock(&s->pool_lock);
         return r;
@@ -1647,6 +1652,8 @@ static int export_one(struct zsw_store *s, struct zsw_entry *e, uint64_t pgno, v
         case ZSW_ENTRY_SAME:
                 p.value = e->value;
                 break;
+        case ZSW_ENTRY_LOST:
+                break;
         case ZSW_ENTRY_COMPRESSED:
         case ZSW_ENTRY_RAW:
                 p.payload = zsw_pool_map(s->pool, e->handle);
@@ -1671,10 +1678,15 @@ static int export_one(struct zsw_store *s, struct zsw_entry *e, uint64_t pgno, v
         return 0;
 }
 
+/* Disk reads that failed in a row after which an orphaned export reads
+ * no more (zsw_store_export_orphaned()). */
+#define EXPORT_DISK_FAILURES_MAX 16u
+
 static int owner_export(struct zsw_owner *o,
                         int (*fn)(void *userdata, const struct zsw_store_page *p), void *userdata,
                         bool locked) {
         struct zsw_store *s = o->store;
+        unsigned disk_failures = 0;
         void *disk_buf = NULL;
         struct zsw_entry *e;
         uint64_t pgno;
@@ -1696,13 +1708,19 @@ static int owner_export(struct zsw_owner *o,
              e = zsw_index_after(o->index, pgno, &pgno)) {
                 struct zsw_store_page p;
 
-                r = export_one(s, e, pgno, disk_buf, &p);
+                if (disk_failures >= EXPORT_DISK_FAILURES_MAX && e->state == ZSW_ENTRY_DISK)
+                        r = -EIO; /* not read again: the disk is dead */
+                else
+                        r = export_one(s, e, pgno, disk_buf, &p);
                 if (r < 0 && !locked && e->state == ZSW_ENTRY_DISK) {
+                        /* Orphaned: the others' last chance. */
                         p = (struct zsw_store_page) { .pgno = pgno,
                                                       .entry = e,
-                                                      .state = ZSW_STORE_PAGE_LOST };
+                                                      .state = ZSW_ENTRY_LOST };
+                        disk_failures++;
                         r = 0;
-                }
+                } else if (e->state == ZSW_ENTRY_DISK)
+                        disk_failures = 0;
                 if (r >= 0)
                         r = fn(userdata, &p);
         }
@@ -1778,6 +1796,7 @@ static int import_check(const struct zsw_owner *o, const struct zsw_store_page *
                 return -EINVAL;
         switch (p->state) {
         case ZSW_ENTRY_SAME:
+        case ZSW_ENTRY_LOST:
                 return p->length == 0 ? 0 : -EINVAL;
         case ZSW_ENTRY_COMPRESSED:
                 return p->length == 0 || p->length > ZSW_PAGE_SIZE ||
@@ -1810,7 +1829,7 @@ static int import_make(struct zsw_owner *o, const struct zsw_store_page *p,
                 if (r < 0)
                         return r;
                 n_new++;
-                if (p[i].state != ZSW_ENTRY_SAME)
+                if (p[i].state == ZSW_ENTRY_COMPRESSED || p[i].state == ZSW_ENTRY_RAW)
                         sizes[n_pool++] = p[i].length;
         }
         r = zsw_entry_alloc_bulk(&s->entries, fresh, n_new);
@@ -1834,7 +1853,7 @@ static int import_make(struct zsw_owner *o, const struct zsw_store_page *p,
                 e->state = p[i].state;
                 e->compressor = p[i].state == ZSW_ENTRY_COMPRESSED ? p[i].compressor : 0;
                 e->length = p[i].length;
-                if (p[i].state == ZSW_ENTRY_SAME) {
+                if (!entry_in_pool(e)) { /* SAME or LOST */
                         e->value = p[i].value;
                         continue;
                 }

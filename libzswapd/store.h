@@ -366,14 +366,10 @@ bool zsw_store_owner_may_writeback(struct zsw_owner *o);
 /* One stored page as the state handed across exec carries it
  * (engine-state.c): where it is, and its payload in the form it is
  * kept. */
-/* A page zsw_store_export_orphaned() reports without content: its only
- * copy was on disk, and the disk failed to read it. */
-#define ZSW_STORE_PAGE_LOST 0xffu
-
 struct zsw_store_page {
         uint64_t pgno;
-        uint8_t state;       /* enum zsw_entry_state: SAME, COMPRESSED or RAW;
-                              * or ZSW_STORE_PAGE_LOST */
+        uint8_t state;       /* enum zsw_entry_state: SAME, COMPRESSED, RAW or
+                              * LOST (ZSW_STORE_PAGE_LOST) */
         uint8_t compressor;  /* COMPRESSED: its code (compress.h: the compressor,
                               * with ZSW_WITH_DICT after the family's dictionary) */
         uint16_t length;     /* payload bytes; 0 for SAME */
@@ -384,6 +380,11 @@ struct zsw_store_page {
          * once and shared again on the other side. */
         const void *entry;
 };
+
+/* enum zsw_entry_state's ZSW_ENTRY_LOST: a page without content (its
+ * disk could not read it when zswapd died), whose load fails and whose
+ * fault is answered by poisoning the page. */
+#define ZSW_STORE_PAGE_LOST 4u
 
 /*
  * Calls fn for every page of o, in page order, with o's lock held (fn must
@@ -400,7 +401,8 @@ int zsw_store_export(struct zsw_owner *o, int (*fn)(void *userdata, const struct
  * thread may hold one for good. A store and index changed half way by a
  * dead thread read as they were left. A page on disk that cannot be read
  * is reported as ZSW_STORE_PAGE_LOST: this is the last chance to save the
- * others. */
+ * others (after 16 such failures in a row, the rest of o's pages on disk
+ * are reported so without a read: a dying disk can take seconds a read). */
 int zsw_store_export_orphaned(struct zsw_owner *o,
                               int (*fn)(void *userdata, const struct zsw_store_page *p),
                               void *userdata);
