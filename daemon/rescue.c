@@ -128,19 +128,21 @@ static int slot_name(char *buf, size_t size, const char *path, int i) {
         return n < 0 || (size_t) n >= size ? -ENAMETOOLONG : 0;
 }
 
-/* Gives the state in tmp its name (in name, of PATH_MAX bytes): path, or,
- * while a state not taken over yet has it, path.1 to path.9. Never
+/* Gives the state in tmp its name (in ret_name, of PATH_MAX bytes): path,
+ * or, while a state not taken over yet has it, path.1 to path.9. Never
  * replaces one (link() fails on an existing name): a state kept because
  * no zswapd could read it, or that a zswapd died taking over, still holds
  * pages. */
-static int publish(const char *tmp, const char *path, char *name) {
+static int publish(const char *tmp, const char *path, char *ret_name) {
         for (int i = 0; i <= RESCUE_SLOTS; i++) {
-                int r = slot_name(name, PATH_MAX, path, i);
+                char name[PATH_MAX];
+                int r = slot_name(name, sizeof(name), path, i);
 
                 if (r < 0)
                         return r;
                 if (link(tmp, name) == 0) {
                         (void) unlink(tmp);
+                        memcpy(ret_name, name, sizeof(name));
                         return 1;
                 }
                 if (errno != EEXIST)
@@ -149,7 +151,7 @@ static int publish(const char *tmp, const char *path, char *name) {
         return -EEXIST;
 }
 
-int rescue_keep_state(const char *path, int fd, char *saved) {
+int rescue_keep_state(const char *path, int fd, char *ret_saved) {
         char tmp[PATH_MAX];
         struct stat st;
         off_t off = 0;
@@ -174,7 +176,7 @@ int rescue_keep_state(const char *path, int fd, char *saved) {
                 r = -errno;
         close(out);
         if (r == 0)
-                r = publish(tmp, path, saved);
+                r = publish(tmp, path, ret_saved);
         if (r < 0)
                 (void) unlink(tmp);
         return MIN(r, 0);

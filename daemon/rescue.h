@@ -36,9 +36,9 @@ void rescue_set_label(struct rescue *r, const char *(*label)(void *userdata, pid
 void rescue_set_pending(struct rescue *r, int fd);
 
 /* Writes the state in fd, as it is, under the first free name of path's
- * (rescue_adopt() takes them all over), given in saved (PATH_MAX bytes);
- * 0 or -errno. Allocates nothing (the rescue task calls it). */
-int rescue_keep_state(const char *path, int fd, char *saved);
+ * (rescue_adopt() takes them all over), given in ret_saved (PATH_MAX
+ * bytes); 0 or -errno. Allocates nothing (the rescue task calls it). */
+int rescue_keep_state(const char *path, int fd, char *ret_saved);
 
 /* Ends the rescue task (before an exec, or once nothing is held any
  * more): zswapd's death is no rescue's business from here. NULL is fine. */

@@ -31,8 +31,8 @@
 /* The test process, set first thing in main(). */
 static pid_t test_pid;
 
-/* Prints what every descendant of pid waits in: each thread's state,
- * wait channel and kernel stack. */
+/* Prints what every descendant of pid waits in: each thread's name, wait
+ * channel and kernel stack. */
 static inline void dump_waits(pid_t pid, int depth) {
         DIR *dir = opendir("/proc");
         struct dirent *de;

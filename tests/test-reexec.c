@@ -461,9 +461,11 @@ static void daemon_kill(struct daemon *d, int sig) {
         /* A sanitizer's handler ends it with an exit status instead. */
         ASSERT_TRUE(WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0));
         for (int i = 0; can_connect(d->sock); i++) {
-                if (i == TEST_GUARD_MS / 10)
+                if (i == TEST_GUARD_MS / 10) {
+                        dump_waits(test_pid, 0);
                         TEST_FAIL("the rescue task of zswapd %d did not end; see %s", d->pid,
                                   d->log);
+                }
                 usleep(10000);
         }
         snprintf(path, sizeof(path), "%s/ctl.state", d->dir);
@@ -799,6 +801,8 @@ int main(int argc, char **argv) {
                 return EXIT_TEST_SKIP;
         }
         test_pid = getpid();
+        /* A dead zswapd's rescue task becomes ours: dump_waits() shows it. */
+        (void) prctl(PR_SET_CHILD_SUBREAPER, 1);
         zswapd_path = argv[1];
         zswapctl_path = argv[2];
         for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
