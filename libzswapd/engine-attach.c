@@ -220,10 +220,19 @@ static int copy_back(struct zsw_engine *e, struct zsw_target *t) {
                          * in place (no eviction runs, we hold evict_lock),
                          * so a failed copy loses nothing. */
                         r = zsw_store_load(e->worker, t->owner, pgno, page, 0);
-                        if (r < 0)
+                        if (r == -ENODATA) {
+                                /* Lost with a dead zswapd's disk: poisoned, as
+                                 * its fault would be; the marker stays. */
+                                int p = zsw_uffd_poison(t->uffd, pgno * ZSW_PAGE_SIZE,
+                                                        ZSW_PAGE_SIZE);
+
+                                copied = p < 0 ? p : (ssize_t) ZSW_PAGE_SIZE;
+                                r = 0;
+                        } else if (r < 0)
                                 break;
-                        copied = zsw_uffd_copy(t->uffd, pgno * ZSW_PAGE_SIZE, page, ZSW_PAGE_SIZE,
-                                               0);
+                        else
+                                copied = zsw_uffd_copy(t->uffd, pgno * ZSW_PAGE_SIZE, page,
+                                                       ZSW_PAGE_SIZE, 0);
                         if (copied == -EAGAIN)
                                 /* An event is pending: let the fault threads
                                  * read it first, then try this page again. */

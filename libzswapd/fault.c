@@ -103,6 +103,10 @@ static void fail_fault(struct zsw_target *t, uint64_t addr, int error) {
                 "gets SIGBUS there as the kernel gives on a swap read error",
                 addr, t->pid, strerror(-error));
         r = zsw_uffd_poison(t->uffd, addr, ZSW_PAGE_SIZE);
+        /* The poison marker (or a page placed first) is the page now: it
+         * moves with mremap and stays after a detach; the entry goes. */
+        if (r >= 0 || r == -EEXIST)
+                evict_forget_restored(t, addr / ZSW_PAGE_SIZE, 1);
         if (r < 0) {
                 if (r != -EEXIST && r != -EAGAIN)
                         zsw_log(t->log, LOG_ERR, "Cannot poison page 0x%" PRIx64 " of %d: %s", addr,

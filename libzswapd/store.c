@@ -62,6 +62,7 @@ enum {
         C_PAGES,
         C_PAYLOAD,
         C_SAME,
+        C_LOST, /* entries of ZSW_ENTRY_LOST: no memory, no disk */
         C_INCOMPRESSIBLE,
         C_STORES,
         C_LOADS,
@@ -95,6 +96,9 @@ struct zsw_store {
         uint64_t accept_bytes;     /* the limit's accept threshold */
         _Atomic bool reached_full; /* refusing until under accept_bytes */
         _Atomic bool reclaim_failing;
+        /* zsw_store_export_orphaned(): disk reads failed in a row, over
+         * every owner (its one thread alone touches it). */
+        unsigned orphan_disk_failures;
 };
 
 struct zsw_owner {
@@ -154,13 +158,14 @@ static bool entry_raw(const struct zsw_entry *e) {
 /* Changes of the "stored" counters, summed over a batch and applied with
  * one atomic add per counter: the counters are shared by every thread. */
 struct charge {
-        int64_t pages, payload, same, incompressible;
+        int64_t pages, payload, same, lost, incompressible;
 };
 
 static void charge_add(struct charge *d, const struct zsw_entry *e, int sign) {
         d->pages += sign;
         d->payload += sign * (int64_t) e->length;
         d->same += sign * (e->state == ZSW_ENTRY_SAME);
+        d->lost += sign * (e->state == ZSW_ENTRY_LOST);
         d->incompressible += sign * entry_raw(e);
 }
 
@@ -171,6 +176,8 @@ static void charge_apply(counters_t c, struct charge *d) {
                 count(&c[C_PAYLOAD], d->payload);
         if (d->same)
                 count(&c[C_SAME], d->same);
+        if (d->lost)
+                count(&c[C_LOST], d->lost);
         if (d->incompressible)
                 count(&c[C_INCOMPRESSIBLE], d->incompressible);
         *d = (struct charge) {};
@@ -628,7 +635,8 @@ static enum zsw_reject limit_reason(struct zsw_owner *o, enum zsw_reject reason,
  * within a fork family. */
 static uint64_t owner_pool_pages(struct zsw_owner *o) {
         uint64_t pages = atomic_load_explicit(&o->counters[C_PAGES], memory_order_relaxed);
-        uint64_t same = atomic_load_explicit(&o->counters[C_SAME], memory_order_relaxed);
+        uint64_t same = atomic_load_explicit(&o->counters[C_SAME], memory_order_relaxed) +
+                        atomic_load_explicit(&o->counters[C_LOST], memory_order_relaxed);
         uint64_t disk = atomic_load_explicit(&o->lru->disk_pages, memory_order_relaxed);
 
         pages -= MIN(pages, same);
@@ -897,7 +905,7 @@ static int entry_read(struct zsw_worker *w, const struct zsw_owner *o, struct zs
                 return entry_read_disk(w, family_dict(o), sector, len, compressor, buf);
         }
         case ZSW_ENTRY_LOST:
-                r = -EIO;
+                r = -ENODATA;
                 break;
         }
         zsw_rwlock_unlock(&s->pool_lock);
@@ -938,6 +946,8 @@ int zsw_store_load(struct zsw_worker *w, struct zsw_owner *o, uint64_t pgno, voi
         }
         if (e)
                 entries_release(o, &e, 1);
+        if (r == -ENODATA)
+                return r; /* lost: no error of ours, the caller says what it does */
         if (r < 0)
                 return zsw_log_errno(o->store->cfg.log, LOG_ERR, r,
                                      "Failed to load page 0x%" PRIx64 ": %m", pgno);
@@ -1053,6 +1063,8 @@ int zsw_store_load_run(struct zsw_worker *w, struct zsw_owner *o, uint64_t first
         count(&o->store->counters[C_LOADS], (int64_t) ok);
         count(&o->counters[C_DISK_READS], (int64_t) disk_ok);
         count(&o->store->counters[C_DISK_READS], (int64_t) disk_ok);
+        if (ok == 0 && r == -ENODATA)
+                return r;
         if (ok == 0 && r < 0)
                 return zsw_log_errno(o->store->cfg.log, LOG_ERR, r,
                                      "Failed to load page 0x%" PRIx64 ": %m", first);
@@ -1538,10 +1550,11 @@ int zsw_store_owner_clone(struct zsw_owner *parent, struct zsw_owner **ret) {
 }
 
 static void stats_fill(counters_t c, struct zsw_store_stats *ret) {
-        uint64_t *dst[] = {
+        uint64_t *dst[C_REJECT] = {
                 [C_PAGES] = &ret->stored_pages,
                 [C_PAYLOAD] = &ret->payload_bytes,
                 [C_SAME] = &ret->same_filled_pages,
+                [C_LOST] = &ret->lost_pages,
                 [C_INCOMPRESSIBLE] = &ret->incompressible_pages,
                 [C_STORES] = &ret->stores,
                 [C_LOADS] = &ret->loads,
@@ -1686,7 +1699,6 @@ static int owner_export(struct zsw_owner *o,
                         int (*fn)(void *userdata, const struct zsw_store_page *p), void *userdata,
                         bool locked) {
         struct zsw_store *s = o->store;
-        unsigned disk_failures = 0;
         void *disk_buf = NULL;
         struct zsw_entry *e;
         uint64_t pgno;
@@ -1708,7 +1720,8 @@ static int owner_export(struct zsw_owner *o,
              e = zsw_index_after(o->index, pgno, &pgno)) {
                 struct zsw_store_page p;
 
-                if (disk_failures >= EXPORT_DISK_FAILURES_MAX && e->state == ZSW_ENTRY_DISK)
+                if (!locked && s->orphan_disk_failures >= EXPORT_DISK_FAILURES_MAX &&
+                    e->state == ZSW_ENTRY_DISK)
                         r = -EIO; /* not read again: the disk is dead */
                 else
                         r = export_one(s, e, pgno, disk_buf, &p);
@@ -1717,10 +1730,10 @@ static int owner_export(struct zsw_owner *o,
                         p = (struct zsw_store_page) { .pgno = pgno,
                                                       .entry = e,
                                                       .state = ZSW_ENTRY_LOST };
-                        disk_failures++;
+                        s->orphan_disk_failures++;
                         r = 0;
-                } else if (e->state == ZSW_ENTRY_DISK)
-                        disk_failures = 0;
+                } else if (!locked && e->state == ZSW_ENTRY_DISK)
+                        s->orphan_disk_failures = 0;
                 if (r >= 0)
                         r = fn(userdata, &p);
         }

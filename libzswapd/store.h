@@ -121,9 +121,10 @@ struct zsw_owner_config {
  * Written-back pages are counted per fork family: an owner reports its
  * family's disk_pages and disk_bytes (capped by its own stored figures). */
 struct zsw_store_stats {
-        uint64_t stored_pages;  /* in memory and on disk */
+        uint64_t stored_pages;  /* in memory, on disk, and lost */
         uint64_t payload_bytes; /* compressed (or raw) bytes of stored pages in memory */
         uint64_t same_filled_pages;
+        uint64_t lost_pages;           /* ZSW_STORE_PAGE_LOST: their fault is SIGBUS */
         uint64_t incompressible_pages; /* stored raw */
         uint64_t stores;
         uint64_t loads;
@@ -230,8 +231,9 @@ int zsw_store_pages(struct zsw_worker *w, struct zsw_owner *o, const uint64_t *p
  * The fault path: copies page pgno of o into the ZSW_PAGE_SIZE bytes at
  * buf. Returns 0, -ENOENT when o has no such page (buf untouched),
  * -EBADMSG for a payload that does not decode (the entry is kept), -EIO
- * when the page is on disk and reading it failed. Takes o's lock for a
- * lookup only; decompression runs outside it.
+ * when the page is on disk and reading it failed, -ENODATA (not logged)
+ * for a page lost (ZSW_STORE_PAGE_LOST). Takes o's lock for a lookup
+ * only; decompression runs outside it.
  */
 int zsw_store_load(struct zsw_worker *w, struct zsw_owner *o, uint64_t pgno, void *buf,
                    unsigned flags);
@@ -401,8 +403,9 @@ int zsw_store_export(struct zsw_owner *o, int (*fn)(void *userdata, const struct
  * thread may hold one for good. A store and index changed half way by a
  * dead thread read as they were left. A page on disk that cannot be read
  * is reported as ZSW_STORE_PAGE_LOST: this is the last chance to save the
- * others (after 16 such failures in a row, the rest of o's pages on disk
- * are reported so without a read: a dying disk can take seconds a read). */
+ * others (after 16 such failures in a row, over every owner, the pages
+ * on disk are reported so without a read: a dying disk can take seconds
+ * a read). */
 int zsw_store_export_orphaned(struct zsw_owner *o,
                               int (*fn)(void *userdata, const struct zsw_store_page *p),
                               void *userdata);
