@@ -633,6 +633,7 @@ static int batch_flush(struct reader *rd, struct zsw_owner *o, uint32_t family,
 static int load_pages(struct reader *rd, struct zsw_owner *o, uint32_t family, uint64_t n,
                       uint64_t *ret_lost) {
         struct import_batch b = {};
+        uint64_t lost = 0;
         int r;
 
         for (uint64_t i = 0; i < n; i++) {
@@ -663,7 +664,7 @@ static int load_pages(struct reader *rd, struct zsw_owner *o, uint32_t family, u
                 se = reader_take(rd, sizeof(*se));
                 if (!se)
                         return -EPROTO;
-                *ret_lost += se->state == ZSW_STORE_PAGE_LOST;
+                lost += se->state == ZSW_STORE_PAGE_LOST;
                 p->state = se->state;
                 p->compressor = se->compressor;
                 p->length = se->length;
@@ -674,7 +675,10 @@ static int load_pages(struct reader *rd, struct zsw_owner *o, uint32_t family, u
                 b.share[b.n++] = NULL;
                 b.n_new++;
         }
-        return batch_flush(rd, o, family, &b);
+        r = batch_flush(rd, o, family, &b);
+        if (r >= 0)
+                *ret_lost = lost;
+        return r;
 }
 
 /* Whether the saved target is still the same process; its new pidfd. */
