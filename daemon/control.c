@@ -274,6 +274,7 @@ static void stats_json_global(struct json *j, const struct zsw_engine_stats *g) 
         json_u64(j, "meta_bytes", g->meta_bytes);
         json_u64(j, "dictionary_bytes", g->dict_bytes);
         json_u64(j, "same_filled_pages", g->same_filled_pages);
+        json_u64(j, "lost_pages", g->lost_pages);
         json_u64(j, "incompressible_pages", g->incompressible_pages);
         json_u64(j, "faults", g->faults);
         json_u64(j, "refaults", g->refaults);
@@ -327,6 +328,7 @@ static void stats_json_target(struct json *j, const struct zsw_target_stats *t) 
         json_u64(j, "pool_bytes", t->pool_bytes);
         json_u64(j, "dictionary_bytes", t->dict_bytes);
         json_u64(j, "same_filled_pages", t->same_filled_pages);
+        json_u64(j, "lost_pages", t->lost_pages);
         json_u64(j, "evicted_pages", t->evicted_pages);
         json_u64(j, "evict_aborted", t->evict_aborted);
         json_u64(j, "faults", t->faults);

@@ -87,6 +87,7 @@ int zsw_engine_get_stats(struct zsw_engine *e, struct zsw_engine_stats *ret) {
         s.meta_bytes = gs.meta_bytes;
         s.dict_bytes = gs.dict_bytes;
         s.same_filled_pages = gs.same_filled_pages;
+        s.lost_pages = gs.lost_pages;
         s.incompressible_pages = gs.incompressible_pages;
         s.fault_ns_p50 = zsw_histogram_percentile(&all, 0.50);
         s.fault_ns_p95 = zsw_histogram_percentile(&all, 0.95);

@@ -126,6 +126,7 @@ void target_fill_stats(struct zsw_target *t, struct zsw_store *store, struct zsw
                                                              os.payload_bytes / gs.payload_bytes)
                                                : 0,
                 .same_filled_pages = os.same_filled_pages,
+                .lost_pages = os.lost_pages,
                 .dict_bytes = os.dict_bytes,
                 .evicted_pages = atomic_load(&t->evicted),
                 .evict_aborted = atomic_load(&t->evict_aborted),

@@ -763,6 +763,7 @@ static void test_dead_disk_then_dead_zswapd(void) {
         expect_in_log(&d, "Took over 1 processes");
         expect_in_log(&d, "of its pages were lost with the swapfile");
         ASSERT_EQ_U(stat_of(&d, t->pid, "stored_pages"), stored);
+        ASSERT_EQ_U(stat_of(&d, t->pid, "lost_pages"), strtoull(lost, NULL, 10));
 
         /* A stop gives every other page back and poisons the lost ones
          * (it exits 0: nothing is held); the process meets them after. */

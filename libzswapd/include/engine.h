@@ -161,6 +161,7 @@ struct zsw_engine_stats {
         uint64_t meta_bytes;             /* entries, index, pool bookkeeping, dictionaries */
         uint64_t dict_bytes;             /* of meta_bytes: compression dictionaries */
         uint64_t same_filled_pages;
+        uint64_t lost_pages; /* lost with a dead zswapd's disk: a touch is SIGBUS */
         uint64_t incompressible_pages;
         uint64_t faults;
         uint64_t refaults;

@@ -54,6 +54,7 @@ struct zsw_target_stats {
         uint64_t pool_bytes; /* share of the pool, by payload */
         uint64_t dict_bytes; /* its fork family's compression dictionary, 0 for none yet */
         uint64_t same_filled_pages;
+        uint64_t lost_pages;    /* lost with a dead zswapd's disk: a touch is SIGBUS */
         uint64_t evicted_pages; /* total over the target's life */
         uint64_t evict_aborted;
         uint64_t faults;
