@@ -579,6 +579,18 @@ static int reexec(void *userdata, int client_fd, struct zsw_engine_error *err) {
         }
 
         if (x->pending_state_fd >= 0) {
+                size_t n = zsw_engine_list_targets(x->engine, NULL, 0);
+
+                /* Only the state not taken in crosses such an exec: the
+                 * pages of processes served since would stay behind. */
+                if (n > 0) {
+                        snprintf(err->message, sizeof(err->message),
+                                 "zswapd holds a state it could not load and serves %zu "
+                                 "processes besides, whose pages would not cross: detach them "
+                                 "(zswapctl detach) first",
+                                 n);
+                        return -EBUSY;
+                }
                 r = exec_with_state(x, x->pending_state_fd, client_fd);
                 snprintf(err->message, sizeof(err->message), "cannot execute %s: %s", exe_path,
                          strerror(-r));

@@ -515,7 +515,8 @@ static void expect_state_file(const struct daemon *d, const char *name, const vo
  * stopped, zswapd keeps it itself and exits with an error. */
 static void test_unreadable_state_is_kept(void) {
         static const char garbage[64] = "ZSWSTATE but not one";
-        char *log, *out, cmdline[128];
+        char *log, *out, cmdline[128], pid[16];
+        struct target *t;
         struct daemon d;
         int status;
 
@@ -531,6 +532,20 @@ static void test_unreadable_state_is_kept(void) {
         free(out);
         ASSERT_EQ(waitpid(d.pid, NULL, WNOHANG), 0);
         free(ctl_ok(&d, (const char *const[]) { "stats", NULL }));
+        /* Serving a process besides, it refuses: that process's pages
+         * would not cross with the state not taken in. */
+        t = target_start(NULL);
+        cmd_ok(t, "fill 24");
+        attach(&d, t->pid);
+        reclaim_all(&d, t->pid);
+        snprintf(pid, sizeof(pid), "%d", t->pid);
+        ASSERT_NE(ctl(&d, &out, (const char *const[]) { "reexec", NULL }), 0);
+        if (!strstr(out, "serves 1 processes besides"))
+                TEST_FAIL("unexpected reply to reexec: %s", out);
+        free(out);
+        expect_verify(t, TARGET_PAGES, 0);
+        free(ctl_ok(&d, (const char *const[]) { "detach", pid, NULL }));
+        target_exit(t);
 
         daemon_kill(&d, SIGKILL);
         expect_state_file(&d, "ctl.state", garbage, sizeof(garbage));
