@@ -146,6 +146,23 @@ static _unused_ void wait_reading_stdin(pid_t pid) {
         TEST_FAIL("process %d never waited in read(0, ...): %s", (int) pid, line);
 }
 
+/* Sends the byte a "verify-on-byte" waits for and expects t to die of
+ * SIGBUS without an answer (its verify never saw a page, right or
+ * wrong); frees t. */
+static _unused_ void expect_sigbus_death(struct target *t) {
+        int status;
+
+        signal(SIGPIPE, SIG_IGN);
+        ASSERT_TRUE(write(fileno(t->in), "x", 1) == 1 || errno == EPIPE);
+        ASSERT_TRUE(fgets(t->line, sizeof(t->line), t->out) == NULL);
+        ASSERT_EQ(waitpid(t->pid, &status, 0), t->pid);
+        ASSERT_TRUE(WIFSIGNALED(status));
+        ASSERT_EQ(WTERMSIG(status), SIGBUS);
+        fclose(t->in);
+        fclose(t->out);
+        free(t);
+}
+
 static _unused_ void poke(pid_t pid, uint64_t addr, const void *data, size_t len) {
         struct iovec l = { (void *) data, len }, r = { (void *) (uintptr_t) addr, len };
 
