@@ -876,7 +876,9 @@ static int round_drop(struct evictor *e, struct zsw_target *t, struct evict_roun
                 if (held > 0)
                         target_count_stop_ns(t, held);
         }
-        /* Dropped: the group has room for the first touches held. */
+        /* Dropped: the group has room for the first touches held, and
+         * the round lends none any more. */
+        hold_set_credit(t, 0);
         if (r >= 0)
                 hold_kick(t);
         if (r < 0 && b->state != EVICT_DROPPING)
@@ -926,6 +928,8 @@ static int evict_round(struct evictor *e, struct zsw_target *t, struct evict_rou
         b->state = EVICT_COLLECTING;
         zsw_mutex_unlock(&t->batch_lock);
         res->scanned_pages += b->n;
+        /* The drop will take these off the group (hold.c's credit). */
+        hold_set_credit(t, b->n);
 
         r = round_collect(e, t, rd, res);
         if (r >= 0) {
@@ -947,6 +951,7 @@ static int evict_round(struct evictor *e, struct zsw_target *t, struct evict_rou
                                 zsw_store_invalidate(t->owner, b->addrs[i] / ZSW_PAGE_SIZE, 1);
                 }
         zsw_mutex_unlock(&t->batch_lock);
+        hold_set_credit(t, 0); /* a round that failed before its drop */
 
         uint64_t t1 = zsw_now_ns();
         round_unprotect_kept(t);

@@ -67,6 +67,9 @@
 
 #define HOLD_SHARE 8u
 #define HOLD_CHUNK_MAX 1024u
+/* The room a round in flight lends, at most 1/HOLD_CREDIT_SHARE of the
+ * limit (2.5%): the group's peak stays within it over the limit. */
+#define HOLD_CREDIT_SHARE 40u
 
 int hold_new(int memory_dir_fd, struct target_hold **ret) {
         struct target_hold *h;
@@ -137,9 +140,20 @@ void hold_set_limit(struct zsw_target *t, uint64_t limit_bytes) {
         hold_kick(t);
 }
 
+void hold_set_credit(struct zsw_target *t, uint64_t n) {
+        struct target_hold *h = hold_of(t);
+
+        if (h)
+                atomic_store_explicit(&h->credit_pages, n, memory_order_relaxed);
+}
+
 /* Pages of room the group has now, 0 if none or unreadable (a group
- * whose use cannot be read holds nothing: the hold goes off). */
+ * whose use cannot be read holds nothing: the hold goes off). The pages
+ * of a round in flight count as room, up to a share of the limit: the
+ * round's drop gives them back within milliseconds, and a fault that
+ * waited for it would wait for the whole round to be read and stored. */
 static uint64_t read_room(struct target_hold *h, uint64_t limit, bool *ret_readable) {
+        uint64_t credit = atomic_load_explicit(&h->credit_pages, memory_order_relaxed);
         char buf[32];
         ssize_t n = pread(h->usage_fd, buf, sizeof(buf) - 1, 0);
         uint64_t usage;
@@ -151,6 +165,7 @@ static uint64_t read_room(struct target_hold *h, uint64_t limit, bool *ret_reada
         if (sscanf(buf, "%" SCNu64, &usage) != 1)
                 return 0;
         *ret_readable = true;
+        limit += MIN(credit * ZSW_PAGE_SIZE, limit / HOLD_CREDIT_SHARE);
         return usage < limit ? (limit - usage) / ZSW_PAGE_SIZE : 0;
 }
 

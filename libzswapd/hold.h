@@ -34,6 +34,9 @@ struct target_hold {
         int usage_fd;                 /* the group's memory.current or memory.usage_in_bytes */
         int timer_fd;                 /* in the fault thread's epoll set (fault.c) */
         _Atomic uint64_t limit_bytes; /* 0: off */
+        /* Pages of the target's eviction round in flight, which its drop
+         * takes off the group's use (hold_set_credit()). */
+        _Atomic uint64_t credit_pages;
         /* Under the target's serve_lock: pages first touches may fill
          * before the group's use is read again, and the parked faults,
          * oldest first. */
@@ -58,6 +61,10 @@ void hold_set_limit(struct zsw_target *t, uint64_t limit_bytes);
 void hold_kick(struct zsw_target *t);
 /* Whether t's hold is on (a limit is set): its faults may wait for room. */
 bool hold_on(struct zsw_target *t);
+/* From the evicting thread: n pages of t are in a round that will drop
+ * them (0 once it did, or gave up); faults may count on up to
+ * limit / HOLD_CREDIT_SHARE of them as room. */
+void hold_set_credit(struct zsw_target *t, uint64_t n);
 
 /* With t's serve_lock held, from a fault thread: */
 /* How many pages, at most want, a fault may place now (want with the
