@@ -34,10 +34,16 @@
  * - memory already touched is what is cheap to use, and the free path is
  *   the fault path's exclusive load, so a slab that empties is not unmapped
  *   on the spot: it goes to a cache of empty slabs that any class with the
- *   same slab length reuses as is. Once the cache holds more than
- *   EMPTY_CACHE_MIN or 1/32 of the pool it is released at once, with the
- *   arena's rest, sorted by address so that adjacent slabs go in one
- *   munmap; zsw_pool_shrink() releases it on demand.
+ *   same slab length reuses as is, and a class with none of its length
+ *   cuts a longer one (the rest stays cached). Under churn (pages stored
+ *   and faulted back at tens of MiB/s) slabs empty and are needed again
+ *   all the time: releasing them and populating fresh arenas instead cost
+ *   ~3 ms per MiB here. So the cache is trimmed between compaction passes
+ *   (zsw_pool_trim()): a slab that sat in it unused since the last trim
+ *   goes, and everything goes once nothing was taken since then (an idle
+ *   pool). Past EMPTY_CACHE_MIN or 1/8 of the pool the free path releases
+ *   the older half itself. Releases sort slabs by address so that adjacent
+ *   ones go in one munmap; zsw_pool_shrink() releases all on demand.
  * Fragmentation: partial slabs of a class sit in lists by fullness and
  * allocation always takes the fullest one, so that frees concentrate in the
  * emptier slabs and those drain and return to the system. That is not
@@ -98,6 +104,7 @@ struct slab {
         uint16_t free_head; /* first object of the in-slab free list */
         uint16_t bump;      /* objects [bump, nobj) were never handed out */
         int8_t group;       /* fullness list it is on, -1 when full or empty */
+        uint32_t trim_gen;  /* cached empty: the pool's trim_gen when it came */
 };
 
 struct size_class {
@@ -126,12 +133,17 @@ struct zsw_pool {
         size_t arena_left;
 
         pthread_mutex_t empty_lock;
-        struct slab *empty[SLAB_MAX_PAGES + 1]; /* by length, linked by next */
+        struct slab *empty[SLAB_MAX_PAGES + 1]; /* by length, newest first, linked by next */
         uint64_t empty_bytes;                   /* their bytes */
         size_t empty_count;
+        uint32_t trim_gen; /* zsw_pool_trim() calls */
 
         atomic_uint_fast64_t pool_bytes, mapped_bytes, used_bytes, objects, slabs, meta_bytes,
                 cached_bytes, compacted_objects, compacted_bytes;
+        /* Slabs taken from the cache or made, and that count at the last
+         * zsw_pool_trim() (only its caller touches it). */
+        atomic_uint_fast64_t slab_takes;
+        uint64_t slab_takes_trimmed;
 };
 
 static unsigned size_to_class(uint32_t size) {
@@ -401,21 +413,46 @@ static void slabs_release(struct zsw_pool *pool, struct slab **v, size_t n) {
         atomic_fetch_sub_explicit(&pool->meta_bytes, meta, memory_order_relaxed);
 }
 
-/* Empties the cache of empty slabs into the system. Returns the bytes
+/* What empty_cache_release() gives back of the cache of empty slabs. */
+enum release {
+        RELEASE_ALL,   /* all of it, with the arena's rest */
+        RELEASE_HALF,  /* the older half of each length's list, with the arena's rest */
+        RELEASE_STALE, /* the slabs cached before the last trim and unused since */
+};
+
+/* Gives (part of) the cache of empty slabs back to the system, so that
+ * the slabs the next allocations need stay (fresh memory for them costs
+ * far more than keeping these; the top of this file). Returns the bytes
  * released. */
-static uint64_t empty_cache_release(struct zsw_pool *pool) {
-        struct slab *lists[SLAB_MAX_PAGES + 1], *stack[256], **batch = stack;
+static uint64_t empty_cache_release(struct zsw_pool *pool, enum release what) {
+        struct slab *lists[SLAB_MAX_PAGES + 1] = {}, *stack[256], **batch = stack;
         _cleanup_free_ struct slab **heap = NULL;
-        size_t n = 0, count, cap = ARRAY_SIZE(stack);
-        uint64_t bytes;
+        size_t n = 0, count = 0, cap = ARRAY_SIZE(stack);
+        uint64_t bytes = 0;
 
         zsw_mutex_lock(&pool->empty_lock, ZSW_LOCK_POOL_EMPTY);
-        memcpy(lists, pool->empty, sizeof(lists));
-        memset(pool->empty, 0, sizeof(pool->empty));
-        bytes = pool->empty_bytes;
-        count = pool->empty_count;
-        pool->empty_bytes = 0;
-        pool->empty_count = 0;
+        for (unsigned p = 0; p <= SLAB_MAX_PAGES; p++) {
+                struct slab **tail = &pool->empty[p];
+                size_t len = 0;
+
+                /* Lists are newest first: what goes is a tail. */
+                for (struct slab *s = pool->empty[p]; s; s = s->next)
+                        len++;
+                if (what == RELEASE_HALF)
+                        for (size_t keep = len / 2; keep > 0; keep--)
+                                tail = &(*tail)->next;
+                else if (what == RELEASE_STALE)
+                        while (*tail && (*tail)->trim_gen == pool->trim_gen)
+                                tail = &(*tail)->next;
+                lists[p] = *tail;
+                *tail = NULL;
+                for (struct slab *s = lists[p]; s; s = s->next) {
+                        bytes += (uint64_t) s->pages * ZSW_PAGE_SIZE;
+                        count++;
+                }
+        }
+        pool->empty_bytes -= bytes;
+        pool->empty_count -= count;
         zsw_mutex_unlock(&pool->empty_lock);
         atomic_fetch_sub_explicit(&pool->cached_bytes, bytes, memory_order_relaxed);
 
@@ -439,7 +476,14 @@ static uint64_t empty_cache_release(struct zsw_pool *pool) {
                 }
         if (n > 0)
                 slabs_release(pool, batch, n);
-        return bytes + arena_release(pool);
+        return what == RELEASE_STALE ? bytes : bytes + arena_release(pool);
+}
+
+/* Past this the free path releases half the cache by itself: a bound
+ * for when nothing trims it. */
+static uint64_t empty_cache_bound(struct zsw_pool *pool) {
+        return MAX(EMPTY_CACHE_MIN,
+                   atomic_load_explicit(&pool->pool_bytes, memory_order_relaxed) / 8);
 }
 
 /* Caches slabs that emptied (chained through next), releasing the cache
@@ -453,6 +497,7 @@ static void empty_cache_put(struct zsw_pool *pool, struct slab *dead, bool keep)
         zsw_mutex_lock(&pool->empty_lock, ZSW_LOCK_POOL_EMPTY);
         for (struct slab *s = dead, *next; s; s = next) {
                 next = s->next;
+                s->trim_gen = pool->trim_gen;
                 s->next = pool->empty[s->pages];
                 pool->empty[s->pages] = s;
                 added += (uint64_t) s->pages * ZSW_PAGE_SIZE;
@@ -463,10 +508,9 @@ static void empty_cache_put(struct zsw_pool *pool, struct slab *dead, bool keep)
         zsw_mutex_unlock(&pool->empty_lock);
         atomic_fetch_add_explicit(&pool->cached_bytes, added, memory_order_relaxed);
 
-        bound = MAX(EMPTY_CACHE_MIN,
-                    atomic_load_explicit(&pool->pool_bytes, memory_order_relaxed) / 32);
+        bound = empty_cache_bound(pool);
         if (cached > bound && !keep)
-                empty_cache_release(pool);
+                empty_cache_release(pool, RELEASE_HALF);
 }
 
 /* Takes a cached empty slab of the given length, or NULL. */
@@ -487,6 +531,45 @@ static struct slab *empty_cache_get(struct zsw_pool *pool, unsigned pages) {
         return s;
 }
 
+/* Takes a cached empty slab of the given length, else the shortest
+ * longer one cut to that length, its rest cached as a slab of its own:
+ * under churn the cache fills with slabs of the lengths that emptied,
+ * and memory that is already backed is cheap where a fresh arena is dear
+ * (the top of this file). NULL if the cache holds no slab that long. */
+static struct slab *empty_cache_take(struct zsw_pool *pool, unsigned pages) {
+        struct slab *s = empty_cache_get(pool, pages), *rest;
+        unsigned longer = pages + 1;
+        uint32_t id;
+
+        if (s)
+                return s;
+        zsw_mutex_lock(&pool->empty_lock, ZSW_LOCK_POOL_EMPTY);
+        while (longer <= SLAB_MAX_PAGES && !pool->empty[longer])
+                longer++;
+        zsw_mutex_unlock(&pool->empty_lock);
+        if (longer > SLAB_MAX_PAGES)
+                return NULL;
+        s = empty_cache_get(pool, longer);
+        if (!s)
+                return NULL; /* taken meanwhile: a new slab will do */
+        rest = calloc(1, sizeof(*rest));
+        if (!rest || table_get_id(pool, &id) < 0) {
+                free(rest);
+                return s; /* used whole: the class's objects fit in it */
+        }
+        *rest = (struct slab) { .mem = s->mem + (size_t) pages * ZSW_PAGE_SIZE,
+                                .id = id,
+                                .pages = (uint16_t) (s->pages - pages),
+                                .free_head = OBJ_NONE,
+                                .group = -1 };
+        s->pages = (uint16_t) pages;
+        atomic_store_explicit(table_slot(pool, id), rest, memory_order_release);
+        atomic_fetch_add_explicit(&pool->slabs, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&pool->meta_bytes, sizeof(*rest), memory_order_relaxed);
+        empty_cache_put(pool, rest, true);
+        return s;
+}
+
 /* Takes an object. */
 static uint16_t slab_pop(struct size_class *c, struct slab *s) {
         uint16_t idx;
@@ -503,7 +586,7 @@ static uint16_t slab_pop(struct size_class *c, struct slab *s) {
 }
 
 /* Returns the slab to allocate from: the fullest partial one, else a
- * cached empty one of the class's length, else a new one. Called with the
+ * cached empty one (empty_cache_take()), else a new one. Called with the
  * class lock held. */
 static int class_pick(struct zsw_pool *pool, unsigned cls, struct slab **ret) {
         struct size_class *c = &pool->classes[cls];
@@ -514,7 +597,7 @@ static int class_pick(struct zsw_pool *pool, unsigned cls, struct slab **ret) {
                         *ret = c->groups[g];
                         return 0;
                 }
-        s = empty_cache_get(pool, c->pages);
+        s = empty_cache_take(pool, c->pages);
         if (s && s->ncells < c->nobj) {
                 /* Every cell of an empty slab is NULL: growing loses none. */
                 _Atomic(zsw_handle_t *) *cells = calloc(c->nobj, sizeof(*cells));
@@ -530,6 +613,7 @@ static int class_pick(struct zsw_pool *pool, unsigned cls, struct slab **ret) {
                 s->cells = cells;
                 s->ncells = c->nobj;
         }
+        atomic_fetch_add_explicit(&pool->slab_takes, 1, memory_order_relaxed);
         if (s) {
                 /* Carve it anew for this class; its pages stay backed. */
                 s->cls = (uint16_t) cls;
@@ -751,7 +835,19 @@ void zsw_pool_get_stats(struct zsw_pool *pool, struct zsw_pool_stats *ret) {
 }
 
 uint64_t zsw_pool_shrink(struct zsw_pool *pool) {
-        return empty_cache_release(pool);
+        return empty_cache_release(pool, RELEASE_ALL);
+}
+
+uint64_t zsw_pool_trim(struct zsw_pool *pool) {
+        uint64_t takes = atomic_load_explicit(&pool->slab_takes, memory_order_relaxed), r;
+        bool idle = takes == pool->slab_takes_trimmed;
+
+        pool->slab_takes_trimmed = takes;
+        r = empty_cache_release(pool, idle ? RELEASE_ALL : RELEASE_STALE);
+        zsw_mutex_lock(&pool->empty_lock, ZSW_LOCK_POOL_EMPTY);
+        pool->trim_gen++;
+        zsw_mutex_unlock(&pool->empty_lock);
+        return r;
 }
 
 /* ---- compaction -----------------------------------------------------------

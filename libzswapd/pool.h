@@ -70,11 +70,17 @@ void *zsw_pool_map(struct zsw_pool *pool, zsw_handle_t handle);
 void zsw_pool_get_stats(struct zsw_pool *pool, struct zsw_pool_stats *ret);
 
 /* Slabs that empty are cached for reuse rather than unmapped on the spot
- * (an munmap costs a TLB shootdown, too much for the free path); the cache
- * is released by itself once it passes 2 MiB or 1/8 of the pool. This
- * releases it now, for memory pressure or an idle pool, and returns the
- * bytes given back to the system. Safe to call from any thread. */
+ * (an munmap costs a TLB shootdown, too much for the free path, and fresh
+ * memory costs far more to fill than cached memory to reuse); half of the
+ * cache is released by itself once it passes 2 MiB or 1/32 of the pool.
+ * This releases all of it now, for memory pressure, and returns the bytes
+ * given back to the system. Safe to call from any thread. */
 uint64_t zsw_pool_shrink(struct zsw_pool *pool);
+/* Between compaction passes, from one thread: releases the whole cache
+ * when no slab was taken from it or made since the last trim (an idle
+ * pool), else half of it once it is past its bound (the churn of the
+ * moment keeps its reserve). Returns the bytes given back. */
+uint64_t zsw_pool_trim(struct zsw_pool *pool);
 
 /* Compaction. An object may move to another slab of its class, and its
  * handle change, once its owner has published it: cell is where the owner
@@ -89,7 +95,8 @@ void zsw_pool_unpublish(struct zsw_pool *pool, zsw_handle_t handle);
 /* Moves up to max_objects published objects out of the sparsest slabs of
  * each class that has a slab's worth of free objects, into its fullest
  * slabs; the slabs emptied go to the empty-slab cache, whatever its bound
- * (zsw_pool_shrink() gives them back, once the exclusion is over). The caller excludes, for the duration of the call,
+ * (zsw_pool_trim() or zsw_pool_shrink() gives them back, once the
+ * exclusion is over). The caller excludes, for the duration of the call,
  * every read of published objects' memory and cells, every write of their
  * cells and every unpublish; allocation, publishing and freeing may run
  * concurrently. *cursor is the class to start at (0 for a new pass); the

@@ -1262,9 +1262,6 @@ size_t zsw_store_writeback_done(struct zsw_owner *o, struct zsw_entry *const *en
 #define COMPACT_STEP 64u
 /* Free room in slabs below which compaction is not worth a pass. */
 #define COMPACT_MIN_SLACK (UINT64_C(1) << 20)
-/* Empty memory kept between passes: a slab or two per busy class. */
-#define COMPACT_MAX_CACHED (UINT64_C(2) << 20)
-
 uint64_t zsw_store_compact(struct zsw_store *s, bool force) {
         unsigned cursor = 0;
         struct zsw_pool_stats ps;
@@ -1272,16 +1269,16 @@ uint64_t zsw_store_compact(struct zsw_store *s, bool force) {
         zsw_pool_get_stats(s->pool, &ps);
         if (!force && ps.pool_bytes - MIN(ps.pool_bytes, ps.used_bytes + ps.cached_bytes) <
                               MAX(COMPACT_MIN_SLACK, ps.used_bytes / 64))
-                /* The cache of empty slabs too is for the churn of the
+                /* The cache of empty slabs is for the churn of the
                  * moment, not for keeps. */
-                return ps.cached_bytes > COMPACT_MAX_CACHED ? zsw_pool_shrink(s->pool) : 0;
+                return zsw_pool_trim(s->pool);
 
         while (cursor < ZSW_POOL_NR_CLASSES) {
                 zsw_rwlock_wrlock(&s->pool_lock, ZSW_LOCK_STORE_POOL);
                 (void) zsw_pool_compact(s->pool, COMPACT_STEP, &cursor);
                 zsw_rwlock_unlock(&s->pool_lock);
         }
-        return zsw_pool_shrink(s->pool);
+        return force ? zsw_pool_shrink(s->pool) : zsw_pool_trim(s->pool);
 }
 
 void zsw_store_owners_lock(struct zsw_store *s) {

@@ -195,6 +195,78 @@ TEST(emptied_slabs_are_reused) {
         ASSERT_EQ_U(again.slabs, 0);
 }
 
+/* A class with no cached slab of its length cuts a longer cached one:
+ * memory already backed, at the same address, no new mapping. Sizes:
+ * 3000 B objects (class 3008) take 14-page slabs, 2048 B ones 1-page
+ * slabs. */
+TEST(longer_cached_slab_is_cut) {
+        _cleanup_pool_ struct zsw_pool *pool = NULL;
+        uint32_t big[4] = { 3000, 3000, 3000, 3000 }, small[2] = { 2048, 2048 };
+        zsw_handle_t h[4];
+        struct zsw_pool_stats before, after;
+        uint8_t *slab;
+
+        ASSERT_OK(zsw_pool_new(&pool));
+        ASSERT_OK(zsw_pool_alloc_bulk(pool, big, 4, h));
+        slab = zsw_pool_map(pool, h[0]);
+        zsw_pool_free_bulk(pool, h, 4);
+        zsw_pool_get_stats(pool, &before);
+
+        ASSERT_OK(zsw_pool_alloc_bulk(pool, small, 2, h));
+        for (unsigned i = 0; i < 2; i++) {
+                uint8_t *p = zsw_pool_map(pool, h[i]);
+
+                ASSERT_TRUE(p >= slab && p + 2048 <= slab + ZSW_PAGE_SIZE);
+                fill(p, 2048, i);
+        }
+        for (unsigned i = 0; i < 2; i++)
+                ASSERT_TRUE(verify(zsw_pool_map(pool, h[i]), 2048, i));
+        zsw_pool_get_stats(pool, &after);
+        ASSERT_EQ_U(after.mapped_bytes, before.mapped_bytes);
+        ASSERT_EQ_U(after.pool_bytes, before.pool_bytes);
+        ASSERT_EQ_U(after.cached_bytes, before.cached_bytes - ZSW_PAGE_SIZE);
+        ASSERT_EQ_U(after.slabs, before.slabs + 1); /* the rest, cached on its own */
+        zsw_pool_free_bulk(pool, h, 2);
+        ASSERT_EQ_U(zsw_pool_shrink(pool), after.pool_bytes);
+        zsw_pool_get_stats(pool, &after);
+        ASSERT_EQ_U(after.slabs, 0);
+        ASSERT_EQ_U(after.pool_bytes, 0);
+}
+
+/* Trims keep what the churn of the moment reuses: a slab cached since
+ * the last trim stays, one unused across a whole trim interval goes, and
+ * an idle pool (nothing taken since the last trim) gives everything back. */
+TEST(trim_keeps_the_reserve_in_use) {
+        _cleanup_pool_ struct zsw_pool *pool = NULL;
+        uint32_t a[2] = { 2048, 2048 }, b[4] = { 3000, 3000, 3000, 3000 };
+        zsw_handle_t ha[2], hb[4];
+        struct zsw_pool_stats st;
+
+        ASSERT_OK(zsw_pool_new(&pool));
+        ASSERT_OK(zsw_pool_alloc_bulk(pool, a, 2, ha));
+        ASSERT_OK(zsw_pool_alloc_bulk(pool, b, 4, hb));
+        zsw_pool_free_bulk(pool, ha, 2);
+        zsw_pool_free_bulk(pool, hb, 4);
+        /* Both slabs came since the last trim (none yet): kept. */
+        ASSERT_EQ_U(zsw_pool_trim(pool), 0);
+        zsw_pool_get_stats(pool, &st);
+        ASSERT_EQ_U(st.mapped_bytes, 15u * ZSW_PAGE_SIZE);
+
+        /* The 1-page slab is reused and comes back; the 14-page one sat
+         * in the cache a whole interval and goes. */
+        ASSERT_OK(zsw_pool_alloc_bulk(pool, a, 2, ha));
+        zsw_pool_free_bulk(pool, ha, 2);
+        ASSERT_EQ_U(zsw_pool_trim(pool), 14u * ZSW_PAGE_SIZE);
+        zsw_pool_get_stats(pool, &st);
+        ASSERT_EQ_U(st.mapped_bytes, ZSW_PAGE_SIZE);
+
+        /* Nothing taken since: idle, all of it goes, the arena's rest too. */
+        ASSERT_EQ_U(zsw_pool_trim(pool), st.pool_bytes);
+        zsw_pool_get_stats(pool, &st);
+        ASSERT_EQ_U(st.pool_bytes, 0);
+        ASSERT_EQ_U(st.slabs, 0);
+}
+
 TEST(invalid_size_allocates_nothing) {
         _cleanup_pool_ struct zsw_pool *pool = NULL;
         uint32_t sizes[40];
