@@ -443,12 +443,13 @@ zswapd_start() {
         die "zswapd did not answer zswapctl stats within 10 s"
 }
 
-# Pins every thread of the daemon but its fault threads to the reclaim CPU.
+# Pins every thread of the daemon but its fault threads to the reclaim CPU
+# (or to arg_zswapd_cpu, where a benchmark sets one).
 zswapd_pin_reclaim() {
-        local task
+        local task cpu=${arg_zswapd_cpu:-$arg_reclaim_cpu}
         for task in /proc/"$1"/task/*; do
                 [ "$(cat "$task/comm" 2>/dev/null)" = zswapd-fault ] && continue
-                taskset -p -c "$arg_reclaim_cpu" "${task##*/}" >/dev/null 2>&1 || true
+                taskset -p -c "$cpu" "${task##*/}" >/dev/null 2>&1 || true
         done
 }
 
