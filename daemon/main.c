@@ -492,10 +492,6 @@ static int setup_signals(int *ret_fd) {
 
 /* ---- re-exec ------------------------------------------------------------------ */
 
-static const char *policy_label(void *userdata, pid_t pid) {
-        return policy_manager_target_policy(userdata, pid);
-}
-
 static int keep_fd(int fd, bool keep) {
         int flags = fcntl(fd, F_GETFD);
 
@@ -530,7 +526,7 @@ static int exec_with_state(struct reexec_ctx *x, int state_fd, int client_fd) {
         x->rescue = rescue_stop(x->rescue);
         execv(exe_path, exe_argv);
         r = -errno;
-        (void) rescue_start(x->engine, x->rescue_path, policy_label, x->policies, &x->rescue);
+        (void) rescue_start(x->engine, x->rescue_path, &x->rescue);
         rescue_set_pending(x->rescue, x->pending_state_fd);
 fail:
         (void) keep_fd(state_fd, false);
@@ -614,7 +610,7 @@ static int reexec(void *userdata, int client_fd, struct zsw_engine_error *err) {
         r = zsw_engine_freeze(x->engine, err);
         if (r < 0)
                 return r;
-        r = zsw_engine_save(x->engine, fd, policy_label, x->policies, err);
+        r = zsw_engine_save(x->engine, fd, err);
         /* The state ends where the save stopped writing, not where the
          * reservation did. */
         if (r >= 0 && ftruncate(fd, lseek(fd, 0, SEEK_CUR)) < 0)
@@ -757,7 +753,6 @@ static void reexec_ctx_done(struct reexec_ctx *x) {
          * freed, for the rescue to save once we are gone. */
         if (x->rescue && x->enginep && *x->enginep &&
             (x->pending_state_fd >= 0 || zsw_engine_list_targets(*x->enginep, NULL, 0) > 0)) {
-                rescue_set_label(x->rescue, NULL, NULL);
                 *x->enginep = NULL;
                 x->rescue = NULL;
                 return;
@@ -845,7 +840,7 @@ static int run(int argc, char *argv[]) {
         rx.engine = engine;
         rx.enginep = &engine;
         rx.rescue_path = rescue_path;
-        if (rescue_start(engine, rescue_path, NULL, NULL, &rx.rescue) < 0)
+        if (rescue_start(engine, rescue_path, &rx.rescue) < 0)
                 log_warning("Running without a rescue task (see above): if zswapd dies, its "
                             "targets' pages are lost.");
 
@@ -893,7 +888,6 @@ static int run(int argc, char *argv[]) {
         free(adopted.labels);
         hooks.userdata = &rx;
         rx.policies = policies;
-        rescue_set_label(rx.rescue, policy_label, policies);
         rx.control = control;
         control_set_hooks(control, &hooks);
 

@@ -249,10 +249,12 @@ static void group_detach_all(struct policy_manager *m, struct policy_group *g, c
                 struct zsw_engine_error err = {};
                 int r = zsw_engine_detach(m->engine, g->pids[i].pid, &err);
 
-                if (r < 0 && r != -ENOENT)
+                if (r < 0 && r != -ENOENT) {
                         log_warning_errno(r, "Cannot detach from %d: %s", g->pids[i].pid,
                                           err.message[0] ? err.message : "%m");
-                else if (r >= 0)
+                        /* Still attached, no policy's any more. */
+                        (void) zsw_engine_set_label(m->engine, g->pids[i].pid, NULL);
+                } else if (r >= 0)
                         log_info("Detached from %d: policy %s %s.", g->pids[i].pid, g->policy_name,
                                  why);
         }
@@ -440,6 +442,9 @@ static int scan_attach(struct policy_manager *m, const struct zsw_policy *p, pid
                 (void) zsw_engine_detach(m->engine, pid, NULL);
                 return log_oom();
         }
+        /* For the state a re-exec or a dead zswapd leaves: the next
+         * zswapd puts it back in this policy (policy_manager_adopt()). */
+        (void) zsw_engine_set_label(m->engine, pid, p->name);
         return 1;
 }
 

@@ -79,8 +79,6 @@ struct rescue {
         int daemon_pidfd;       /* zswapd's own */
         void *stack;
         struct zsw_engine *engine;
-        const char *(*label)(void *userdata, pid_t pid);
-        void *userdata;
         char *path;
 };
 
@@ -225,7 +223,7 @@ _unused_ static int rescue_save(struct rescue *r) {
                                        "cannot be written to %s: %m. Those processes wait on their "
                                        "faults for good.",
                                        tmp);
-        n = zsw_engine_salvage(r->engine, fd, r->label, r->userdata, &res, &err);
+        n = zsw_engine_salvage(r->engine, fd, &res, &err);
         if (n >= 0 && fsync(fd) < 0)
                 n = -errno;
         close(fd);
@@ -280,17 +278,13 @@ NO_SANITIZE static int rescue_main(void *userdata) {
         return rescue_save(r) < 0 ? 1 : 0;
 }
 
-int rescue_start(struct zsw_engine *engine, const char *state_path,
-                 const char *(*label)(void *userdata, pid_t pid), void *userdata,
-                 struct rescue **ret) {
+int rescue_start(struct zsw_engine *engine, const char *state_path, struct rescue **ret) {
         _cleanup_(rescue_stopp) struct rescue *r = NULL;
         int k;
 
 #ifdef RESCUE_UNSUPPORTED
         (void) engine;
         (void) state_path;
-        (void) label;
-        (void) userdata;
         (void) k;
         *ret = NULL;
         log_warning("No rescue task in a ThreadSanitizer build: if zswapd dies, its targets' "
@@ -300,9 +294,7 @@ int rescue_start(struct zsw_engine *engine, const char *state_path,
         r = calloc(1, sizeof(*r));
         if (!r)
                 return log_oom();
-        *r = (struct rescue) {
-                .engine = engine, .label = label, .userdata = userdata, .daemon_pidfd = -EBADF
-        };
+        *r = (struct rescue) { .engine = engine, .daemon_pidfd = -EBADF };
         atomic_init(&r->armed, true);
         atomic_init(&r->pending_fd, -1);
         r->path = strdup(state_path);
@@ -328,19 +320,6 @@ int rescue_start(struct zsw_engine *engine, const char *state_path,
         *ret = TAKE_PTR(r);
         return 0;
 #endif
-}
-
-void rescue_set_label(struct rescue *r, const char *(*label)(void *userdata, pid_t pid),
-                      void *userdata) {
-        if (!r)
-                return;
-        /* The rescue may read them after our death at any instruction:
-         * never a label without its userdata. */
-        r->label = NULL;
-        atomic_signal_fence(memory_order_seq_cst);
-        r->userdata = userdata;
-        atomic_signal_fence(memory_order_seq_cst);
-        r->label = label;
 }
 
 void rescue_set_pending(struct rescue *r, int fd) {

@@ -19,15 +19,9 @@ struct rescue;
  * socket's name with ".state" in place of ".sock" (or added). */
 char *rescue_state_path(const char *socket_path);
 
-/* Starts the rescue task for engine; label (may be NULL) names each
- * target's policy in the state. */
-int rescue_start(struct zsw_engine *engine, const char *state_path,
-                 const char *(*label)(void *userdata, pid_t pid), void *userdata,
-                 struct rescue **ret);
-
-/* Sets the label of rescue_start() later (r may be NULL). */
-void rescue_set_label(struct rescue *r, const char *(*label)(void *userdata, pid_t pid),
-                      void *userdata);
+/* Starts the rescue task for engine (each target's policy is the label
+ * the engine keeps of it: zsw_engine_set_label()). */
+int rescue_start(struct zsw_engine *engine, const char *state_path, struct rescue **ret);
 
 /* A state a re-exec handed over and this zswapd has not taken in (it is
  * loading it, or could not read it): fd, or -1 once there is none. Should

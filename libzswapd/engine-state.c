@@ -31,6 +31,8 @@
 #include "vma.h"
 #include "writeback.h"
 
+
+_Static_assert(ZSW_STATE_LABEL_MAX == ZSW_TARGET_LABEL_MAX, "a target's label fits its record");
 /* The lowest address a wake may name (mmap_min_addr is at most this
  * here) and the end of x86_64 user space: one UFFDIO_WAKE over it wakes
  * every waiter of a uffd, registered ranges or not. */
@@ -397,8 +399,7 @@ static int save_target(struct writer *w, struct zsw_target *t, uint32_t family, 
         r = proc_start_time(t->pid, &st.start_time);
         if (r < 0)
                 return r;
-        if (label)
-                snprintf(st.label, sizeof(st.label), "%s", label);
+        memcpy(st.label, label, strnlen(label, sizeof(st.label) - 1));
         /* Orphaned, the index is what is saved: a dead thread may have
          * changed it without its counters (and holds the lock of stats). */
         if (orphaned)
@@ -428,11 +429,9 @@ static int save_target(struct writer *w, struct zsw_target *t, uint32_t family, 
 /* Writes the state of e's targets to fd; the targets written in a new
  * *ret_v (*ret_n of them), the trailer in *ret_tr, the targets left out
  * and the pages saved without content in *skipped (may be NULL). */
-static int state_write(struct zsw_engine *e, int fd,
-                       const char *(*label)(void *userdata, pid_t pid), void *userdata,
-                       bool orphaned, struct zsw_target ***ret_v, size_t *ret_n,
-                       struct state_trailer *ret_tr, struct zsw_engine_salvage_result *skipped,
-                       struct zsw_engine_error *err) {
+static int state_write(struct zsw_engine *e, int fd, bool orphaned, struct zsw_target ***ret_v,
+                       size_t *ret_n, struct state_trailer *ret_tr,
+                       struct zsw_engine_salvage_result *skipped, struct zsw_engine_error *err) {
         _cleanup_(save_freep) struct zsw_target **v = NULL;
         _cleanup_(save_freep) uint32_t *family = NULL;
         struct writer w = { .fd = fd };
@@ -461,7 +460,7 @@ static int state_write(struct zsw_engine *e, int fd,
         writer_put(&w, &h, sizeof(h));
         for (size_t i = 0; i < n && r >= 0; i++) {
                 r = save_target(&w, v[i], family[i], dicts && family[i] == i, orphaned,
-                                label ? label(userdata, v[i]->pid) : NULL);
+                                v[i]->label);
                 if (r < 0)
                         (void) engine_fail(err, r, "cannot save process %d: %s", v[i]->pid,
                                            strerror(-r));
@@ -483,15 +482,14 @@ static int state_write(struct zsw_engine *e, int fd,
         return r;
 }
 
-int zsw_engine_save(struct zsw_engine *e, int fd, const char *(*label)(void *userdata, pid_t pid),
-                    void *userdata, struct zsw_engine_error *err) {
+int zsw_engine_save(struct zsw_engine *e, int fd, struct zsw_engine_error *err) {
         _cleanup_(save_freep) struct zsw_target **v = NULL;
         struct state_trailer tr = {};
         uint64_t start = zsw_now_ns();
         size_t n = 0;
         int r;
 
-        r = state_write(e, fd, label, userdata, false, &v, &n, &tr, NULL, err);
+        r = state_write(e, fd, false, &v, &n, &tr, NULL, err);
         for (size_t i = 0; i < n && r >= 0; i++)
                 r = fd_set_cloexec(v[i]->uffd, false);
         if (r < 0) {
@@ -509,16 +507,15 @@ int zsw_engine_save(struct zsw_engine *e, int fd, const char *(*label)(void *use
         return (int) n;
 }
 
-int zsw_engine_salvage(struct zsw_engine *e, int fd,
-                       const char *(*label)(void *userdata, pid_t pid), void *userdata,
-                       struct zsw_engine_salvage_result *ret, struct zsw_engine_error *err) {
+int zsw_engine_salvage(struct zsw_engine *e, int fd, struct zsw_engine_salvage_result *ret,
+                       struct zsw_engine_error *err) {
         _cleanup_(save_freep) struct zsw_target **v = NULL;
         struct state_trailer tr = {};
         size_t n = 0;
         int r;
 
         *ret = (struct zsw_engine_salvage_result) {};
-        r = state_write(e, fd, label, userdata, true, &v, &n, &tr, ret, err);
+        r = state_write(e, fd, true, &v, &n, &tr, ret, err);
         if (r < 0)
                 return r;
         ret->targets = n;
@@ -895,12 +892,13 @@ static int load_publish(struct zsw_engine *e, struct zsw_target **made,
 
         for (size_t i = 0; i < n; i++) {
                 struct zsw_target *t = made[i];
-                char label[ZSW_STATE_LABEL_MAX + 1] = "";
                 int r;
 
                 if (!t)
                         continue; /* load_all() made every one; for the analyzer */
-                memcpy(label, recs[i].label, ZSW_STATE_LABEL_MAX);
+                /* Kept for the next state too, until its policy names it. */
+                memcpy(t->label, recs[i].label, sizeof(t->label) - 1);
+                t->label[sizeof(t->label) - 1] = 0;
                 made[i] = NULL;
                 if (!adopt)
                         (void) fd_set_cloexec(t->uffd, true);
@@ -961,7 +959,7 @@ static int load_publish(struct zsw_engine *e, struct zsw_target **made,
                         zsw_log_errno(e->log, LOG_WARNING, r, "Cannot wake the faults of %d: %m",
                                       t->pid);
                 if (adopted)
-                        adopted(userdata, t->pid, label);
+                        adopted(userdata, t->pid, t->label);
                 adopted_n++;
         }
         return adopted_n;

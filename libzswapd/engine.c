@@ -141,6 +141,17 @@ int zsw_engine_set_throttle(struct zsw_engine *e, pid_t pid, bool on) {
         return t ? 0 : -ENOENT;
 }
 
+int zsw_engine_set_label(struct zsw_engine *e, pid_t pid, const char *label) {
+        struct zsw_target *t;
+
+        zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
+        t = engine_find_target(e, pid);
+        if (t)
+                snprintf(t->label, sizeof(t->label), "%s", label ?: "");
+        zsw_mutex_unlock(&e->control_lock);
+        return t ? 0 : -ENOENT;
+}
+
 int zsw_engine_set_hold(struct zsw_engine *e, pid_t pid, int memory_dir_fd, uint64_t limit_bytes) {
         struct target_hold *h = NULL;
         struct zsw_target *t;

@@ -32,8 +32,9 @@
 /* Pages per round of a target held at a budget (its hold on), whose faults
  * may wait for the room a drop makes (evict.c, round_size()). */
 #define ZSW_EVICT_HELD_PAGES 1024u
-#define FAULT_PREFETCH_MAX 64u /* the most prefetch_window may be */
-#define REFAULT_RING 1024u     /* refaults noted between two age scans */
+#define FAULT_PREFETCH_MAX 64u   /* the most prefetch_window may be */
+#define ZSW_TARGET_LABEL_MAX 64u /* a target's label with its NUL */
+#define REFAULT_RING 1024u       /* refaults noted between two age scans */
 
 struct target_hold;
 
@@ -120,6 +121,10 @@ struct zsw_target {
         /* The first-touch hold (hold.h), NULL until the engine first sets
          * one; then kept until the target is freed. */
         _Atomic(struct target_hold *) hold;
+        /* zsw_engine_set_label(), under control_lock; saved with the
+         * target's state, by a rescue too (engine-state.c): the last byte
+         * is never written but as the NUL. */
+        char label[ZSW_TARGET_LABEL_MAX];
 
         /* Page ages (age.c), under evict_lock; NULL before the first
          * age scan. */

@@ -511,6 +511,10 @@ check_started "after ${upgrade[*]}"
 [ "$(prop zswapd MainPID)" = "$old" ] ||
         fail "${upgrade[*]} replaced zswapd $old by $(prop zswapd MainPID): a restart, not a re-exec"
 kept_stored "${upgrade[*]}"
+# Each target is still its policy's: the label crossed the exec.
+for u in "${units[@]}"; do
+        wait_for 30 "policy 50-check-systemd to keep $u after ${upgrade[*]}" attached "$u"
+done
 say "${upgrade[*]}: same zswapd (pid $old) re-executed, ${kept[*]} pages kept stored, every byte verified"
 
 # Nothing zswapd logged at error level in all of this.
@@ -540,6 +544,10 @@ took_over() {
 }
 wait_for 30 "the restarted zswapd to log that it took the targets over" took_over
 kept_stored "kill -9 and the restart"
+# The rescue saved each target's policy (the label the engine keeps).
+for u in "${units[@]}"; do
+        wait_for 30 "policy 50-check-systemd to take $u back after kill -9" attached "$u"
+done
 say "kill -9: zswapd $old killed, restarted as $(prop zswapd MainPID), ${kept[*]} pages taken over, every byte verified"
 
 # Removing the package with pages stored: its prerm stops the unit, which

@@ -197,6 +197,12 @@ struct zsw_engine_stats {
  * as the kernel's allocations wait for reclaim over a memory limit. For
  * a group over its memory budget. -ENOENT if pid is not attached. */
 int zsw_engine_set_throttle(struct zsw_engine *engine, pid_t pid, bool on);
+/* Names pid's target for the state a re-exec or a dead zswapd leaves (a
+ * policy's name, handed back by zsw_engine_load()'s adopted callback):
+ * kept in the target, so that saving it reads nothing of the caller's
+ * (after zswapd's death, its structures may be half changed). NULL or ""
+ * for none; cut to 63 bytes. -ENOENT if pid is no target. */
+int zsw_engine_set_label(struct zsw_engine *engine, pid_t pid, const char *label);
 
 /* The first-touch hold: while the memory use of the cgroup whose memory
  * directory (v2, or v1's memory controller) is memory_dir_fd is at or
@@ -257,14 +263,12 @@ void zsw_engine_thaw(struct zsw_engine *engine);
 /*
  * Writes the frozen engine's state to fd (a memfd; from its current
  * offset): every live target (process, start time, its userfaultfd, its
- * settings, its fork family, label(pid) of the caller), every stored page
- * with its payload (pages written back are read into it), and clears
- * FD_CLOEXEC on the userfaultfds it names. label may be NULL. Returns the
- * number of targets saved; on failure the descriptors keep FD_CLOEXEC.
+ * settings, its fork family, its label), every stored page with its
+ * payload (pages written back are read into it), and clears FD_CLOEXEC on
+ * the userfaultfds it names. Returns the number of targets saved; on
+ * failure the descriptors keep FD_CLOEXEC.
  */
-int zsw_engine_save(struct zsw_engine *engine, int fd,
-                    const char *(*label)(void *userdata, pid_t pid), void *userdata,
-                    struct zsw_engine_error *err);
+int zsw_engine_save(struct zsw_engine *engine, int fd, struct zsw_engine_error *err);
 
 /* What zsw_engine_salvage() saved, and what it could not. */
 struct zsw_engine_salvage_result {
@@ -285,9 +289,8 @@ struct zsw_engine_salvage_result {
  * through (the next zswapd takes that one: zsw_engine_adopt()). Returns
  * the number of targets saved, or -errno (and err).
  */
-int zsw_engine_salvage(struct zsw_engine *engine, int fd,
-                       const char *(*label)(void *userdata, pid_t pid), void *userdata,
-                       struct zsw_engine_salvage_result *ret, struct zsw_engine_error *err);
+int zsw_engine_salvage(struct zsw_engine *engine, int fd, struct zsw_engine_salvage_result *ret,
+                       struct zsw_engine_error *err);
 
 /* A saved target the new engine took over, reported to the caller. */
 typedef void (*zsw_engine_adopted_fn)(void *userdata, pid_t pid, const char *label);
