@@ -364,6 +364,7 @@ static void policy_target_config(struct policy_manager *m, const struct zsw_poli
                  * mean no limit at all. */
                 .max_pool_bytes = limit == UINT64_MAX ? 0 : MAX(limit, 1u),
                 .no_writeback = !p->writeback,
+                .label = p->name,
         };
 }
 
@@ -371,7 +372,10 @@ static void policy_target_config(struct policy_manager *m, const struct zsw_poli
  * then P's again. */
 static bool take_adopted(struct policy_manager *m, pid_t pid, const char *policy) {
         for (size_t i = 0; i < m->n_adopted; i++)
-                if (m->adopted[i].pid == pid && strcmp(m->adopted[i].policy, policy) == 0) {
+                /* A state keeps the first ZSW_ENGINE_LABEL_MAX - 1 bytes
+                 * of a policy's name (the attach's label). */
+                if (m->adopted[i].pid == pid &&
+                    strncmp(m->adopted[i].policy, policy, ZSW_ENGINE_LABEL_MAX - 1) == 0) {
                         free(m->adopted[i].policy);
                         m->adopted[i] = m->adopted[--m->n_adopted];
                         log_info("Process %d is policy %s's again after the re-exec.", pid, policy);
@@ -442,9 +446,6 @@ static int scan_attach(struct policy_manager *m, const struct zsw_policy *p, pid
                 (void) zsw_engine_detach(m->engine, pid, NULL);
                 return log_oom();
         }
-        /* For the state a re-exec or a dead zswapd leaves: the next
-         * zswapd puts it back in this policy (policy_manager_adopt()). */
-        (void) zsw_engine_set_label(m->engine, pid, p->name);
         return 1;
 }
 

@@ -870,15 +870,19 @@ static int round_drop(struct evictor *e, struct zsw_target *t, struct evict_roun
         rd->ns_seize += zsw_now_ns() - start;
         if (r >= 0)
                 r = round_commit_drop(e, t, rd, remote);
+        /* The round lends no room any more, before its threads go: their
+         * faults would count the dropped pages twice. And none while
+         * drops fail (a target that cannot be stopped): the group would
+         * stay over its limit by the credit for as long. */
+        hold_set_credit(t, 0);
+        t->credit_off = r < 0;
         if (remote) {
                 uint64_t held = zsw_remote_release_held_ns(TAKE_PTR(remote));
 
                 if (held > 0)
                         target_count_stop_ns(t, held);
         }
-        /* Dropped: the group has room for the first touches held, and
-         * the round lends none any more. */
-        hold_set_credit(t, 0);
+        /* Dropped: the group has room for the first touches held. */
         if (r >= 0)
                 hold_kick(t);
         if (r < 0 && b->state != EVICT_DROPPING)
@@ -929,7 +933,7 @@ static int evict_round(struct evictor *e, struct zsw_target *t, struct evict_rou
         zsw_mutex_unlock(&t->batch_lock);
         res->scanned_pages += b->n;
         /* The drop will take these off the group (hold.c's credit). */
-        hold_set_credit(t, b->n);
+        hold_set_credit(t, t->credit_off ? 0 : b->n);
 
         r = round_collect(e, t, rd, res);
         if (r >= 0) {

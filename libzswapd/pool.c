@@ -40,10 +40,13 @@
  *   all the time: releasing them and populating fresh arenas instead cost
  *   ~3 ms per MiB here. So the cache is trimmed between compaction passes
  *   (zsw_pool_trim()): a slab that sat in it unused since the last trim
- *   goes, and everything goes once nothing was taken since then (an idle
- *   pool). Past EMPTY_CACHE_MIN or 1/8 of the pool the free path releases
- *   the older half itself. Releases sort slabs by address so that adjacent
- *   ones go in one munmap; zsw_pool_shrink() releases all on demand.
+ *   goes, and everything goes once nothing was allocated since then (an
+ *   idle pool). Past
+ *   EMPTY_CACHE_MIN or 1/8 of the pool the free path releases the older
+ *   half itself. A cut is never undone: the cached lengths shorten under
+ *   churn until trims release the pieces nobody takes. Releases sort slabs
+ *   by address so that adjacent ones go in one munmap; zsw_pool_shrink()
+ *   releases all on demand.
  * Fragmentation: partial slabs of a class sit in lists by fullness and
  * allocation always takes the fullest one, so that frees concentrate in the
  * emptier slabs and those drain and return to the system. That is not
@@ -140,10 +143,10 @@ struct zsw_pool {
 
         atomic_uint_fast64_t pool_bytes, mapped_bytes, used_bytes, objects, slabs, meta_bytes,
                 cached_bytes, compacted_objects, compacted_bytes;
-        /* Slabs taken from the cache or made, and that count at the last
-         * zsw_pool_trim() (only its caller touches it). */
-        atomic_uint_fast64_t slab_takes;
-        uint64_t slab_takes_trimmed;
+        /* Objects allocated, and that count at the last zsw_pool_trim()
+         * (only its caller touches it). */
+        atomic_uint_fast64_t allocs;
+        uint64_t allocs_trimmed;
 };
 
 static unsigned size_to_class(uint32_t size) {
@@ -416,8 +419,19 @@ static void slabs_release(struct zsw_pool *pool, struct slab **v, size_t n) {
 /* What empty_cache_release() gives back of the cache of empty slabs. */
 enum release {
         RELEASE_ALL,   /* all of it, with the arena's rest */
-        RELEASE_HALF,  /* the older half of each length's list, with the arena's rest */
+        RELEASE_HALF,  /* the older half of each length's list */
         RELEASE_STALE, /* the slabs cached before the last trim and unused since */
+};
+
+/* How empty_cache_put() caches slabs. */
+enum put {
+        PUT_FREED, /* emptied by frees: past the bound, the older half goes */
+        /* Nothing goes: the rest of a slab cut shorter, slabs compaction
+         * emptied (with readers held off: no munmap there; and under
+         * churn they are the ones the next allocations reuse, at a
+         * fraction of a fresh arena's cost; the next trims release
+         * those unused). */
+        PUT_KEEP,
 };
 
 /* Gives (part of) the cache of empty slabs back to the system, so that
@@ -435,17 +449,27 @@ static uint64_t empty_cache_release(struct zsw_pool *pool, enum release what) {
                 struct slab **tail = &pool->empty[p];
                 size_t len = 0;
 
-                /* Lists are newest first: what goes is a tail. */
-                for (struct slab *s = pool->empty[p]; s; s = s->next)
-                        len++;
-                if (what == RELEASE_HALF)
-                        for (size_t keep = len / 2; keep > 0; keep--)
+                if (what == RELEASE_STALE) {
+                        /* Every slab not cached since the last trim. */
+                        struct slab **out = &lists[p];
+
+                        while (*tail)
+                                if ((*tail)->trim_gen != pool->trim_gen) {
+                                        *out = *tail;
+                                        *tail = (*tail)->next;
+                                        out = &(*out)->next;
+                                        *out = NULL;
+                                } else
+                                        tail = &(*tail)->next;
+                } else {
+                        /* Lists are newest first: the older half is a tail. */
+                        for (struct slab *s = pool->empty[p]; s; s = s->next)
+                                len++;
+                        for (size_t keep = what == RELEASE_HALF ? len / 2 : 0; keep > 0; keep--)
                                 tail = &(*tail)->next;
-                else if (what == RELEASE_STALE)
-                        while (*tail && (*tail)->trim_gen == pool->trim_gen)
-                                tail = &(*tail)->next;
-                lists[p] = *tail;
-                *tail = NULL;
+                        lists[p] = *tail;
+                        *tail = NULL;
+                }
                 for (struct slab *s = lists[p]; s; s = s->next) {
                         bytes += (uint64_t) s->pages * ZSW_PAGE_SIZE;
                         count++;
@@ -476,7 +500,7 @@ static uint64_t empty_cache_release(struct zsw_pool *pool, enum release what) {
                 }
         if (n > 0)
                 slabs_release(pool, batch, n);
-        return what == RELEASE_STALE ? bytes : bytes + arena_release(pool);
+        return what == RELEASE_ALL ? bytes + arena_release(pool) : bytes;
 }
 
 /* Past this the free path releases half the cache by itself: a bound
@@ -486,10 +510,9 @@ static uint64_t empty_cache_bound(struct zsw_pool *pool) {
                    atomic_load_explicit(&pool->pool_bytes, memory_order_relaxed) / 8);
 }
 
-/* Caches slabs that emptied (chained through next), releasing the cache
- * when it grows past its bound unless keep. Called without pool locks
- * held. */
-static void empty_cache_put(struct zsw_pool *pool, struct slab *dead, bool keep) {
+/* Caches slabs that emptied (chained through next), as how says. Called
+ * without pool locks held. */
+static void empty_cache_put(struct zsw_pool *pool, struct slab *dead, enum put how) {
         uint64_t added = 0, cached, bound;
 
         if (!dead)
@@ -509,7 +532,7 @@ static void empty_cache_put(struct zsw_pool *pool, struct slab *dead, bool keep)
         atomic_fetch_add_explicit(&pool->cached_bytes, added, memory_order_relaxed);
 
         bound = empty_cache_bound(pool);
-        if (cached > bound && !keep)
+        if (cached > bound && how == PUT_FREED)
                 empty_cache_release(pool, RELEASE_HALF);
 }
 
@@ -566,7 +589,7 @@ static struct slab *empty_cache_take(struct zsw_pool *pool, unsigned pages) {
         atomic_store_explicit(table_slot(pool, id), rest, memory_order_release);
         atomic_fetch_add_explicit(&pool->slabs, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&pool->meta_bytes, sizeof(*rest), memory_order_relaxed);
-        empty_cache_put(pool, rest, true);
+        empty_cache_put(pool, rest, PUT_KEEP);
         return s;
 }
 
@@ -604,7 +627,7 @@ static int class_pick(struct zsw_pool *pool, unsigned cls, struct slab **ret) {
 
                 if (!cells) {
                         s->next = NULL;
-                        empty_cache_put(pool, s, false);
+                        empty_cache_put(pool, s, PUT_KEEP);
                         return -ENOMEM;
                 }
                 atomic_fetch_add_explicit(&pool->meta_bytes, (c->nobj - s->ncells) * sizeof(*cells),
@@ -613,7 +636,6 @@ static int class_pick(struct zsw_pool *pool, unsigned cls, struct slab **ret) {
                 s->cells = cells;
                 s->ncells = c->nobj;
         }
-        atomic_fetch_add_explicit(&pool->slab_takes, 1, memory_order_relaxed);
         if (s) {
                 /* Carve it anew for this class; its pages stay backed. */
                 s->cls = (uint16_t) cls;
@@ -686,7 +708,7 @@ static void free_sorted(struct zsw_pool *pool, const zsw_handle_t *handles, cons
 
                 atomic_fetch_sub_explicit(&pool->objects, freed, memory_order_relaxed);
                 atomic_fetch_sub_explicit(&pool->used_bytes, freed * c->size, memory_order_relaxed);
-                empty_cache_put(pool, dead, false);
+                empty_cache_put(pool, dead, PUT_FREED);
         }
 }
 
@@ -788,6 +810,7 @@ int zsw_pool_alloc_bulk(struct zsw_pool *pool, const uint32_t *sizes, size_t n,
                 }
         }
         memcpy(ret_handles, handles, n * sizeof(*handles));
+        atomic_fetch_add_explicit(&pool->allocs, n, memory_order_relaxed);
         return 0;
 }
 
@@ -839,10 +862,10 @@ uint64_t zsw_pool_shrink(struct zsw_pool *pool) {
 }
 
 uint64_t zsw_pool_trim(struct zsw_pool *pool) {
-        uint64_t takes = atomic_load_explicit(&pool->slab_takes, memory_order_relaxed), r;
-        bool idle = takes == pool->slab_takes_trimmed;
+        uint64_t allocs = atomic_load_explicit(&pool->allocs, memory_order_relaxed), r;
+        bool idle = allocs == pool->allocs_trimmed;
 
-        pool->slab_takes_trimmed = takes;
+        pool->allocs_trimmed = allocs;
         r = empty_cache_release(pool, idle ? RELEASE_ALL : RELEASE_STALE);
         zsw_mutex_lock(&pool->empty_lock, ZSW_LOCK_POOL_EMPTY);
         pool->trim_gen++;
@@ -976,7 +999,7 @@ size_t zsw_pool_compact(struct zsw_pool *pool, size_t max_objects, unsigned *cur
                 for (struct slab *s = dead; s; s = s->next)
                         freed += (uint64_t) s->pages * ZSW_PAGE_SIZE;
                 /* No munmap here: the caller holds its readers off. */
-                empty_cache_put(pool, dead, true);
+                empty_cache_put(pool, dead, PUT_KEEP);
                 atomic_fetch_add_explicit(&pool->compacted_objects, m, memory_order_relaxed);
                 atomic_fetch_add_explicit(&pool->compacted_bytes, freed, memory_order_relaxed);
                 moved += m;

@@ -71,15 +71,17 @@ void zsw_pool_get_stats(struct zsw_pool *pool, struct zsw_pool_stats *ret);
 
 /* Slabs that empty are cached for reuse rather than unmapped on the spot
  * (an munmap costs a TLB shootdown, too much for the free path, and fresh
- * memory costs far more to fill than cached memory to reuse); half of the
- * cache is released by itself once it passes 2 MiB or 1/32 of the pool.
- * This releases all of it now, for memory pressure, and returns the bytes
- * given back to the system. Safe to call from any thread. */
+ * memory costs far more to fill than cached memory to reuse); the older
+ * half of the cache is released by the free path once the cache passes
+ * 2 MiB or 1/8 of the pool. This releases all of it now, with the arena's
+ * rest, for memory pressure, and returns the bytes given back to the
+ * system. Safe to call from any thread. */
 uint64_t zsw_pool_shrink(struct zsw_pool *pool);
-/* Between compaction passes, from one thread: releases the whole cache
- * when no slab was taken from it or made since the last trim (an idle
- * pool), else half of it once it is past its bound (the churn of the
- * moment keeps its reserve). Returns the bytes given back. */
+/* Between compaction passes, from one thread: releases the slabs cached
+ * before the last trim and unused since, or everything, with the arena's
+ * rest, when nothing was allocated since the last trim (an idle pool).
+ * The churn of the moment keeps its reserve. Returns the bytes given
+ * back. */
 uint64_t zsw_pool_trim(struct zsw_pool *pool);
 
 /* Compaction. An object may move to another slab of its class, and its

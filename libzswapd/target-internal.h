@@ -32,9 +32,9 @@
 /* Pages per round of a target held at a budget (its hold on), whose faults
  * may wait for the room a drop makes (evict.c, round_size()). */
 #define ZSW_EVICT_HELD_PAGES 1024u
-#define FAULT_PREFETCH_MAX 64u   /* the most prefetch_window may be */
-#define ZSW_TARGET_LABEL_MAX 64u /* a target's label with its NUL */
-#define REFAULT_RING 1024u       /* refaults noted between two age scans */
+#define FAULT_PREFETCH_MAX 64u /* the most prefetch_window may be */
+#define ZSW_TARGET_LABEL_MAX ZSW_ENGINE_LABEL_MAX
+#define REFAULT_RING 1024u /* refaults noted between two age scans */
 
 struct target_hold;
 
@@ -155,6 +155,9 @@ struct zsw_target {
          * goes on from where the last stopped, round the address space,
          * as a clock hand. Under evict_lock. */
         uint64_t hand;
+        /* The last drop failed: rounds lend the hold no room until one
+         * succeeds (evict.c). Under evict_lock. */
+        bool credit_off;
         /* Ptrace stops of the target by eviction drops: how many, their
          * total and longest time, from the first thread interrupted to the
          * last one let go, their distribution and how many lasted longer

@@ -92,6 +92,7 @@ int target_configure(struct zsw_target *t, const struct target_defaults *d,
                 t->owner_config.max_pages =
                         tc->max_pool_bytes ? MAX(tc->max_pool_bytes / ZSW_PAGE_SIZE, 1u) : 0;
                 t->owner_config.no_writeback = tc->no_writeback;
+                snprintf(t->label, sizeof(t->label), "%s", tc->label ?: "");
         }
         level = zsw_compress_level((enum zsw_compressor) c, level);
         if (level < 0)

@@ -201,7 +201,8 @@ int zsw_engine_set_throttle(struct zsw_engine *engine, pid_t pid, bool on);
  * policy's name, handed back by zsw_engine_load()'s adopted callback):
  * kept in the target, so that saving it reads nothing of the caller's
  * (after zswapd's death, its structures may be half changed). NULL or ""
- * for none; cut to 63 bytes. -ENOENT if pid is no target. */
+ * for none; cut to ZSW_ENGINE_LABEL_MAX - 1 bytes. -ENOENT if pid is no
+ * target. An attach sets it from zsw_target_config's label. */
 int zsw_engine_set_label(struct zsw_engine *engine, pid_t pid, const char *label);
 
 /* The first-touch hold: while the memory use of the cgroup whose memory

@@ -35,7 +35,12 @@ struct zsw_target_config {
          * (counted in refused_limit / refused_writeback_off). */
         uint64_t max_pool_bytes;
         bool no_writeback; /* never write its pages to the swapfile */
+        /* Its name in a state a re-exec or a dead zswapd leaves (a
+         * policy's), NULL for none: zsw_engine_set_label(). */
+        const char *label;
 };
+/* A label's bytes with its NUL: longer ones are cut. */
+#define ZSW_ENGINE_LABEL_MAX 64u
 
 struct zsw_reclaim_result {
         uint64_t scanned_pages; /* present pages considered */
