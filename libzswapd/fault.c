@@ -447,6 +447,7 @@ static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const stru
 
                 /* Faults parked there wait on pages that left. */
                 hold_release(t, m->arg.remap.from, m->arg.remap.from + m->arg.remap.len);
+                atomic_store_explicit(&t->reg_stale, true, memory_order_relaxed);
                 evict_on_remove(t, m->arg.remap.from, m->arg.remap.from + m->arg.remap.len,
                                 REMOVAL_MOVE);
                 into_round =
@@ -470,8 +471,10 @@ static void handle_msg(struct fault_thread *ft, struct zsw_target *t, const stru
                  * read as zeros. Our own drop raises REMOVE only where it
                  * falls back to DONTNEED (evict.c's round_zap()). Faults
                  * parked in an unmapped range wait on nothing. */
-                if (m->event == UFFD_EVENT_UNMAP)
+                if (m->event == UFFD_EVENT_UNMAP) {
                         hold_release(t, m->arg.remove.start, m->arg.remove.end);
+                        atomic_store_explicit(&t->reg_stale, true, memory_order_relaxed);
+                }
                 evict_on_remove(t, m->arg.remove.start, m->arg.remove.end,
                                 m->event == UFFD_EVENT_UNMAP ? REMOVAL_UNMAP : REMOVAL_REMOVE);
                 break;

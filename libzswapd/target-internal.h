@@ -158,6 +158,16 @@ struct zsw_target {
         /* The last drop failed: rounds lend the hold no room until one
          * succeeds (evict.c). Under evict_lock. */
         bool credit_off;
+        /* What evict_register_ranges() registered last, from maps whose
+         * hash is reg_maps_hash, read whole (smaps) at reg_full_ns.
+         * Under evict_lock. */
+        struct zsw_range *reg_ranges;
+        size_t n_reg_ranges, reg_foreign;
+        uint64_t reg_maps_hash, reg_full_ns;
+        /* Set by fault threads at an unmap or a move of registered
+         * memory: the next registration reads the mappings whole (a range
+         * unmapped and mapped again alike leaves maps as it was). */
+        _Atomic bool reg_stale;
         /* Ptrace stops of the target by eviction drops: how many, their
          * total and longest time, from the first thread interrupted to the
          * last one let go, their distribution and how many lasted longer
@@ -216,6 +226,9 @@ void target_note_reclaim(struct zsw_target *t, int r);
 /* The mappings of t, from /proc/PID/smaps; -ESRCH for a fork child not
  * yet named. */
 int target_read_vmas(struct zsw_target *t, struct zsw_vma_list *ret);
+/* A hash of the target's /proc/PID/maps: its mappings, their bounds,
+ * permissions and files, not their pages (no page table walk). */
+int target_maps_hash(struct zsw_target *t, uint64_t *ret);
 
 /* Notes that page pgno of t came back by a fault; serve_lock held. */
 static inline void target_note_refault(struct zsw_target *t, uint64_t pgno) {

@@ -57,6 +57,7 @@ struct zsw_target *target_free(struct zsw_target *t) {
         zsw_store_owner_free(t->owner);
         zsw_age_free(t->age);
         zsw_heat_free(t->heat);
+        free(t->reg_ranges);
         hold_free(atomic_load(&t->hold));
         safe_close(t->uffd);
         safe_close(t->pidfd);
@@ -210,6 +211,27 @@ void target_note_reclaim(struct zsw_target *t, int r) {
         t->stuck_retry_ns = zsw_now_ns() + t->stuck_backoff_s * 1000000000ull;
         if (zsw_remote_describe_stuck(t->pid, t->stuck_why, sizeof(t->stuck_why)) < 0)
                 snprintf(t->stuck_why, sizeof(t->stuck_why), "no thread of it looks stuck now");
+}
+
+int target_maps_hash(struct zsw_target *t, uint64_t *ret) {
+        _cleanup_close_ int fd = -EBADF;
+        uint64_t h = UINT64_C(0xcbf29ce484222325); /* FNV-1a */
+        char path[32], buf[4096];
+        ssize_t n;
+
+        if (t->pid <= 0)
+                return -ESRCH;
+        snprintf(path, sizeof(path), "/proc/%d/maps", t->pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        while ((n = read(fd, buf, sizeof(buf))) > 0)
+                for (ssize_t i = 0; i < n; i++)
+                        h = (h ^ (uint8_t) buf[i]) * UINT64_C(0x100000001b3);
+        if (n < 0)
+                return -errno;
+        *ret = h;
+        return 0;
 }
 
 int target_read_vmas(struct zsw_target *t, struct zsw_vma_list *ret) {

@@ -95,7 +95,9 @@ static size_t move_into_round(void) {
 /* The child's commands: 'v' verify, 'w' rewrite every 7th page, 'n' turn
  * the first quarter to noise, 'f' fork and verify in the grandchild, 'F'
  * the same with a grandchild that lives on, 'r' verify the first MOVE_AT
- * pages only, 'M' move evicted pages over a round (move_into_round). */
+ * pages only, 'M' move evicted pages over a round (move_into_round), 'R'
+ * unmap the whole buffer and map it again in place, filled anew (its
+ * line in /proc/PID/maps reads as before). */
 static uint64_t child_command(char c, int reply) {
         switch (c) {
         case 'v':
@@ -168,6 +170,15 @@ static uint64_t child_command(char c, int reply) {
         }
         case 'M':
                 return move_into_round();
+        case 'R':
+                if (munmap(buf, npages * PAGE) < 0 ||
+                    mmap(buf, npages * PAGE, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != buf ||
+                    corpus_fill(buf, npages, 0, 43) < 0)
+                        _exit(8);
+                for (size_t i = 0; i < npages; i++)
+                        sums[i] = corpus_page_sum(buf + i * PAGE);
+                return 0;
         }
         return 0;
 }
@@ -247,6 +258,34 @@ TEST(reclaim_fault_detach_round_trip) {
         ASSERT_OK(zsw_engine_detach(e, ch.pid, &err));
         ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
         ASSERT_ERRNO(zsw_engine_detach(e, ch.pid, &err), ENOENT);
+        test_child_stop(&ch);
+        zsw_engine_free(e);
+}
+
+/* Memory mapped again where the target unmapped registered memory is a
+ * mapping of its own, unregistered, though /proc/PID/maps reads as
+ * before: the unmap makes the next reclaim read the mappings whole
+ * (evict_register_ranges() skips that only for maps unchanged), and it
+ * takes the new pages. */
+TEST(memory_mapped_again_in_place_is_registered) {
+        struct test_child ch = child_start(16, 0);
+        struct zsw_engine *e = engine_start();
+        struct zsw_reclaim_result res;
+        struct zsw_engine_error err = {};
+
+        ASSERT_EQ(test_child_ask(&ch, 'v'), 0); /* filled */
+        ASSERT_OK(zsw_engine_attach(e, ch.pid, &err));
+        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
+        ASSERT_GE(res.evicted_pages, npages * 8 / 10);
+        ASSERT_EQ(test_child_ask(&ch, 'R'), 0);
+        if (zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err) < 0)
+                TEST_FAIL("reclaim after the remap: %s", err.message);
+        fprintf(stderr, "evicted %" PRIu64 " of %zu pages mapped again\n", res.evicted_pages,
+                npages);
+        ASSERT_GE(res.evicted_pages, npages * 8 / 10);
+        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
+        ASSERT_OK(zsw_engine_detach(e, ch.pid, &err));
+        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
         test_child_stop(&ch);
         zsw_engine_free(e);
 }
