@@ -340,6 +340,9 @@ int evict_register_ranges(struct evictor *e, struct zsw_target *t, struct zsw_ra
                         *ret_foreign = t->reg_foreign;
                 return ret ? registered_copy(t, ret, ret_n) : 0;
         }
+        /* A read that fails leaves none: the next one is whole. */
+        free(t->reg_ranges);
+        t->reg_ranges = NULL;
         r = target_read_vmas(t, &l);
         if (r < 0)
                 return r;
@@ -358,8 +361,6 @@ int evict_register_ranges(struct evictor *e, struct zsw_target *t, struct zsw_ra
                         ranges[kept++] = ranges[i];
                 foreign += r == -EBUSY;
         }
-        free(t->reg_ranges);
-        t->reg_ranges = NULL;
         if (hashed) {
                 t->reg_ranges = malloc(MAX(kept, (size_t) 1) * sizeof(*ranges));
                 if (t->reg_ranges) {
