@@ -31,8 +31,8 @@
 #include "vma.h"
 #include "writeback.h"
 
+_Static_assert(ZSW_STATE_LABEL_MAX == ZSW_ENGINE_LABEL_MAX, "a target's label fits its record");
 
-_Static_assert(ZSW_STATE_LABEL_MAX == ZSW_TARGET_LABEL_MAX, "a target's label fits its record");
 /* The lowest address a wake may name (mmap_min_addr is at most this
  * here) and the end of x86_64 user space: one UFFDIO_WAKE over it wakes
  * every waiter of a uffd, registered ranges or not. */

@@ -147,7 +147,7 @@ int zsw_engine_set_label(struct zsw_engine *e, pid_t pid, const char *label) {
         zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
         t = engine_find_target(e, pid);
         if (t)
-                snprintf(t->label, sizeof(t->label), "%s", label ?: "");
+                target_set_label(t, label);
         zsw_mutex_unlock(&e->control_lock);
         return t ? 0 : -ENOENT;
 }

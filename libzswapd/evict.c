@@ -306,15 +306,12 @@ void evict_forget_restored(struct zsw_target *t, uint64_t pgno, uint64_t n) {
  * maps does not show. */
 #define REGISTER_FULL_NS (1000ull * 1000 * 1000)
 
-static int registered_copy(struct zsw_target *t, struct zsw_range **ret, size_t *ret_n) {
-        struct zsw_range *v = malloc(MAX(t->n_reg_ranges, (size_t) 1) * sizeof(*v));
+static struct zsw_range *ranges_dup(const struct zsw_range *v, size_t n) {
+        struct zsw_range *c = malloc(MAX(n, (size_t) 1) * sizeof(*c));
 
-        if (!v)
-                return -ENOMEM;
-        memcpy(v, t->reg_ranges, t->n_reg_ranges * sizeof(*v));
-        *ret = v;
-        *ret_n = t->n_reg_ranges;
-        return 0;
+        if (c)
+                memcpy(c, v, n * sizeof(*c));
+        return c;
 }
 
 /* Registers every eligible mapping (new ones appear as the target maps
@@ -338,7 +335,11 @@ int evict_register_ranges(struct evictor *e, struct zsw_target *t, struct zsw_ra
             now - t->reg_full_ns < REGISTER_FULL_NS) {
                 if (ret_foreign)
                         *ret_foreign = t->reg_foreign;
-                return ret ? registered_copy(t, ret, ret_n) : 0;
+                if (!ret)
+                        return 0;
+                *ret = ranges_dup(t->reg_ranges, t->n_reg_ranges);
+                *ret_n = t->n_reg_ranges;
+                return *ret ? 0 : -ENOMEM;
         }
         /* A read that fails leaves none: the next one is whole. */
         free(t->reg_ranges);
@@ -362,9 +363,8 @@ int evict_register_ranges(struct evictor *e, struct zsw_target *t, struct zsw_ra
                 foreign += r == -EBUSY;
         }
         if (hashed) {
-                t->reg_ranges = malloc(MAX(kept, (size_t) 1) * sizeof(*ranges));
+                t->reg_ranges = ranges_dup(ranges, kept);
                 if (t->reg_ranges) {
-                        memcpy(t->reg_ranges, ranges, kept * sizeof(*ranges));
                         t->n_reg_ranges = kept;
                         t->reg_foreign = foreign;
                         t->reg_maps_hash = hash;

@@ -41,12 +41,11 @@
  *   ~3 ms per MiB here. So the cache is trimmed between compaction passes
  *   (zsw_pool_trim()): a slab that sat in it unused since the last trim
  *   goes, and everything goes once nothing was allocated since then (an
- *   idle pool). Past
- *   EMPTY_CACHE_MIN or 1/8 of the pool the free path releases the older
- *   half itself. A cut is never undone: the cached lengths shorten under
- *   churn until trims release the pieces nobody takes. Releases sort slabs
- *   by address so that adjacent ones go in one munmap; zsw_pool_shrink()
- *   releases all on demand.
+ *   idle pool). Past EMPTY_CACHE_MIN or 1/8 of the pool the free path
+ *   releases the older half itself. A cut is never undone: the cached
+ *   lengths shorten under churn until trims release the pieces nobody
+ *   takes. Releases sort slabs by address so that adjacent ones go in one
+ *   munmap; zsw_pool_shrink() releases all on demand.
  * Fragmentation: partial slabs of a class sit in lists by fullness and
  * allocation always takes the fullest one, so that frees concentrate in the
  * emptier slabs and those drain and return to the system. That is not
@@ -139,7 +138,7 @@ struct zsw_pool {
         struct slab *empty[SLAB_MAX_PAGES + 1]; /* by length, newest first, linked by next */
         uint64_t empty_bytes;                   /* their bytes */
         size_t empty_count;
-        uint32_t trim_gen; /* zsw_pool_trim() calls */
+        uint32_t trim_gen; /* trim intervals (RELEASE_STALE) so far */
 
         atomic_uint_fast64_t pool_bytes, mapped_bytes, used_bytes, objects, slabs, meta_bytes,
                 cached_bytes, compacted_objects, compacted_bytes;
@@ -420,7 +419,8 @@ static void slabs_release(struct zsw_pool *pool, struct slab **v, size_t n) {
 enum release {
         RELEASE_ALL,   /* all of it, with the arena's rest */
         RELEASE_HALF,  /* the older half of each length's list */
-        RELEASE_STALE, /* the slabs cached before the last trim and unused since */
+        RELEASE_STALE, /* the slabs cached before the last trim and unused since;
+                        * starts the next interval */
 };
 
 /* How empty_cache_put() caches slabs. */
@@ -447,7 +447,6 @@ static uint64_t empty_cache_release(struct zsw_pool *pool, enum release what) {
         zsw_mutex_lock(&pool->empty_lock, ZSW_LOCK_POOL_EMPTY);
         for (unsigned p = 0; p <= SLAB_MAX_PAGES; p++) {
                 struct slab **tail = &pool->empty[p];
-                size_t len = 0;
 
                 if (what == RELEASE_STALE) {
                         /* Every slab not cached since the last trim. */
@@ -463,6 +462,8 @@ static uint64_t empty_cache_release(struct zsw_pool *pool, enum release what) {
                                         tail = &(*tail)->next;
                 } else {
                         /* Lists are newest first: the older half is a tail. */
+                        size_t len = 0;
+
                         for (struct slab *s = pool->empty[p]; s; s = s->next)
                                 len++;
                         for (size_t keep = what == RELEASE_HALF ? len / 2 : 0; keep > 0; keep--)
@@ -477,6 +478,8 @@ static uint64_t empty_cache_release(struct zsw_pool *pool, enum release what) {
         }
         pool->empty_bytes -= bytes;
         pool->empty_count -= count;
+        if (what == RELEASE_STALE)
+                pool->trim_gen++; /* what comes from now on stays a whole interval */
         zsw_mutex_unlock(&pool->empty_lock);
         atomic_fetch_sub_explicit(&pool->cached_bytes, bytes, memory_order_relaxed);
 
@@ -536,12 +539,13 @@ static void empty_cache_put(struct zsw_pool *pool, struct slab *dead, enum put h
                 empty_cache_release(pool, RELEASE_HALF);
 }
 
-/* Takes a cached empty slab of the given length, or NULL. */
+/* Takes the shortest cached empty slab at least pages long, or NULL. */
 static struct slab *empty_cache_get(struct zsw_pool *pool, unsigned pages) {
-        struct slab *s;
+        struct slab *s = NULL;
 
         zsw_mutex_lock(&pool->empty_lock, ZSW_LOCK_POOL_EMPTY);
-        s = pool->empty[pages];
+        while (pages <= SLAB_MAX_PAGES && !(s = pool->empty[pages]))
+                pages++;
         if (s) {
                 pool->empty[pages] = s->next;
                 pool->empty_bytes -= (uint64_t) s->pages * ZSW_PAGE_SIZE;
@@ -561,20 +565,10 @@ static struct slab *empty_cache_get(struct zsw_pool *pool, unsigned pages) {
  * (the top of this file). NULL if the cache holds no slab that long. */
 static struct slab *empty_cache_take(struct zsw_pool *pool, unsigned pages) {
         struct slab *s = empty_cache_get(pool, pages), *rest;
-        unsigned longer = pages + 1;
         uint32_t id;
 
-        if (s)
+        if (!s || s->pages == pages)
                 return s;
-        zsw_mutex_lock(&pool->empty_lock, ZSW_LOCK_POOL_EMPTY);
-        while (longer <= SLAB_MAX_PAGES && !pool->empty[longer])
-                longer++;
-        zsw_mutex_unlock(&pool->empty_lock);
-        if (longer > SLAB_MAX_PAGES)
-                return NULL;
-        s = empty_cache_get(pool, longer);
-        if (!s)
-                return NULL; /* taken meanwhile: a new slab will do */
         rest = calloc(1, sizeof(*rest));
         if (!rest || table_get_id(pool, &id) < 0) {
                 free(rest);
@@ -862,15 +856,11 @@ uint64_t zsw_pool_shrink(struct zsw_pool *pool) {
 }
 
 uint64_t zsw_pool_trim(struct zsw_pool *pool) {
-        uint64_t allocs = atomic_load_explicit(&pool->allocs, memory_order_relaxed), r;
+        uint64_t allocs = atomic_load_explicit(&pool->allocs, memory_order_relaxed);
         bool idle = allocs == pool->allocs_trimmed;
 
         pool->allocs_trimmed = allocs;
-        r = empty_cache_release(pool, idle ? RELEASE_ALL : RELEASE_STALE);
-        zsw_mutex_lock(&pool->empty_lock, ZSW_LOCK_POOL_EMPTY);
-        pool->trim_gen++;
-        zsw_mutex_unlock(&pool->empty_lock);
-        return r;
+        return empty_cache_release(pool, idle ? RELEASE_ALL : RELEASE_STALE);
 }
 
 /* ---- compaction -----------------------------------------------------------

@@ -33,8 +33,7 @@
  * may wait for the room a drop makes (evict.c, round_size()). */
 #define ZSW_EVICT_HELD_PAGES 1024u
 #define FAULT_PREFETCH_MAX 64u /* the most prefetch_window may be */
-#define ZSW_TARGET_LABEL_MAX ZSW_ENGINE_LABEL_MAX
-#define REFAULT_RING 1024u /* refaults noted between two age scans */
+#define REFAULT_RING 1024u     /* refaults noted between two age scans */
 
 struct target_hold;
 
@@ -121,10 +120,11 @@ struct zsw_target {
         /* The first-touch hold (hold.h), NULL until the engine first sets
          * one; then kept until the target is freed. */
         _Atomic(struct target_hold *) hold;
-        /* zsw_engine_set_label(), under control_lock; saved with the
+        /* Set at attach, later by zsw_engine_set_label() under
+         * control_lock (target_set_label()); saved with the
          * target's state, by a rescue too (engine-state.c): the last byte
          * is never written but as the NUL. */
-        char label[ZSW_TARGET_LABEL_MAX];
+        char label[ZSW_ENGINE_LABEL_MAX];
 
         /* Page ages (age.c), under evict_lock; NULL before the first
          * age scan. */
@@ -229,6 +229,8 @@ int target_read_vmas(struct zsw_target *t, struct zsw_vma_list *ret);
 /* A hash of the target's /proc/PID/maps: its mappings, their bounds,
  * permissions and files, not their pages (no page table walk). */
 int target_maps_hash(struct zsw_target *t, uint64_t *ret);
+/* Sets t's label (NULL: none), cut to fit. */
+void target_set_label(struct zsw_target *t, const char *label);
 
 /* Notes that page pgno of t came back by a fault; serve_lock held. */
 static inline void target_note_refault(struct zsw_target *t, uint64_t pgno) {

@@ -93,7 +93,7 @@ int target_configure(struct zsw_target *t, const struct target_defaults *d,
                 t->owner_config.max_pages =
                         tc->max_pool_bytes ? MAX(tc->max_pool_bytes / ZSW_PAGE_SIZE, 1u) : 0;
                 t->owner_config.no_writeback = tc->no_writeback;
-                snprintf(t->label, sizeof(t->label), "%s", tc->label ?: "");
+                target_set_label(t, tc->label);
         }
         level = zsw_compress_level((enum zsw_compressor) c, level);
         if (level < 0)
@@ -211,6 +211,10 @@ void target_note_reclaim(struct zsw_target *t, int r) {
         t->stuck_retry_ns = zsw_now_ns() + t->stuck_backoff_s * 1000000000ull;
         if (zsw_remote_describe_stuck(t->pid, t->stuck_why, sizeof(t->stuck_why)) < 0)
                 snprintf(t->stuck_why, sizeof(t->stuck_why), "no thread of it looks stuck now");
+}
+
+void target_set_label(struct zsw_target *t, const char *label) {
+        snprintf(t->label, sizeof(t->label), "%s", label ?: "");
 }
 
 int target_maps_hash(struct zsw_target *t, uint64_t *ret) {

@@ -62,6 +62,17 @@ static void assert_empty(struct zsw_pool *pool) {
         ASSERT_EQ_U(st.used_bytes, 0);
 }
 
+/* Nothing left of the pool's memory: every slab and arena given back. */
+static void assert_all_released(struct zsw_pool *pool) {
+        struct zsw_pool_stats st;
+
+        zsw_pool_get_stats(pool, &st);
+        ASSERT_EQ_U(st.pool_bytes, 0);
+        ASSERT_EQ_U(st.mapped_bytes, 0);
+        ASSERT_EQ_U(st.cached_bytes, 0);
+        ASSERT_EQ_U(st.slabs, 0);
+}
+
 TEST(bulk_round_trip_every_class_edge) {
         _cleanup_pool_ struct zsw_pool *pool = NULL;
         enum { N = 1000 };
@@ -242,9 +253,7 @@ TEST(longer_cached_slab_is_cut) {
         ASSERT_EQ_U(after.slabs, before.slabs + 2);
         zsw_pool_free_bulk(pool, h, 4);
         ASSERT_EQ_U(zsw_pool_shrink(pool), after.pool_bytes);
-        zsw_pool_get_stats(pool, &after);
-        ASSERT_EQ_U(after.slabs, 0);
-        ASSERT_EQ_U(after.pool_bytes, 0);
+        assert_all_released(pool);
 }
 
 /* Trims keep what the churn of the moment reuses: a slab cached since
@@ -276,9 +285,7 @@ TEST(trim_keeps_the_reserve_in_use) {
 
         /* Nothing taken since: idle, all of it goes, the arena's rest too. */
         ASSERT_EQ_U(zsw_pool_trim(pool), st.pool_bytes);
-        zsw_pool_get_stats(pool, &st);
-        ASSERT_EQ_U(st.pool_bytes, 0);
-        ASSERT_EQ_U(st.slabs, 0);
+        assert_all_released(pool);
 }
 
 TEST(invalid_size_allocates_nothing) {
@@ -444,11 +451,7 @@ TEST(emptied_slabs_return_to_system) {
         ASSERT_LE(still, N / 10);
 
         ASSERT_EQ_U(zsw_pool_shrink(pool), st.pool_bytes);
-        zsw_pool_get_stats(pool, &st);
-        ASSERT_EQ_U(st.pool_bytes, 0);
-        ASSERT_EQ_U(st.mapped_bytes, 0);
-        ASSERT_EQ_U(st.cached_bytes, 0);
-        ASSERT_EQ_U(st.slabs, 0);
+        assert_all_released(pool);
         for (unsigned i = 0; i < N; i++)
                 ASSERT_FALSE(is_mapped(addr[i]));
 }
@@ -641,9 +644,7 @@ TEST(threads_alloc_free_stress) {
                 ASSERT_EQ(pthread_join(th[t], NULL), 0);
         assert_empty(pool);
         zsw_pool_shrink(pool);
-        zsw_pool_get_stats(pool, &st);
-        ASSERT_EQ_U(st.pool_bytes, 0);
-        ASSERT_EQ_U(st.slabs, 0);
+        assert_all_released(pool);
 }
 
 /* Runs compaction passes until one moves nothing, then gives the emptied
