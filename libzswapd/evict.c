@@ -943,7 +943,7 @@ static int round_drop(struct evictor *e, struct zsw_target *t, struct evict_roun
         for (size_t i = 0, j; i < dropped; i = j) {
                 for (j = i + 1; j < dropped && rd->taken[j] == rd->taken[j - 1] + 1; j++)
                         ;
-                zsw_heat_taken(t->heat, rd->taken[i], j - i, start);
+                zsw_heat_taken(t->heat, rd->taken[i], j - i);
         }
 
         res->evicted_pages += dropped;
@@ -1133,9 +1133,15 @@ static unsigned cold_passes(struct zsw_target *t, uint64_t min_age_ms, uint64_t 
 /* Without a minimum age, eviction goes round the address space from the
  * target's hand and takes the pages that have gone unused (as seen, see
  * heat.h) at least as long as the first of these that gives the budget:
- * pages never seen in use or not for a minute first, at last any page. */
+ * pages never seen in use or not for a minute first, at last any page.
+ * Each class is 1/sqrt(2) of the one before: the closer the classes, the
+ * closer the pages taken are to the coldest the budget needs
+ * (docs/performance.md, "Heat of the page alone"). */
 static const uint64_t heat_classes_ns[] = {
-        60000000000ull, 10000000000ull, 2000000000ull, 500000000ull, 100000000ull, 0,
+        64000000000, 45254833996, 32000000000, 22627416998, 16000000000, 11313708499,
+        8000000000,  5656854249,  4000000000,  2828427124,  2000000000,  1414213562,
+        1000000000,  707106781,   500000000,   353553390,   250000000,   176776695,
+        125000000,   88388347,    62500000,    44194173,    31250000,    0,
 };
 
 /* Segments of the ranges in clock order: from the hand to the end of its
@@ -1158,8 +1164,25 @@ static size_t clock_segments(const struct zsw_range *ranges, size_t n, uint64_t 
         return m;
 }
 
+/* The first class (the longest idle time) a page idle for idle_ns is
+ * in; the last one takes every page. */
+static size_t heat_class_of(uint64_t idle_ns) {
+        size_t lo = 0, hi = ARRAY_SIZE(heat_classes_ns) - 1;
+
+        while (lo < hi) {
+                size_t mid = (lo + hi) / 2;
+
+                if (zsw_heat_idle_for(idle_ns, heat_classes_ns[mid]))
+                        hi = mid;
+                else
+                        lo = mid + 1;
+        }
+        return lo;
+}
+
 /* The shortest idle time of heat_classes_ns whose pages in seg cover
- * the budget: one walk of the present pages. */
+ * the budget: one walk of the present pages, which also tells heat how
+ * many the target keeps. */
 static int heat_cold_ns(struct zsw_target *t, struct evict_round *rd, const struct zsw_range *seg,
                         size_t n_seg, uint64_t budget, uint64_t *ret) {
         uint64_t count[ARRAY_SIZE(heat_classes_ns)] = {}, now = zsw_now_ns(), sum = 0;
@@ -1179,14 +1202,14 @@ static int heat_cold_ns(struct zsw_target *t, struct evict_round *rd, const stru
                                      p += ZSW_PAGE_SIZE) {
                                         uint64_t idle =
                                                 zsw_heat_idle_ns(t->heat, p / ZSW_PAGE_SIZE, now);
-                                        size_t c = 0;
-
-                                        while (!zsw_heat_idle_for(idle, heat_classes_ns[c]))
-                                                c++;
-                                        count[c]++;
+                                        count[heat_class_of(idle)]++;
                                 }
                         }
                 }
+        for (size_t c = 0; c < ARRAY_SIZE(heat_classes_ns); c++)
+                sum += count[c];
+        zsw_heat_set_resident(t->heat, sum);
+        sum = 0;
         for (size_t c = 0; c < ARRAY_SIZE(heat_classes_ns); c++) {
                 sum += count[c];
                 if (sum >= budget || c + 1 == ARRAY_SIZE(heat_classes_ns)) {

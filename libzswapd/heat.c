@@ -5,7 +5,9 @@
  * 2^20 ns (about 1 ms), plus one so that 0 means "never", in 31 bits;
  * differences are taken modulo 2^31, so a stamp more than ~25 days old may
  * look recent again, which only spares that page once. The top bit marks
- * the time a page was taken: its refault then tells the refault distance.
+ * a page taken: its other 31 bits then count the pages the target had
+ * given up before it, so that its refault tells how many went after it
+ * (its refault distance, in pages, modulo 2^31).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -17,12 +19,11 @@
 
 #define CHUNK_PAGES 512u
 #define STAMP_SHIFT 20
-/* A refault within ~1 s of the eviction raises the page's level, one
- * after ~30 s lowers it. */
-#define REFAULT_SOON_TICKS (1u << 10)
-#define REFAULT_LATE_TICKS (30u << 10)
+/* A refault after more than this many resident sets' worth of pages went
+ * after the page lowers its level (one within one resident set raises it). */
+#define REFAULT_LATE_RESIDENTS 32u
 
-/* A stamp with this bit is the time the page was taken, not used. */
+/* A stamp with this bit is a page taken, not used: see the top. */
 #define STAMP_TAKEN 0x80000000u
 #define STAMP_TIME(s) ((s) & ~STAMP_TAKEN)
 #define LEVEL_MAX 7u
@@ -38,6 +39,8 @@ struct zsw_heat {
         struct heat_chunk **slots; /* capacity a power of two, at most half full */
         size_t capacity, n_chunks;
         uint64_t touched;
+        uint64_t taken;    /* pages given up so far; a taken page keeps its number */
+        uint64_t resident; /* the target's present pages, 0 until told */
 };
 
 int zsw_heat_new(struct zsw_heat **ret) {
@@ -128,22 +131,25 @@ static uint32_t ticks_between(uint32_t then, uint32_t now) {
  * was taken was in use all along: its level rises, and each level doubles
  * how long it must go unused to count as idle (zsw_heat_idle_ns()); one
  * that stayed away long falls back. */
-static void heat_use(struct heat_chunk *c, size_t i, uint32_t stamp) {
+/* A use of page i of c. A page taken comes back: had the target kept
+ * as many pages more as went out after it, it would have stayed. Under
+ * one resident set's worth it was in use all along (the kernel's
+ * workingset activates such a refault): its level rises. */
+static void heat_use(struct zsw_heat *h, struct heat_chunk *c, size_t i, uint32_t stamp) {
         uint32_t s = c->stamp[i];
 
-        if (s & STAMP_TAKEN) {
-                uint32_t distance = ticks_between(s, stamp);
+        if ((s & STAMP_TAKEN) && h->resident > 0) {
+                uint64_t distance = STAMP_TIME((uint32_t) h->taken - STAMP_TIME(s));
 
-                if (distance < REFAULT_SOON_TICKS)
+                if (distance < h->resident)
                         c->level[i] = (uint8_t) MIN(c->level[i] + 1u, LEVEL_MAX);
-                else if (distance > REFAULT_LATE_TICKS && c->level[i] > 0)
+                else if (distance > REFAULT_LATE_RESIDENTS * h->resident && c->level[i] > 0)
                         c->level[i]--;
         }
         c->stamp[i] = stamp;
 }
 
-/* Stamps pages [pgno, pgno + n): a use (heat_use()) or, with
- * STAMP_TAKEN in stamp, the time they were taken. */
+/* Stamps pages [pgno, pgno + n) used at stamp, or taken if stamp is 0. */
 static void heat_stamp(struct zsw_heat *h, uint64_t pgno, uint64_t n, uint32_t stamp) {
         struct heat_chunk *c = NULL;
 
@@ -155,12 +161,12 @@ static void heat_stamp(struct zsw_heat *h, uint64_t pgno, uint64_t n, uint32_t s
                         c = chunk_get(h, base);
                 if (!c)
                         break;
-                if (stamp & STAMP_TAKEN)
-                        c->stamp[p % CHUNK_PAGES] = stamp;
+                if (stamp == 0)
+                        c->stamp[p % CHUNK_PAGES] = STAMP_TAKEN | STAMP_TIME((uint32_t) ++h->taken);
                 else
-                        heat_use(c, p % CHUNK_PAGES, stamp);
+                        heat_use(h, c, p % CHUNK_PAGES, stamp);
         }
-        if (!(stamp & STAMP_TAKEN))
+        if (stamp != 0)
                 h->touched += n;
         zsw_mutex_unlock(&h->lock);
 }
@@ -169,26 +175,29 @@ void zsw_heat_touch(struct zsw_heat *h, uint64_t pgno, uint64_t n, uint64_t now_
         heat_stamp(h, pgno, n, stamp_of(now_ns));
 }
 
-void zsw_heat_taken(struct zsw_heat *h, uint64_t pgno, uint64_t n, uint64_t now_ns) {
-        heat_stamp(h, pgno, n, stamp_of(now_ns) | STAMP_TAKEN);
+void zsw_heat_taken(struct zsw_heat *h, uint64_t pgno, uint64_t n) {
+        heat_stamp(h, pgno, n, 0);
+}
+
+void zsw_heat_set_resident(struct zsw_heat *h, uint64_t pages) {
+        zsw_mutex_lock(&h->lock, ZSW_LOCK_HEAT);
+        h->resident = pages;
+        zsw_mutex_unlock(&h->lock);
 }
 
 uint64_t zsw_heat_idle_ns(struct zsw_heat *h, uint64_t pgno, uint64_t now_ns) {
-        uint32_t now = stamp_of(now_ns);
-        uint64_t idle = UINT64_MAX;
+        uint64_t base = pgno - pgno % CHUNK_PAGES, idle = UINT64_MAX;
+        const struct heat_chunk *c;
+        uint32_t s;
 
         zsw_mutex_lock(&h->lock, ZSW_LOCK_HEAT);
-        for (uint64_t p = pgno ? pgno - 1 : 0; p <= pgno + 1; p++) {
-                const struct heat_chunk *c = chunk_find(h, p - p % CHUNK_PAGES);
-                uint32_t s = c ? c->stamp[p % CHUNK_PAGES] : 0;
-
-                /* Never used, or taken and back without a fault (a zero
-                 * fill after the target discarded it): not seen in use.
-                 * A neighbour's use counts at its own level. */
-                if (s != 0 && !(s & STAMP_TAKEN))
-                        idle = MIN(idle, (uint64_t) ticks_between(s, now) << STAMP_SHIFT >>
-                                                 c->level[p % CHUNK_PAGES]);
-        }
+        c = chunk_find(h, base);
+        s = c ? c->stamp[pgno - base] : 0;
+        /* Never used, or taken and back without a fault (a zero fill
+         * after the target discarded it): not seen in use. */
+        if (s != 0 && !(s & STAMP_TAKEN))
+                idle = (uint64_t) ticks_between(s, stamp_of(now_ns)) << STAMP_SHIFT >>
+                       c->level[pgno - base];
         zsw_mutex_unlock(&h->lock);
         return idle;
 }

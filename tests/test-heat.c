@@ -45,36 +45,54 @@ TEST(a_use_is_hot_until_cold_ns_passed) {
         zsw_heat_free(h);
 }
 
+/* Takes page p and then n other pages (far from p). */
+static void take_then(struct zsw_heat *h, uint64_t p, uint64_t n) {
+        zsw_heat_taken(h, p, 1);
+        zsw_heat_taken(h, 1000000, n);
+}
+
 TEST(a_refault_soon_after_eviction_ages_slower) {
         struct zsw_heat *h;
 
         ASSERT_OK(zsw_heat_new(&h));
-        /* Taken at 10 s, back 100 ms later: level 1, idle time halves. */
-        zsw_heat_taken(h, 100, 1, 10 * SEC);
-        zsw_heat_touch(h, 100, 1, 10 * SEC + SEC / 10);
-        ASSERT_TRUE(zsw_heat_is_hot(h, 100, SEC + SEC / 2, 12 * SEC + SEC / 10));
-        /* A page back after the same wait but without the early refault
-         * is idle by then. */
-        zsw_heat_touch(h, 200, 1, 10 * SEC + SEC / 10);
-        ASSERT_FALSE(zsw_heat_is_hot(h, 200, SEC + SEC / 2, 12 * SEC + SEC / 10));
-        /* Taken again and back only a minute later: the level falls. */
-        zsw_heat_taken(h, 100, 1, 20 * SEC);
+        zsw_heat_set_resident(h, 1000);
+        /* Back after 999 others went (under one resident set): level 1,
+         * its idle time halves. */
+        take_then(h, 100, 999);
+        zsw_heat_touch(h, 100, 1, 10 * SEC);
+        ASSERT_TRUE(zsw_heat_is_hot(h, 100, SEC + SEC / 2, 12 * SEC));
+        /* A page back at the same time but after a whole resident set
+         * went is idle by then: its level did not move. */
+        take_then(h, 200, 1000);
+        zsw_heat_touch(h, 200, 1, 10 * SEC);
+        ASSERT_FALSE(zsw_heat_is_hot(h, 200, SEC + SEC / 2, 12 * SEC));
+        /* Back after more than 32 resident sets: the level falls. */
+        take_then(h, 100, 32001);
         ASSERT_FALSE(zsw_heat_is_hot(h, 100, UINT64_MAX, 21 * SEC));
         zsw_heat_touch(h, 100, 1, 80 * SEC);
         ASSERT_FALSE(zsw_heat_is_hot(h, 100, SEC + SEC / 2, 82 * SEC));
         zsw_heat_free(h);
 }
 
-TEST(neighbours_of_a_use_are_hot) {
+TEST(a_refault_before_the_resident_size_is_known_keeps_its_level) {
+        struct zsw_heat *h;
+
+        ASSERT_OK(zsw_heat_new(&h));
+        take_then(h, 100, 1);
+        zsw_heat_touch(h, 100, 1, 10 * SEC);
+        ASSERT_FALSE(zsw_heat_is_hot(h, 100, SEC + SEC / 2, 12 * SEC));
+        zsw_heat_free(h);
+}
+
+TEST(a_use_heats_its_own_page_alone) {
         struct zsw_heat *h;
 
         ASSERT_OK(zsw_heat_new(&h));
         /* Across a chunk border (512 pages) too. */
         zsw_heat_touch(h, 511, 1, 5 * SEC);
-        ASSERT_TRUE(zsw_heat_is_hot(h, 510, SEC, 5 * SEC));
-        ASSERT_TRUE(zsw_heat_is_hot(h, 512, SEC, 5 * SEC));
-        ASSERT_FALSE(zsw_heat_is_hot(h, 509, SEC, 5 * SEC));
-        ASSERT_FALSE(zsw_heat_is_hot(h, 513, SEC, 5 * SEC));
+        ASSERT_TRUE(zsw_heat_is_hot(h, 511, SEC, 5 * SEC));
+        ASSERT_FALSE(zsw_heat_is_hot(h, 510, SEC, 5 * SEC));
+        ASSERT_FALSE(zsw_heat_is_hot(h, 512, SEC, 5 * SEC));
         ASSERT_FALSE(zsw_heat_is_hot(h, 0, SEC, 5 * SEC));
         zsw_heat_free(h);
 }
@@ -313,8 +331,7 @@ static int gap_round(int pagemap, struct zsw_heat *h, uint64_t base, uint64_t co
 
 /* A round takes the warm pages of short gaps between cold ones, so that
  * its drop is one range, but never hot ones. The child's pages come in
- * blocks of eight: 1-3 never used (cold), 5-7 used 20 s ago (4 and the
- * next block's 0 are their neighbours: as warm). */
+ * blocks of eight: 0-4 never used (cold), 5-7 used 20 s ago (warm). */
 TEST(a_round_joins_cold_pages_across_warm_gaps) {
         struct test_child ch = test_child_start(gap_setup, gap_command, true);
         uint64_t base = test_child_ask(&ch, 'a'), now = 1000 * SEC, pg = base / PAGE;
@@ -336,17 +353,17 @@ TEST(a_round_joins_cold_pages_across_warm_gaps) {
          * s ago, a third of that), up to the last cold page. */
         ASSERT_EQ(gap_round(pagemap, h, base, 60 * SEC, now, regions), 1);
         ASSERT_EQ(regions[0].start, base);
-        ASSERT_EQ(regions[0].end, base + (GAP_PAGES - 4) * PAGE);
+        ASSERT_EQ(regions[0].end, base + (GAP_PAGES - 3) * PAGE);
         /* Idle for 200 s: the gaps are hot at a quarter of that. */
         ASSERT_EQ(gap_round(pagemap, h, base, 200 * SEC, now, regions), (int) GAP_PAGES / 8);
         for (unsigned b = 0; b < GAP_PAGES / 8; b++)
-                ASSERT_EQ(regions[b].end, base + (b * 8 + 4) * PAGE);
+                ASSERT_EQ(regions[b].end, base + (b * 8 + 5) * PAGE);
         /* A page in use now splits the round at its gap. */
         zsw_heat_touch(h, pg + 2 * 8 + 6, 1, now);
         ASSERT_EQ(gap_round(pagemap, h, base, 60 * SEC, now, regions), 2);
-        ASSERT_EQ(regions[0].end, base + (2 * 8 + 4) * PAGE);
-        ASSERT_EQ(regions[1].start, base + (3 * 8 + 1) * PAGE);
-        ASSERT_EQ(regions[1].end, base + (GAP_PAGES - 4) * PAGE);
+        ASSERT_EQ(regions[0].end, base + (2 * 8 + 5) * PAGE);
+        ASSERT_EQ(regions[1].start, base + 3 * 8 * PAGE);
+        ASSERT_EQ(regions[1].end, base + (GAP_PAGES - 3) * PAGE);
 
         zsw_heat_free(h);
         close(pagemap);
