@@ -1034,7 +1034,7 @@ static int evict_round(struct evictor *e, struct zsw_target *t, struct evict_rou
  * any page is as likely to come back as another; under skewed use the
  * hot pages stay. */
 #define GAP_MAX_PAGES 16u
-#define GAP_IDLE_SHARE 4u
+#define GAP_IDLE_SHARE 8u
 
 /* The pages of a gap between the round's last run and its next cold
  * page, if it can still be joined. */

@@ -354,7 +354,7 @@ TEST(a_round_joins_cold_pages_across_warm_gaps) {
         ASSERT_EQ(gap_round(pagemap, h, base, 60 * SEC, now, regions), 1);
         ASSERT_EQ(regions[0].start, base);
         ASSERT_EQ(regions[0].end, base + (GAP_PAGES - 3) * PAGE);
-        /* Idle for 200 s: the gaps are hot at a quarter of that. */
+        /* Idle for 200 s: the gaps are hot at an eighth of that. */
         ASSERT_EQ(gap_round(pagemap, h, base, 200 * SEC, now, regions), (int) GAP_PAGES / 8);
         for (unsigned b = 0; b < GAP_PAGES / 8; b++)
                 ASSERT_EQ(regions[b].end, base + (b * 8 + 5) * PAGE);
