@@ -209,7 +209,8 @@ struct writer {
         const void **keys;
         uint64_t *ids;
         size_t cap, n_entries;
-        uint64_t lost; /* entries of ZSW_STORE_PAGE_LOST */
+        uint64_t lost;      /* entries of ZSW_STORE_PAGE_LOST */
+        size_t target_size; /* of the version written */
 };
 
 #define WRITER_BUF (1u << 20)
@@ -370,8 +371,31 @@ static int save_list(struct zsw_engine *e, bool orphaned, struct zsw_target ***r
 }
 
 /* with_dict: t is the first of its family in a version-2 state. */
+/* The events of t a fault thread read and had not applied, the last
+ * one maybe in part (target-internal.h): a dead zswapd's. None once the
+ * fault threads are frozen. Returns how many, in ev. */
+static size_t pending_events(const struct zsw_target *t, struct state_event ev[TARGET_MSGS]) {
+        size_t n = 0;
+
+        for (unsigned i = atomic_load(&t->msgs_applied); i < TARGET_MSGS; i++) {
+                const struct uffd_msg *m = &t->msgs[i];
+
+                if (m->event == UFFD_EVENT_REMOVE || m->event == UFFD_EVENT_UNMAP)
+                        ev[n++] = (struct state_event) { .event = m->event,
+                                                         .start = m->arg.remove.start,
+                                                         .end = m->arg.remove.end };
+                else if (m->event == UFFD_EVENT_REMAP)
+                        ev[n++] = (struct state_event) { .event = m->event,
+                                                         .start = m->arg.remap.from,
+                                                         .end = m->arg.remap.to,
+                                                         .len = m->arg.remap.len };
+        }
+        return n;
+}
+
 static int save_target(struct writer *w, struct zsw_target *t, uint32_t family, bool with_dict,
                        bool orphaned, const char *label) {
+        struct state_event events[TARGET_MSGS];
         struct zsw_store_stats os;
         struct state_target st = {
                 .pid = t->pid,
@@ -413,7 +437,8 @@ static int save_target(struct writer *w, struct zsw_target *t, uint32_t family, 
         if (with_dict)
                 dict = zsw_store_dict(t->owner, &dict_len);
         st.dict = !!dict;
-        writer_put(w, &st, sizeof(st));
+        st.n_events = (uint32_t) pending_events(t, events);
+        writer_put(w, &st, w->target_size);
         if (dict) {
                 struct state_dict sd = { .length = dict_len };
 
@@ -423,6 +448,8 @@ static int save_target(struct writer *w, struct zsw_target *t, uint32_t family, 
         }
         r = orphaned ? zsw_store_export_orphaned(t->owner, save_page, w)
                      : zsw_store_export(t->owner, save_page, w);
+        if (r >= 0 && w->target_size == sizeof(st))
+                writer_put(w, events, st.n_events * sizeof(events[0]));
         return r < 0 ? r : w->error;
 }
 
@@ -438,10 +465,10 @@ static int state_write(struct zsw_engine *e, int fd, bool orphaned, struct zsw_t
         struct state_header h = { .magic = ZSW_STATE_MAGIC,
                                   .version = ZSW_STATE_VERSION,
                                   .page_size = ZSW_PAGE_SIZE,
-                                  .header_size = sizeof(h),
-                                  .target_size = sizeof(struct state_target) };
+                                  .header_size = sizeof(h) };
         struct state_trailer tr = { .magic = ZSW_STATE_END };
-        bool dicts = false;
+        struct state_event events[TARGET_MSGS];
+        bool dicts = false, pending = false;
         size_t n;
         int r;
 
@@ -454,9 +481,13 @@ static int state_write(struct zsw_engine *e, int fd, bool orphaned, struct zsw_t
         h.n_targets = (uint32_t) n;
         /* Without dictionaries, the version before them: a binary of the
          * release before can still take the state over. */
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
                 dicts = dicts || zsw_store_dict(v[i]->owner, &(size_t) { 0 });
-        h.version = dicts ? ZSW_STATE_VERSION : ZSW_STATE_VERSION_MIN;
+                pending = pending || pending_events(v[i], events) > 0;
+        }
+        h.version = pending ? ZSW_STATE_VERSION : dicts ? 2u : ZSW_STATE_VERSION_MIN;
+        h.target_size = w.target_size =
+                pending ? sizeof(struct state_target) : STATE_TARGET_V2_SIZE;
         writer_put(&w, &h, sizeof(h));
         for (size_t i = 0; i < n && r >= 0; i++) {
                 r = save_target(&w, v[i], family[i], dicts && family[i] == i, orphaned,
@@ -763,6 +794,35 @@ static int load_check_target(struct zsw_target *t, const struct state_target *re
         return zsw_uffd_mm_alive(t->uffd) == -ESRCH ? -ESRCH : 0;
 }
 
+/* Applies the events a dead zswapd read from the target and had not
+ * applied (pending_events()), in the order they came. The last one may
+ * have been applied in part: an invalidation is one again, a move takes
+ * what is left at its source (zsw_store_move_rest()). */
+static int load_events(struct reader *rd, struct zsw_target *t, uint32_t n) {
+        if (n > TARGET_MSGS)
+                return -EPROTO;
+        for (uint32_t i = 0; i < n; i++) {
+                const struct state_event *ev = reader_take(rd, sizeof(*ev));
+                uint64_t a, b;
+
+                if (!ev)
+                        return -EPROTO;
+                a = ev->start / ZSW_PAGE_SIZE;
+                b = ev->end / ZSW_PAGE_SIZE;
+                if (ev->event == UFFD_EVENT_REMOVE || ev->event == UFFD_EVENT_UNMAP) {
+                        if (a < b)
+                                (void) zsw_store_invalidate(t->owner, a, b - a);
+                } else if (ev->event == UFFD_EVENT_REMAP) {
+                        int r = zsw_store_move_rest(t->owner, a, b, ev->len / ZSW_PAGE_SIZE);
+
+                        if (r < 0 && r != -EINVAL && r != -ERANGE)
+                                return r;
+                } else
+                        return -EPROTO;
+        }
+        return 0;
+}
+
 /* Makes the target of one record, with its owner (in the family of an
  * earlier target when it has one) and its pages. */
 static int load_target(struct zsw_engine *e, struct reader *rd, struct zsw_target **made, size_t i,
@@ -818,6 +878,8 @@ static int load_target(struct zsw_engine *e, struct reader *rd, struct zsw_targe
                         return r == -ENOMEM ? r : -EPROTO;
         }
         r = load_pages(rd, t->owner, st->family, st->n_pages, &lost);
+        if (r >= 0)
+                r = load_events(rd, t, st->n_events);
         if (r >= 0 && lost > 0)
                 zsw_log(e->log, LOG_ERR,
                         "Process %d: %" PRIu64 " of its pages were lost with the swapfile of a "
@@ -832,7 +894,9 @@ static int load_check_header(const struct state_header *h, const struct state_tr
         if (!h || memcmp(h->magic, ZSW_STATE_MAGIC, sizeof(h->magic)) != 0)
                 return engine_fail(err, -EPROTO, "not a zswapd state (bad magic)");
         if (h->version < ZSW_STATE_VERSION_MIN || h->version > ZSW_STATE_VERSION ||
-            h->header_size != sizeof(*h) || h->target_size != sizeof(struct state_target))
+            h->header_size != sizeof(*h) ||
+            h->target_size !=
+                    (h->version >= 3 ? sizeof(struct state_target) : STATE_TARGET_V2_SIZE))
                 return engine_fail(err, -EPROTO,
                                    "state version %u (layout %u/%u) is not one "
                                    "this zswapd reads (%u to %u)",
@@ -865,10 +929,11 @@ static int load_all(struct zsw_engine *e, struct reader *rd, const struct state_
                 return engine_fail(err, -ENOMEM, "out of memory for the state");
         *ret_n = h.n_targets;
         for (size_t i = 0; i < h.n_targets; i++) {
-                const struct state_target *st = reader_take(rd, sizeof(*st));
+                const struct state_target *st = reader_take(rd, h.target_size);
 
+                /* An older record is a prefix of this one: no events. */
                 if (st)
-                        (*ret_recs)[i] = *st;
+                        memcpy(&(*ret_recs)[i], st, h.target_size);
                 r = st ? load_target(e, rd, *ret_made, i, &(*ret_recs)[i]) : -EPROTO;
                 if (r < 0)
                         return engine_fail(err, r, "cannot load target %zu of the state: %s", i,

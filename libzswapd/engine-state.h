@@ -26,16 +26,24 @@
  *                           whose disk copy could not be read) has no
  *                           payload: a load of it fails, its fault is
  *                           answered with poison
+ *     per event (version 3): struct state_event, one the dead zswapd read
+ *                           from the target's uffd and had not applied
+ *                           (or only in part): applied in order once
+ *                           the pages are in
  *   trailer                 struct state_trailer
  */
 #pragma once
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define ZSW_STATE_MAGIC "ZSWSTATE"
 #define ZSW_STATE_END "ZSWSTEND"
-#define ZSW_STATE_VERSION 2u
-/* Version 1 is version 2 without dictionaries: read alike. */
+#define ZSW_STATE_VERSION 3u
+/* Version 1 is version 2 without dictionaries, version 2 is version 3
+ * without events (and its target record ends before n_events): read
+ * alike. A writer writes the lowest version that holds its state, so
+ * that the release before can take most states over. */
 #define ZSW_STATE_VERSION_MIN 1u
 #define ZSW_STATE_LABEL_MAX 64u
 
@@ -64,7 +72,12 @@ struct state_target {
         uint32_t prefetch_window, zero_window;
         char label[ZSW_STATE_LABEL_MAX]; /* the owner's label (a policy name), "" for none */
         uint64_t n_pages;
+        /* Version 3: */
+        uint32_t n_events;
+        uint32_t reserved;
 };
+/* The record as versions 1 and 2 wrote it. */
+#define STATE_TARGET_V2_SIZE offsetof(struct state_target, n_events)
 
 struct state_dict {
         uint64_t length; /* content bytes that follow */
@@ -83,6 +96,12 @@ struct state_entry {
         uint64_t value; /* SAME: the repeated word */
 };
 
+struct state_event {
+        uint8_t event; /* UFFD_EVENT_REMOVE, UFFD_EVENT_UNMAP or UFFD_EVENT_REMAP */
+        uint8_t reserved[7];
+        uint64_t start, end; /* REMOVE, UNMAP: the range; REMAP: from, to */
+        uint64_t len;        /* REMAP: its length */
+};
 struct state_trailer {
         char magic[8]; /* ZSW_STATE_END */
         uint64_t n_entries;

@@ -34,7 +34,6 @@
 #include "hold.h"
 #include "uffd.h"
 
-#define MSGS_PER_READ 16u
 #define FAULT_ZEROS_PAGES 64u
 
 struct fault_buf {
@@ -497,7 +496,7 @@ static void serve_parked(struct fault_thread *ft, struct zsw_target *t) {
 
 static void serve_target(struct fault_thread *ft, struct zsw_target *t) {
         struct target_hold *hold = atomic_load_explicit(&t->hold, memory_order_acquire);
-        struct uffd_msg msgs[MSGS_PER_READ];
+        struct uffd_msg *msgs = t->msgs;
         int n;
 
         ft->read_ns = zsw_now_ns();
@@ -514,15 +513,22 @@ static void serve_target(struct fault_thread *ft, struct zsw_target *t) {
          * could place a page the target has just discarded, or zero-fill
          * the destination of a move whose entries have not moved yet. */
         do {
-                n = zsw_uffd_read_msgs(t->uffd, msgs, MSGS_PER_READ);
+                n = zsw_uffd_read_msgs(t->uffd, msgs, TARGET_MSGS);
                 for (int i = 0; i < n; i++)
-                        if (msgs[i].event != UFFD_EVENT_PAGEFAULT)
+                        if (msgs[i].event != UFFD_EVENT_PAGEFAULT) {
                                 handle_msg(ft, t, &msgs[i]);
+                                atomic_store_explicit(&t->msgs_applied, (unsigned) i + 1,
+                                                      memory_order_release);
+                        }
                 for (int i = 0; i < n; i++)
                         if (msgs[i].event == UFFD_EVENT_PAGEFAULT)
                                 handle_msg(ft, t, &msgs[i]);
+                /* Empty again, for zswapd-rescue (target-internal.h). */
+                for (int i = 0; i < n; i++)
+                        msgs[i].event = 0;
+                atomic_store_explicit(&t->msgs_applied, 0, memory_order_release);
                 ft->read_ns = zsw_now_ns();
-        } while (n == (int) MSGS_PER_READ);
+        } while (n == (int) TARGET_MSGS);
         zsw_mutex_unlock(&t->serve_lock);
         if (n < 0 && n != -EAGAIN) {
                 zsw_log(t->log, LOG_DEBUG, "Reading the userfaultfd of %d failed: %s", t->pid,

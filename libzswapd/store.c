@@ -1148,6 +1148,41 @@ int zsw_store_move(struct zsw_owner *o, uint64_t old_start, uint64_t new_start, 
         return (int) MIN(moved, (uint64_t) INT32_MAX);
 }
 
+int zsw_store_move_rest(struct zsw_owner *o, uint64_t old_start, uint64_t new_start, uint64_t n) {
+        uint64_t pgno, moved = 0;
+        struct zsw_entry *e;
+        int r = 0;
+
+        if (n == 0 || old_start == new_start)
+                return 0;
+        if (old_start > ZSW_INDEX_MAX_PGNO + 1 - n || new_start > ZSW_INDEX_MAX_PGNO + 1 - n ||
+            n > ZSW_INDEX_MAX_PGNO + 1)
+                return -ERANGE;
+        if (old_start < new_start + n && new_start < old_start + n)
+                return -EINVAL;
+
+        zsw_mutex_lock(&o->lock, ZSW_LOCK_OWNER);
+        for (e = zsw_index_next(o->index, old_start, &pgno); e && pgno < old_start + n;
+             e = zsw_index_after(o->index, pgno, &pgno)) {
+                uint64_t to = new_start + (pgno - old_start);
+
+                if (zsw_index_lookup(o->index, to) == e) {
+                        /* Cut between a move's two steps: the entry is at
+                         * both places, a reference each. */
+                        invalidate_locked(o, pgno, pgno + 1);
+                } else {
+                        invalidate_locked(o, to, to + 1);
+                        r = zsw_index_insert(o->index, to, e);
+                        if (r < 0)
+                                break;
+                        zsw_index_erase_range(o->index, pgno, pgno + 1, forget_slot, NULL);
+                }
+                moved++;
+        }
+        zsw_mutex_unlock(&o->lock);
+        return r < 0 ? r : (int) MIN(moved, (uint64_t) INT32_MAX);
+}
+
 /* ---- writeback interface -------------------------------------------------- */
 
 size_t zsw_store_isolate(struct zsw_owner *o, struct zsw_entry **ret, size_t n) {

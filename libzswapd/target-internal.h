@@ -23,6 +23,7 @@
 #include "lockdep.h"
 #include "store.h"
 #include "target.h"
+#include "uffd.h"
 #include "vma.h"
 
 /* Pages per eviction round: one ptrace stop and one injected drop. A stop
@@ -71,6 +72,9 @@ struct evict_batch {
         size_t n_drop;
 };
 
+/* Messages a fault thread reads from a target's uffd at once. */
+#define TARGET_MSGS 16u
+
 struct zsw_target {
         const struct zsw_log *log; /* the engine's */
         pid_t pid;                 /* 0 while a fork child is unidentified */
@@ -100,6 +104,16 @@ struct zsw_target {
         /* Read-held by each store of the round's pages, write-held by a
          * move of entries into the round (evict_on_move_in()). */
         pthread_rwlock_t round_store_lock;
+
+        /* The last batch of messages a fault thread read from the uffd,
+         * under serve_lock, and how many of them it has applied (events
+         * below msgs_applied are done). A slot whose event is 0 is empty:
+         * each batch is cleared once handled. An event read and not
+         * applied when zswapd dies (the kernel has let its caller go, so
+         * it never comes again) is found here by zswapd-rescue, saved with
+         * the state and applied at adoption (engine-state.c). */
+        struct uffd_msg msgs[TARGET_MSGS];
+        _Atomic unsigned msgs_applied;
 
         /* Prefetch heuristic: a fault next to the previous one means a
          * sequential stream. Under serve_lock. */

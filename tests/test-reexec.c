@@ -9,8 +9,13 @@
  * cannot happen leaves zswapd serving as before.
  */
 #define TEST_NO_MAIN
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <linux/userfaultfd.h>
+#include <sys/ptrace.h>
+#include <sys/syscall.h>
+#include <sys/user.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -451,11 +456,17 @@ static void test_failed_reexec_changes_nothing(void) {
 /* sig (SIGKILL, SIGSEGV, SIGABRT): zswapd dies at once; its rescue task
  * (which holds the control socket meanwhile) saves the state in
  * ctl.state and exits. */
+static void daemon_wait_dead(struct daemon *d, int sig);
+
 static void daemon_kill(struct daemon *d, int sig) {
+        ASSERT_OK(kill(d->pid, sig));
+        daemon_wait_dead(d, sig);
+}
+
+static void daemon_wait_dead(struct daemon *d, int sig) {
         char path[128];
         int status;
 
-        ASSERT_OK(kill(d->pid, sig));
         if (!wait_guarded(d->pid, TEST_GUARD_MS, &status))
                 TEST_FAIL("zswapd %d did not die of signal %d; see %s", d->pid, sig, d->log);
         /* A sanitizer's handler ends it with an exit status instead. */
@@ -788,6 +799,151 @@ static void test_dead_disk_then_dead_zswapd(void) {
         ASSERT_OK(rmdir(dir));
 }
 
+/* ---- an event read, not applied ------------------------------------------ */
+
+/* zswapd's fault threads, seized by us and run from system call to
+ * system call (PTRACE_SYSCALL). */
+struct traced {
+        pid_t tids[16];
+        size_t n;
+};
+
+static void trace_fault_threads(pid_t pid, struct traced *tr) {
+        char path[64], comm[32];
+        struct dirent *de;
+        DIR *dir;
+
+        snprintf(path, sizeof(path), "/proc/%d/task", pid);
+        dir = opendir(path);
+        ASSERT_TRUE(dir);
+        tr->n = 0;
+        while ((de = readdir(dir)) && tr->n < ARRAY_SIZE(tr->tids)) {
+                pid_t tid = (pid_t) strtol(de->d_name, NULL, 10);
+                int status;
+                FILE *f;
+
+                if (tid <= 0)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", pid, tid);
+                f = fopen(path, "re");
+                if (!f)
+                        continue;
+                if (!fgets(comm, sizeof(comm), f) || strncmp(comm, "zswapd-fault", 12) != 0) {
+                        fclose(f);
+                        continue;
+                }
+                fclose(f);
+                ASSERT_OK(ptrace(PTRACE_SEIZE, tid, NULL, (void *) PTRACE_O_TRACESYSGOOD));
+                ASSERT_OK(ptrace(PTRACE_INTERRUPT, tid, NULL, NULL));
+                ASSERT_EQ(waitpid(tid, &status, __WALL), tid);
+                ASSERT_OK(ptrace(PTRACE_SYSCALL, tid, NULL, NULL));
+                tr->tids[tr->n++] = tid;
+        }
+        closedir(dir);
+        ASSERT_GT(tr->n, 0);
+}
+
+/* Runs the traced threads (tr) until one of them returns from a read(2)
+ * of a userfaultfd with an event of kind event in hand, and leaves it
+ * stopped there. */
+static void run_to_uffd_read(pid_t pid, const struct traced *tr, uint8_t event) {
+        struct uffd_msg msgs[64];
+
+        for (size_t k = 0;; k = (k + 1) % tr->n) {
+                struct user_regs_struct regs;
+                char path[64], link[64] = "";
+                pid_t tid = tr->tids[k];
+                int status;
+
+                /* Ours only: other children (zswapctl, a rescue task) are
+                 * reaped where they are waited for. */
+                if (waitpid(tid, &status, __WALL | WNOHANG) != tid) {
+                        if (k + 1 == tr->n)
+                                usleep(200);
+                        continue;
+                }
+                ASSERT_TRUE(WIFSTOPPED(status));
+                if (WSTOPSIG(status) != (SIGTRAP | 0x80)) {
+                        /* A signal or a group stop: not ours to keep. */
+                        int sig = (status >> 16) == 0 ? WSTOPSIG(status) : 0;
+
+                        ASSERT_OK(ptrace(PTRACE_SYSCALL, tid, NULL, (void *) (long) sig));
+                        continue;
+                }
+                ASSERT_OK(ptrace(PTRACE_GETREGS, tid, NULL, &regs));
+                /* At the entry rax is -ENOSYS; at the exit, the result. */
+                if (regs.orig_rax == SYS_read && (long) regs.rax > 0 &&
+                    regs.rax % sizeof(msgs[0]) == 0 && regs.rax <= sizeof(msgs)) {
+                        struct iovec local = { msgs, regs.rax };
+                        struct iovec remote = { (void *) regs.rsi, regs.rax };
+
+                        snprintf(path, sizeof(path), "/proc/%d/fd/%llu", pid, regs.rdi);
+                        if (readlink(path, link, sizeof(link) - 1) > 0 &&
+                            strstr(link, "userfaultfd") &&
+                            process_vm_readv(tid, &local, 1, &remote, 1, 0) == (ssize_t) regs.rax)
+                                for (size_t i = 0; i < regs.rax / sizeof(msgs[0]); i++)
+                                        if (msgs[i].event == event)
+                                                return;
+                }
+                ASSERT_OK(ptrace(PTRACE_SYSCALL, tid, NULL, NULL));
+        }
+}
+
+/* Kills zswapd with the traced threads as they are, and reaps them (a
+ * traced thread that dies waits for its tracer, and the process with it). */
+static void kill_traced(struct daemon *d, const struct traced *tr) {
+        ASSERT_OK(kill(d->pid, SIGKILL));
+        for (size_t i = 0; i < tr->n; i++) {
+                int status;
+
+                while (waitpid(tr->tids[i], &status, __WALL) == tr->tids[i] && !WIFEXITED(status) &&
+                       !WIFSIGNALED(status))
+                        ;
+        }
+        daemon_wait_dead(d, SIGKILL);
+}
+
+/* zswapd dies right after a fault thread read the target's own
+ * MADV_DONTNEED (then an mremap of all its memory) from the uffd: the
+ * kernel has let the target go on, the event never comes again, and it
+ * is only in the dead process's memory. The rescue saves it with the
+ * state and the next zswapd applies it: the discarded pages read as
+ * zeros (not the content taken before), the moved ones as they were.
+ * Fails without the events in the state: 16 pages of old content, then
+ * every page lost. */
+static void test_event_read_by_a_dead_zswapd_is_applied(void) {
+        static const struct {
+                const char *command;
+                uint8_t event;
+        } steps[] = { { "dontneed 8 16", UFFD_EVENT_REMOVE }, { "mremap 0", UFFD_EVENT_REMAP } };
+        struct daemon d;
+        struct target *t;
+
+        daemon_start(&d, zswapd_path, "");
+        t = target_start(NULL);
+        cmd_ok(t, "fill 24");
+        attach(&d, t->pid);
+        for (size_t i = 0; i < ARRAY_SIZE(steps); i++) {
+                struct traced tr;
+
+                reclaim_all(&d, t->pid);
+                trace_fault_threads(d.pid, &tr);
+                fprintf(t->in, "%s\n", steps[i].command);
+                fflush(t->in);
+                run_to_uffd_read(d.pid, &tr, steps[i].event);
+                kill_traced(&d, &tr);
+                daemon_exec(&d, zswapd_path, NULL, 0);
+                ASSERT_EQ(count_in_log(&d, "Took over 1 process"), (int) i + 1);
+                /* Its answer waits on pages the new zswapd serves. */
+                ASSERT_TRUE(fgets(t->line, sizeof(t->line), t->out));
+                ASSERT_TRUE(strncmp(t->line, "ok", 2) == 0);
+                expect_verify(t, TARGET_PAGES, 0);
+        }
+        daemon_stop(&d);
+        expect_verify(t, TARGET_PAGES, 0);
+        target_exit(t);
+}
+
 int main(int argc, char **argv) {
         static const struct test_case cases[] = {
                 { "unreadable_state_is_kept", test_unreadable_state_is_kept },
@@ -798,6 +954,8 @@ int main(int argc, char **argv) {
                 { "killed_zswapd_loses_nothing", test_killed_zswapd_loses_nothing },
                 { "unread_state_is_never_overwritten", test_unread_state_is_never_overwritten },
                 { "target_gone_while_zswapd_dead", test_target_gone_while_zswapd_dead },
+                { "event_read_by_a_dead_zswapd_is_applied",
+                  test_event_read_by_a_dead_zswapd_is_applied },
                 { "attach_warns_of_a_foreign_registration",
                   test_attach_warns_of_a_foreign_registration },
                 /* Last: it skips where there is no loop device. */

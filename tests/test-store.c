@@ -396,6 +396,48 @@ TEST(clone_shares_then_diverges) {
         env_free(&e);
 }
 
+static int note_entry(void *userdata, const struct zsw_store_page *p) {
+        const void **v = userdata;
+
+        if (p->pgno >= 100 && p->pgno < 108)
+                v[p->pgno - 100] = p->entry;
+        return 0;
+}
+
+/* A move cut short (a dead zswapd's; engine-state.c applies it again):
+ * pages 100-101 moved whole, 102 copied and not yet dropped at its
+ * source, 103-107 not moved, a stale page at 1005. The rest of the move
+ * leaves each page at its destination once, with its content. */
+TEST(move_rest_finishes_a_move_cut_short) {
+        const void *entries[8] = {};
+        struct env e;
+
+        env_new(&e, NULL);
+        ASSERT_EQ(store_run(&e, e.o, 100, 8, PAGE_DATA), 8);
+        ASSERT_EQ(store_run(&e, e.o, 1005, 1, PAGE_NOISE), 1);
+        ASSERT_OK(zsw_store_export(e.o, note_entry, entries));
+        for (uint64_t i = 0; i < 3; i++) {
+                struct zsw_store_page p = { .pgno = 1000 + i };
+
+                ASSERT_OK(zsw_store_import(e.o, &p, (struct zsw_entry *) entries[i], NULL));
+                if (i < 2)
+                        ASSERT_EQ(zsw_store_invalidate(e.o, 100 + i, 1), 1);
+        }
+        ASSERT_EQ(zsw_store_move_rest(e.o, 100, 1000, 8), 6);
+        ASSERT_EQ_U(stats(&e).stored_pages, 8);
+        for (uint64_t i = 0; i < 8; i++) {
+                uint8_t buf[ZSW_PAGE_SIZE];
+
+                ASSERT_FALSE(zsw_store_contains(e.o, 100 + i));
+                ASSERT_OK(zsw_store_load(e.w, e.o, 1000 + i, buf, 0));
+                assert_page(buf, PAGE_DATA, 100 + i);
+        }
+        /* Nothing left to move: nothing changes. */
+        ASSERT_EQ(zsw_store_move_rest(e.o, 100, 1000, 8), 0);
+        ASSERT_EQ_U(stats(&e).stored_pages, 8);
+        env_free(&e);
+}
+
 TEST(move_and_invalidate) {
         struct env e;
 
