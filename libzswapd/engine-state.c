@@ -373,7 +373,11 @@ static int save_list(struct zsw_engine *e, bool orphaned, struct zsw_target ***r
 /* with_dict: t is the first of its family in a version-2 state. */
 /* The events of t a fault thread read and had not applied, the last
  * one maybe in part (target-internal.h): a dead zswapd's. None once the
- * fault threads are frozen. Returns how many, in ev. */
+ * fault threads are frozen. A REMOVE of our own drop by MADV_DONTNEED
+ * (kernels without guard markers) can be among them only while the
+ * injected thread still ran on our registers: that target dies of
+ * SIGTRAP anyway (docs/design.md), and invalidating its dropped pages
+ * again changes nothing. Returns how many, in ev. */
 static size_t pending_events(const struct zsw_target *t, struct state_event ev[TARGET_MSGS]) {
         size_t n = 0;
 
@@ -677,6 +681,15 @@ static int load_pages(struct reader *rd, struct zsw_owner *o, uint32_t family, u
                 sp = reader_take(rd, sizeof(*sp));
                 if (!sp || sp->id > rd->n_entries + b.n_new)
                         return -EPROTO;
+                if (sp->id >= rd->n_entries && sp->id < rd->n_entries + b.n_new) {
+                        /* An entry of this very batch at a second page (a
+                         * move a dead zswapd had copied and not yet
+                         * dropped at its source): made first. sp stays
+                         * valid, the batch's records were taken already. */
+                        r = batch_flush(rd, o, family, &b);
+                        if (r < 0)
+                                return r;
+                }
                 p = &b.pages[b.n];
                 *p = (struct zsw_store_page) { .pgno = sp->pgno };
                 if (sp->id < rd->n_entries) {
@@ -688,7 +701,7 @@ static int load_pages(struct reader *rd, struct zsw_owner *o, uint32_t family, u
                         continue;
                 }
                 if (sp->id != rd->n_entries + b.n_new)
-                        return -EPROTO; /* shared with a page of this very batch */
+                        return -EPROTO;
                 se = reader_take(rd, sizeof(*se));
                 if (!se)
                         return -EPROTO;

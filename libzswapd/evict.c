@@ -900,6 +900,25 @@ static int round_commit_drop(struct evictor *e, struct zsw_target *t, struct evi
         return r;
 }
 
+/* The pages the round took (not cancelled), in rd->taken, stamped taken
+ * for the refault distance of each (heat.h). Returns how many. */
+static size_t round_taken(struct zsw_target *t, struct evict_round *rd) {
+        struct evict_batch *b = &t->batch;
+        size_t dropped = 0;
+
+        zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
+        for (size_t i = 0; i < b->n; i++)
+                if (!b->cancelled[i])
+                        rd->taken[dropped++] = b->addrs[i] / ZSW_PAGE_SIZE;
+        zsw_mutex_unlock(&t->batch_lock);
+        for (size_t i = 0, j; i < dropped; i = j) {
+                for (j = i + 1; j < dropped && rd->taken[j] == rd->taken[j - 1] + 1; j++)
+                        ;
+                zsw_heat_taken(t->heat, rd->taken[i], j - i);
+        }
+        return dropped;
+}
+
 static int round_drop(struct evictor *e, struct zsw_target *t, struct evict_round *rd,
                       struct zsw_reclaim_result *res) {
         struct evict_batch *b = &t->batch;
@@ -914,6 +933,10 @@ static int round_drop(struct evictor *e, struct zsw_target *t, struct evict_roun
         rd->ns_seize += zsw_now_ns() - start;
         if (r >= 0)
                 r = round_commit_drop(e, t, rd, remote);
+        /* Stamped before the threads go: a fault on a page right after
+         * must find its taken stamp, not have its use overwritten by it. */
+        if (r >= 0)
+                dropped = round_taken(t, rd);
         /* The round lends no room any more, before its threads go: their
          * faults would count the dropped pages twice. And none while
          * drops fail (a target that cannot be stopped): the group would
@@ -931,21 +954,10 @@ static int round_drop(struct evictor *e, struct zsw_target *t, struct evict_roun
                 hold_kick(t);
         if (r < 0 && b->state != EVICT_DROPPING)
                 return r;
-
-        if (r < 0)
+        if (r < 0) {
                 round_keep_undropped(t);
-        zsw_mutex_lock(&t->batch_lock, ZSW_LOCK_BATCH);
-        for (size_t i = 0; i < b->n; i++)
-                if (!b->cancelled[i])
-                        rd->taken[dropped++] = b->addrs[i] / ZSW_PAGE_SIZE;
-        zsw_mutex_unlock(&t->batch_lock);
-        /* For the refault distance of each (heat.h). */
-        for (size_t i = 0, j; i < dropped; i = j) {
-                for (j = i + 1; j < dropped && rd->taken[j] == rd->taken[j - 1] + 1; j++)
-                        ;
-                zsw_heat_taken(t->heat, rd->taken[i], j - i);
+                dropped = round_taken(t, rd);
         }
-
         res->evicted_pages += dropped;
         atomic_fetch_add_explicit(&t->evicted, dropped, memory_order_relaxed);
         return r;
@@ -1133,7 +1145,7 @@ static unsigned cold_passes(struct zsw_target *t, uint64_t min_age_ms, uint64_t 
 /* Without a minimum age, eviction goes round the address space from the
  * target's hand and takes the pages that have gone unused (as seen, see
  * heat.h) at least as long as the first of these that gives the budget:
- * pages never seen in use or not for a minute first, at last any page.
+ * pages never seen in use or not for 64 s first, at last any page.
  * Each class is 1/sqrt(2) of the one before: the closer the classes, the
  * closer the pages taken are to the coldest the budget needs
  * (docs/performance.md, "Heat of the page alone"). */

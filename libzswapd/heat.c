@@ -22,6 +22,7 @@
 /* A refault after more than this many resident sets' worth of pages went
  * after the page lowers its level (one within one resident set raises it). */
 #define REFAULT_LATE_RESIDENTS 32u
+#define REFAULT_LATE_MAX (UINT64_C(1) << 30)
 
 /* A stamp with this bit is a page taken, not used: see the top. */
 #define STAMP_TAKEN 0x80000000u
@@ -127,23 +128,25 @@ static uint32_t ticks_between(uint32_t then, uint32_t now) {
         return STAMP_TIME(now - STAMP_TIME(then));
 }
 
-/* A use of page i of c at stamp. A page that comes back soon after it
- * was taken was in use all along: its level rises, and each level doubles
- * how long it must go unused to count as idle (zsw_heat_idle_ns()); one
- * that stayed away long falls back. */
-/* A use of page i of c. A page taken comes back: had the target kept
- * as many pages more as went out after it, it would have stayed. Under
- * one resident set's worth it was in use all along (the kernel's
- * workingset activates such a refault): its level rises. */
+/* A use of page i of c at stamp. A page taken comes back: had the target
+ * kept as many pages more as went out after it, it would have stayed.
+ * Under one resident set's worth it was in use all along (the kernel's
+ * workingset activates such a refault): its level rises, and each level
+ * doubles how long it must go unused to count as idle
+ * (zsw_heat_idle_ns()); one that stayed away long falls back. Distances
+ * are modulo 2^31 pages: a page back after 8 TiB went out after it may
+ * count as soon, and "long" stops at 2^30 pages (a target keeping more
+ * than 2^25 pages, 128 GiB, present has a shorter "long"). */
 static void heat_use(struct zsw_heat *h, struct heat_chunk *c, size_t i, uint32_t stamp) {
         uint32_t s = c->stamp[i];
 
         if ((s & STAMP_TAKEN) && h->resident > 0) {
                 uint64_t distance = STAMP_TIME((uint32_t) h->taken - STAMP_TIME(s));
+                uint64_t late = MIN(REFAULT_LATE_RESIDENTS * h->resident, REFAULT_LATE_MAX);
 
                 if (distance < h->resident)
                         c->level[i] = (uint8_t) MIN(c->level[i] + 1u, LEVEL_MAX);
-                else if (distance > REFAULT_LATE_RESIDENTS * h->resident && c->level[i] > 0)
+                else if (distance > late && c->level[i] > 0)
                         c->level[i]--;
         }
         c->stamp[i] = stamp;

@@ -16,8 +16,8 @@
  * before as many pages went out after it as the target keeps present
  * (it would have stayed in a resident set that much larger) raises its
  * level, and each level doubles how long the page must then go unused
- * to be idle, up to 128 times; one that comes back only after 32 such
- * sets lowers it.
+ * to be idle, up to 128 times; one that comes back only after more than
+ * 32 such sets lowers it.
  * A stamp is the page's own: a page next to a hot one is not hotter for
  * it (docs/performance.md, "Heat of the page alone").
  * Stamps live in chunks of 512 pages (2 MiB of address space), made on

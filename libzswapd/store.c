@@ -1151,6 +1151,7 @@ int zsw_store_move(struct zsw_owner *o, uint64_t old_start, uint64_t new_start, 
 int zsw_store_move_rest(struct zsw_owner *o, uint64_t old_start, uint64_t new_start, uint64_t n) {
         uint64_t pgno, moved = 0;
         struct zsw_entry *e;
+        bool emptied;
         int r = 0;
 
         if (n == 0 || old_start == new_start)
@@ -1162,13 +1163,23 @@ int zsw_store_move_rest(struct zsw_owner *o, uint64_t old_start, uint64_t new_st
                 return -EINVAL;
 
         zsw_mutex_lock(&o->lock, ZSW_LOCK_OWNER);
+        /* Whether the move had emptied the destination: an entry is at
+         * both places (copied), or none is left at the source (all moved).
+         * If not, it is emptied now, as the move does first. */
+        e = zsw_index_next(o->index, old_start, &pgno);
+        emptied = !e || pgno >= old_start + n;
+        for (; !emptied && e && pgno < old_start + n; e = zsw_index_after(o->index, pgno, &pgno))
+                emptied = zsw_index_lookup(o->index, new_start + (pgno - old_start)) == e;
+        if (!emptied)
+                invalidate_locked(o, new_start, new_start + n);
         for (e = zsw_index_next(o->index, old_start, &pgno); e && pgno < old_start + n;
              e = zsw_index_after(o->index, pgno, &pgno)) {
                 uint64_t to = new_start + (pgno - old_start);
 
                 if (zsw_index_lookup(o->index, to) == e) {
-                        /* Cut between a move's two steps: the entry is at
-                         * both places, a reference each. */
+                        /* Copied and not yet dropped at its source: the
+                         * entry is at both places, and a loaded index
+                         * holds a reference for each. */
                         invalidate_locked(o, pgno, pgno + 1);
                 } else {
                         invalidate_locked(o, to, to + 1);

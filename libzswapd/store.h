@@ -269,14 +269,15 @@ uint64_t zsw_store_invalidate(struct zsw_owner *o, uint64_t start, uint64_t n);
  * is dropped anyway). Returns how many pages moved. */
 int zsw_store_move(struct zsw_owner *o, uint64_t old_start, uint64_t new_start, uint64_t n);
 /* The rest of a zsw_store_move() that stopped part way (a dead zswapd's,
- * applied again at adoption): each page of [old_start, old_start + n)
- * that still has an entry moves to the same offset from new_start,
- * replacing what is there; an entry found at both places (the move's
- * copy made, its source not yet dropped) keeps the copy. Pages with no
- * entry left at the source leave the destination as it is: what a move
- * dropped there first is gone, and what is there now it moved. Returns
- * the pages moved or a negative errno; a failure leaves every entry at
- * one place. */
+ * applied again to the index loaded from its state, where each page of
+ * an entry holds its own reference): when no entry of the source is at
+ * its place in the destination yet, the destination is emptied first, as
+ * the move does; then each page of [old_start, old_start + n) that still
+ * has an entry moves to the same offset from new_start, replacing what
+ * is there, and an entry found at both places (copied, its source not yet
+ * dropped) keeps the copy. A source with no entry left changes nothing.
+ * Returns the pages moved or a negative errno; a failure leaves every
+ * entry at one place. */
 int zsw_store_move_rest(struct zsw_owner *o, uint64_t old_start, uint64_t new_start, uint64_t n);
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct zsw_store *, zsw_store_free);

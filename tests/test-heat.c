@@ -354,6 +354,10 @@ TEST(a_round_joins_cold_pages_across_warm_gaps) {
         ASSERT_EQ(gap_round(pagemap, h, base, 60 * SEC, now, regions), 1);
         ASSERT_EQ(regions[0].start, base);
         ASSERT_EQ(regions[0].end, base + (GAP_PAGES - 3) * PAGE);
+        /* Idle for 100 s: an eighth of that is 12.5 s, the gaps join
+         * still (a quarter, 25 s, would not). */
+        ASSERT_EQ(gap_round(pagemap, h, base, 100 * SEC, now, regions), 1);
+        ASSERT_EQ(regions[0].end, base + (GAP_PAGES - 3) * PAGE);
         /* Idle for 200 s: the gaps are hot at an eighth of that. */
         ASSERT_EQ(gap_round(pagemap, h, base, 200 * SEC, now, regions), (int) GAP_PAGES / 8);
         for (unsigned b = 0; b < GAP_PAGES / 8; b++)

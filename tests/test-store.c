@@ -435,6 +435,21 @@ TEST(move_rest_finishes_a_move_cut_short) {
         /* Nothing left to move: nothing changes. */
         ASSERT_EQ(zsw_store_move_rest(e.o, 100, 1000, 8), 0);
         ASSERT_EQ_U(stats(&e).stored_pages, 8);
+
+        /* Cut before any copy: the destination goes first, as in the
+         * move, also where the source has nothing (1204). */
+        ASSERT_EQ(store_run(&e, e.o, 200, 4, PAGE_DATA), 4);
+        ASSERT_EQ(store_run(&e, e.o, 1201, 1, PAGE_NOISE), 1);
+        ASSERT_EQ(store_run(&e, e.o, 1204, 1, PAGE_NOISE), 1);
+        ASSERT_EQ(zsw_store_move_rest(e.o, 200, 1200, 5), 4);
+        ASSERT_FALSE(zsw_store_contains(e.o, 1204));
+        for (uint64_t i = 0; i < 4; i++) {
+                uint8_t buf[ZSW_PAGE_SIZE];
+
+                ASSERT_OK(zsw_store_load(e.w, e.o, 1200 + i, buf, 0));
+                assert_page(buf, PAGE_DATA, 200 + i);
+        }
+        ASSERT_EQ_U(stats(&e).stored_pages, 12);
         env_free(&e);
 }
 
