@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "corpus.h"
+#include "engine-internal.h"
 #include "engine.h"
 #include "target-internal.h"
 #include "test.h"
@@ -221,6 +222,83 @@ static uint64_t rss_kb(pid_t pid) {
         ASSERT_EQ(fscanf(f, "%llu %llu", &size, &resident), 2);
         fclose(f);
         return resident * 4;
+}
+
+static int note_first_entry(void *userdata, const struct zsw_store_page *p) {
+        struct zsw_store_page *first = userdata;
+
+        if (!first->entry)
+                *first = *p;
+        return 0;
+}
+
+/* The second engine of salvaged_entry_at_two_pages_is_adopted, on a
+ * thread of its own: the first one's freeze holds its control_lock, and
+ * a thread holds one engine's at a time. */
+struct adoption {
+        struct test_child *ch;
+        struct zsw_engine *e;
+        int fd;
+        struct zsw_engine_error err;
+        int adopted;
+        uint64_t bad;
+};
+
+static void *adopt_and_verify(void *userdata) {
+        struct adoption *a = userdata;
+
+        a->adopted = zsw_engine_adopt(a->e, a->fd, NULL, NULL, &a->err);
+        if (a->adopted == 1) {
+                a->bad = test_child_ask(a->ch, 'v');
+                if (zsw_engine_detach(a->e, a->ch->pid, &a->err) < 0)
+                        a->adopted = -1;
+                a->bad += test_child_ask(a->ch, 'v');
+        }
+        return NULL;
+}
+
+/* A zswapd killed inside a move leaves one entry at two pages of one
+ * process (copied, not yet dropped at its source): its state, saved by
+ * the rescue's salvage, is adopted with both pages in one import batch,
+ * and every byte reads back. (The loader refused such a state whole.) */
+TEST(salvaged_entry_at_two_pages_is_adopted) {
+        struct test_child ch = child_start(8, 0);
+        struct zsw_engine *e = engine_start();
+        struct adoption a = { .ch = &ch, .e = engine_start() };
+        struct zsw_engine_salvage_result saved;
+        struct zsw_store_page first = {};
+        struct zsw_engine_error err = {};
+        struct zsw_reclaim_result res;
+        struct zsw_target *t;
+        pthread_t thread;
+
+        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
+        ASSERT_OK(zsw_engine_attach(e, ch.pid, &err));
+        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
+        ASSERT_GE(res.evicted_pages, npages / 2);
+        ASSERT_OK(zsw_engine_freeze(e, &err));
+        for (t = e->targets; t && t->pid != ch.pid; t = t->next)
+                ;
+        ASSERT_TRUE(t);
+        ASSERT_OK(zsw_store_export(t->owner, note_first_entry, &first));
+        ASSERT_TRUE(first.entry);
+        ASSERT_OK(zsw_store_import(t->owner, &(struct zsw_store_page) { .pgno = first.pgno - 1 },
+                                   (struct zsw_entry *) first.entry, NULL));
+
+        a.fd = memfd_create("state", MFD_CLOEXEC);
+        ASSERT_GE(a.fd, 0);
+        ASSERT_EQ(zsw_engine_salvage(e, a.fd, &saved, &err), 1);
+        ASSERT_EQ(lseek(a.fd, 0, SEEK_SET), 0);
+        ASSERT_OK(-pthread_create(&thread, NULL, adopt_and_verify, &a));
+        ASSERT_OK(-pthread_join(thread, NULL));
+        close(a.fd);
+        if (a.adopted != 1)
+                TEST_FAIL("adopt: %s", a.err.message);
+        ASSERT_EQ(a.bad, 0);
+        test_child_stop(&ch);
+        zsw_engine_thaw(e);
+        zsw_engine_free(a.e);
+        zsw_engine_free(e);
 }
 
 TEST(reclaim_fault_detach_round_trip) {
