@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * The state one zswapd hands to the binary it executes in its place
- * (zsw_engine_save(), zsw_engine_load()): the layout, written and read by
- * engine-state.c alone. Not a public interface; docs/design.md describes
- * it for people.
+ * (zsw_engine_save(), zsw_engine_load()): the layout, written by
+ * engine-state.c and read by engine-load.c. Not a public interface;
+ * docs/design.md describes it for people.
  *
  * Host byte order and host layout: the state never leaves the machine, it
  * only crosses one execve(2). A reader refuses a version it does not know
@@ -34,8 +34,12 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+
+#include "page.h"
 
 #define ZSW_STATE_MAGIC "ZSWSTATE"
 #define ZSW_STATE_END "ZSWSTEND"
@@ -107,3 +111,18 @@ struct state_trailer {
         uint64_t n_entries;
         uint64_t total_bytes; /* the whole state, trailer included */
 };
+
+/* Shared by the save (engine-state.c) and the load (engine-load.c). */
+
+/* The lowest address a wake may name (mmap_min_addr is at most this
+ * here) and the end of x86_64 user space: one UFFDIO_WAKE over it wakes
+ * every waiter of a uffd, registered ranges or not. */
+#define WAKE_START (UINT64_C(1) << 16)
+#define WAKE_END ((UINT64_C(1) << 47) - ZSW_PAGE_SIZE)
+
+#define ALIGN8(n) (((size_t) (n) + 7u) & ~(size_t) 7u)
+
+/* Field 22 of /proc/PID/stat: when the process started, in clock ticks
+ * since boot; with the pid, the identity of a process. */
+int state_proc_start_time(pid_t pid, uint64_t *ret);
+int state_fd_set_cloexec(int fd, bool on);

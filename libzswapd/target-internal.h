@@ -111,7 +111,7 @@ struct zsw_target {
          * each batch is cleared once handled. An event read and not
          * applied when zswapd dies (the kernel has let its caller go, so
          * it never comes again) is found here by zswapd-rescue, saved with
-         * the state and applied at adoption (engine-state.c). */
+         * the state and applied at adoption (engine-load.c). */
         struct uffd_msg msgs[TARGET_MSGS];
         _Atomic unsigned msgs_applied;
 

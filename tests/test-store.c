@@ -404,7 +404,7 @@ static int note_entry(void *userdata, const struct zsw_store_page *p) {
         return 0;
 }
 
-/* A move cut short (a dead zswapd's; engine-state.c applies it again):
+/* A move cut short (a dead zswapd's; engine-load.c applies it again):
  * pages 100-101 moved whole, 102 copied and not yet dropped at its
  * source, 103-107 not moved, a stale page at 1005. The rest of the move
  * leaves each page at its destination once, with its content. */
