@@ -1126,17 +1126,26 @@ static int move_locked(struct zsw_owner *o, uint64_t old, uint64_t new, uint64_t
         return 0;
 }
 
-int zsw_store_move(struct zsw_owner *o, uint64_t old_start, uint64_t new_start, uint64_t n) {
-        uint64_t moved = 0;
-        int r;
-
+/* Checks a move of n pages from old_start to new_start: 1 when there is
+ * nothing to move, 0 to go on, -ERANGE past the index, -EINVAL overlapping. */
+static int move_check(uint64_t old_start, uint64_t new_start, uint64_t n) {
         if (n == 0 || old_start == new_start)
-                return 0;
+                return 1;
         if (old_start > ZSW_INDEX_MAX_PGNO + 1 - n || new_start > ZSW_INDEX_MAX_PGNO + 1 - n ||
             n > ZSW_INDEX_MAX_PGNO + 1)
                 return -ERANGE;
         if (old_start < new_start + n && new_start < old_start + n)
                 return -EINVAL;
+        return 0;
+}
+
+int zsw_store_move(struct zsw_owner *o, uint64_t old_start, uint64_t new_start, uint64_t n) {
+        uint64_t moved = 0;
+        int r;
+
+        r = move_check(old_start, new_start, n);
+        if (r != 0)
+                return r > 0 ? 0 : r;
 
         zsw_mutex_lock(&o->lock, ZSW_LOCK_OWNER);
         invalidate_locked(o, new_start, new_start + n);
@@ -1152,15 +1161,11 @@ int zsw_store_move_rest(struct zsw_owner *o, uint64_t old_start, uint64_t new_st
         uint64_t pgno, moved = 0;
         struct zsw_entry *e;
         bool emptied;
-        int r = 0;
+        int r;
 
-        if (n == 0 || old_start == new_start)
-                return 0;
-        if (old_start > ZSW_INDEX_MAX_PGNO + 1 - n || new_start > ZSW_INDEX_MAX_PGNO + 1 - n ||
-            n > ZSW_INDEX_MAX_PGNO + 1)
-                return -ERANGE;
-        if (old_start < new_start + n && new_start < old_start + n)
-                return -EINVAL;
+        r = move_check(old_start, new_start, n);
+        if (r != 0)
+                return r > 0 ? 0 : r;
 
         zsw_mutex_lock(&o->lock, ZSW_LOCK_OWNER);
         /* Whether the move had emptied the destination: an entry is at

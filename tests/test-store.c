@@ -396,6 +396,17 @@ TEST(clone_shares_then_diverges) {
         env_free(&e);
 }
 
+/* Pages [from, from + n) of PAGE_DATA are at [to, to + n) alone. */
+static void check_moved(struct env *e, uint64_t from, uint64_t to, uint64_t n) {
+        for (uint64_t i = 0; i < n; i++) {
+                uint8_t buf[ZSW_PAGE_SIZE];
+
+                ASSERT_FALSE(zsw_store_contains(e->o, from + i));
+                ASSERT_OK(zsw_store_load(e->w, e->o, to + i, buf, 0));
+                assert_page(buf, PAGE_DATA, from + i);
+        }
+}
+
 static int note_entry(void *userdata, const struct zsw_store_page *p) {
         const void **v = userdata;
 
@@ -425,13 +436,7 @@ TEST(move_rest_finishes_a_move_cut_short) {
         }
         ASSERT_EQ(zsw_store_move_rest(e.o, 100, 1000, 8), 6);
         ASSERT_EQ_U(stats(&e).stored_pages, 8);
-        for (uint64_t i = 0; i < 8; i++) {
-                uint8_t buf[ZSW_PAGE_SIZE];
-
-                ASSERT_FALSE(zsw_store_contains(e.o, 100 + i));
-                ASSERT_OK(zsw_store_load(e.w, e.o, 1000 + i, buf, 0));
-                assert_page(buf, PAGE_DATA, 100 + i);
-        }
+        check_moved(&e, 100, 1000, 8);
         /* Nothing left to move: nothing changes. */
         ASSERT_EQ(zsw_store_move_rest(e.o, 100, 1000, 8), 0);
         ASSERT_EQ_U(stats(&e).stored_pages, 8);
@@ -443,12 +448,7 @@ TEST(move_rest_finishes_a_move_cut_short) {
         ASSERT_EQ(store_run(&e, e.o, 1204, 1, PAGE_NOISE), 1);
         ASSERT_EQ(zsw_store_move_rest(e.o, 200, 1200, 5), 4);
         ASSERT_FALSE(zsw_store_contains(e.o, 1204));
-        for (uint64_t i = 0; i < 4; i++) {
-                uint8_t buf[ZSW_PAGE_SIZE];
-
-                ASSERT_OK(zsw_store_load(e.w, e.o, 1200 + i, buf, 0));
-                assert_page(buf, PAGE_DATA, 200 + i);
-        }
+        check_moved(&e, 200, 1200, 4);
         ASSERT_EQ_U(stats(&e).stored_pages, 12);
         env_free(&e);
 }
