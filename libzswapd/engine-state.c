@@ -367,9 +367,10 @@ static int save_list(struct zsw_engine *e, bool orphaned, struct zsw_target ***r
  * one maybe in part (target-internal.h): a dead zswapd's. None once the
  * fault threads are frozen. A REMOVE of our own drop by MADV_DONTNEED
  * (kernels without guard markers) can be among them only while the
- * injected thread still ran on our registers: that target dies of
- * SIGTRAP anyway (docs/design.md), and invalidating its dropped pages
- * again changes nothing. Returns how many, in ev. */
+ * injected thread still ran on our registers: its orphaned tracer leaves
+ * that target to die of SIGTRAP (remote.c, finish_orphaned()), and
+ * invalidating its dropped pages again changes nothing. Returns how many,
+ * in ev. */
 static size_t pending_events(const struct zsw_target *t, struct state_event ev[TARGET_MSGS]) {
         size_t n = 0;
 

@@ -39,12 +39,26 @@
  * tracee. A thread that did not stop in time cannot be detached
  * (PTRACE_DETACH wants a stopped tracee) and keeps our pending interrupt:
  * only the exit of its tracer unlinks it and clears that. So each handle
- * has a tracer thread of its own that makes every ptrace call and exits
- * at release: the threads it stopped are detached one by one, the ones
- * that never stopped are let go by the kernel, unchanged. Each call of
- * the API is one operation handed to that thread (a seize, holding the
- * others, one injected call with all its steps): a stop costs a few
- * cross-CPU wakeups, not one per ptrace request.
+ * has a tracer of its own that makes every ptrace call and exits at
+ * release: the threads it stopped are detached one by one, the ones that
+ * never stopped are let go by the kernel, unchanged. Each call of the API
+ * is one operation handed to the tracer (a seize, holding the others, one
+ * injected call with all its steps): a stop costs a few cross-CPU
+ * wakeups, not one per ptrace request.
+ *
+ * The daemon's death. A tracer that exits with a thread in the middle of
+ * our steps leaves it on our registers with the trap flag set
+ * (exit_ptrace() unlinks, it does not disable stepping as PTRACE_DETACH
+ * does): the thread dies of SIGTRAP at its next instruction. So the
+ * tracer is not a thread of the daemon but a task of its own, made with
+ * clone(CLONE_VM | CLONE_FILES | CLONE_FS) and no CLONE_THREAD: a kill of
+ * the daemon leaves it. It runs on the TLS of a thread of the daemon
+ * that only waits for it (tracer_host()). Between operations it looks at
+ * its parent: once the daemon has died or exec'd, it finishes what the
+ * drop in flight left (finish_orphaned()), puts the thread's registers
+ * back, lets every held thread go and exits, as release would have.
+ * Operations are handed over through counters and futexes, with no lock
+ * a dying thread could keep.
  *
  * The syscall instruction is looked up in the vDSO where the kernel put
  * it (AT_SYSINFO_EHDR, checked with one PROCMAP_QUERY), and in the whole
@@ -60,8 +74,12 @@
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/futex.h>
+#include <linux/kcmp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -77,12 +95,28 @@
 #include "linux-compat.h"
 #include "remote-arch.h"
 #include "remote-internal.h"
+#include "uffd-compat.h"
 
 /* Kernel-internal restart codes a stopped thread's syscall may hold. */
 #define ERESTARTSYS 512
 #define ERESTARTNOINTR 513
 #define ERESTARTNOHAND 514
 #define ERESTART_RESTARTBLOCK 516
+
+/* The tracer is a task of its own that outlives the daemon (see the top),
+ * but where ThreadSanitizer watches, which cannot follow a task that
+ * shares memory without being a thread: there a thread of the daemon. */
+#define REMOTE_TRACER_TASK 1
+#if defined(__SANITIZE_THREAD__)
+#undef REMOTE_TRACER_TASK
+#define REMOTE_TRACER_TASK 0
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#undef REMOTE_TRACER_TASK
+#define REMOTE_TRACER_TASK 0
+#endif
+#endif
+#define TRACER_STACK_SIZE (1u << 20)
 
 #define VDSO_MAX_SIZE (64 * 1024)
 #define DEFERRED_SIGNALS_MAX 64
@@ -99,6 +133,7 @@ struct zsw_remote {
         bool at_signal_stop; /* last stop was a signal-delivery stop */
         bool seized;         /* we are its tracer */
         bool gone;           /* exited or exec'd: nothing left to restore */
+        bool abandoned;      /* left on our registers (finish_orphaned()) */
         bool our_child;      /* the leader of a child of ours: never reap its exit */
         int madvise_self;    /* process_madvise on itself: -1 unknown, 0 no, 1 yes */
         unsigned n_signals;
@@ -109,22 +144,37 @@ struct zsw_remote {
         struct held_thread *held; /* the other threads, stopped by zsw_remote_stop_others() */
         size_t n_held, held_size;
 
-        /* The thread that makes every ptrace call of this handle (see the
-         * top of this file); callers post one operation at a time. */
+        /* The tracer that makes every ptrace call of this handle (see the
+         * top of this file); callers post one operation at a time. It runs
+         * on the TLS of thread `tracer` (its host, see tracer_start()). */
         pthread_t tracer;
         pid_t tracer_tid;
         bool tracer_started;
+        pid_t daemon_pid; /* the tracer task's parent while the daemon lives */
+        void *tracer_stack;
         /* A thread was seized and never seen stopped: only the tracer's
          * exit lets it go (see zsw_remote_release()). */
         bool exit_lets_go;
-        pthread_mutex_t lock;
-        pthread_cond_t cond;
+        /* Operations are posted and answered by these counters and futex
+         * waits, never under a lock: an orphaned tracer must go on though
+         * the daemon's threads died holding whatever they held. An op of
+         * NULL ends the tracer. */
+        _Atomic uint32_t op_seq, done_seq;
+        _Atomic bool tracer_exited;
         int (*op)(struct zsw_remote *r, void *arg);
         void *op_arg;
         int op_result;
-        bool op_done, quit;
         timer_t wake_timer; /* ends the tracer's waits at their deadlines */
         bool wake_timer_made;
+        /* Guard markers installed and not yet removed: an orphaned tracer
+         * removes them before it lets the thread go (finish_orphaned()). */
+        struct iovec *guard_ranges;
+        uint64_t guard_scratch;
+        size_t guard_scratch_size;
+        _Atomic size_t n_guard;
+        /* A MADV_DONTNEED was injected: its REMOVE events cannot be told
+         * from the target's by a zswapd that did not inject it. */
+        _Atomic bool dontneed_injected;
         /* The first interrupt of a thread of the target, and when the
          * last one was let go (zsw_remote_release_held_ns()). */
         uint64_t interrupted_ns, let_go_ns;
@@ -440,60 +490,130 @@ static int find_syscall_insn(struct zsw_remote *r) {
                              "No syscall instruction in the vDSO of %d", r->pid);
 }
 
-/* ---- the tracer thread ---------------------------------------------------- */
+/* ---- the tracer ------------------------------------------------------------ */
 
 static void *tracer_main(void *userdata);
 static void release_on_tracer(struct zsw_remote *r);
+static void finish_orphaned(struct zsw_remote *r);
 
-/* Runs op(r, arg) on r's tracer thread and returns its result. */
-static int on_tracer(struct zsw_remote *r, int (*op)(struct zsw_remote *r, void *arg), void *arg) {
-        int k;
+static void futex_wait(_Atomic uint32_t *word, uint32_t val, unsigned timeout_ms) {
+        struct timespec ts = { (time_t) (timeout_ms / 1000), (long) (timeout_ms % 1000) * 1000000 };
 
-        if (pthread_equal(pthread_self(), r->tracer))
-                return op(r, arg);
-        pthread_mutex_lock(&r->lock);
+        (void) syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, val, timeout_ms > 0 ? &ts : NULL, NULL,
+                       0);
+}
+
+static void futex_wake(_Atomic uint32_t *word) {
+        (void) syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+}
+
+static bool on_tracer_now(const struct zsw_remote *r) {
+        return r->tracer_started && pthread_equal(pthread_self(), r->tracer) &&
+               gettid() == r->tracer_tid;
+}
+
+/* Posts op (NULL: quit) to r's tracer. */
+static uint32_t post(struct zsw_remote *r, int (*op)(struct zsw_remote *r, void *arg), void *arg) {
+        uint32_t seq = atomic_load(&r->op_seq) + 1;
+
         r->op = op;
         r->op_arg = arg;
-        r->op_done = false;
-        pthread_cond_broadcast(&r->cond);
-        while (!r->op_done)
-                pthread_cond_wait(&r->cond, &r->lock);
-        k = r->op_result;
-        pthread_mutex_unlock(&r->lock);
-        return k;
+        atomic_store(&r->op_seq, seq);
+        futex_wake(&r->op_seq);
+        return seq;
 }
+
+/* Runs op(r, arg) on r's tracer and returns its result. */
+static int on_tracer(struct zsw_remote *r, int (*op)(struct zsw_remote *r, void *arg), void *arg) {
+        uint32_t seq;
+
+        if (on_tracer_now(r))
+                return op(r, arg);
+        seq = post(r, op, arg);
+        for (;;) {
+                uint32_t done = atomic_load(&r->done_seq);
+
+                if (done == seq)
+                        return r->op_result;
+                if (atomic_load(&r->tracer_exited))
+                        return zsw_log_errno(r->log, LOG_ERR, ESRCH,
+                                             "The tracer task of process %d is gone", r->pid);
+                futex_wait(&r->done_seq, done, 0);
+        }
+}
+
+/* The daemon that started the tracer task has died or exec'd: the task,
+ * its child, has another parent now, or its parent another memory. */
+static bool daemon_gone(const struct zsw_remote *r) {
+        pid_t parent = getppid();
+
+        return parent != r->daemon_pid || syscall(SYS_kcmp, getpid(), parent, KCMP_VM, 0, 0) > 0;
+}
+
+/* How often a tracer task waiting for an operation looks at its parent. */
+#define ORPHAN_CHECK_MS 10u
 
 static void *tracer_main(void *userdata) {
         struct zsw_remote *r = userdata;
+        uint32_t handled = 0;
 
         r->tracer_tid = gettid();
         /* Its sleeps while a thread leaves a userfault are short. */
         (void) prctl(PR_SET_TIMERSLACK, 1000ul);
-        pthread_mutex_lock(&r->lock);
         for (;;) {
-                int (*op)(struct zsw_remote * r, void *arg) = r->op;
-                int k;
+                uint32_t seq = atomic_load(&r->op_seq);
 
-                if (!op && r->quit)
-                        break;
-                if (!op) {
-                        pthread_cond_wait(&r->cond, &r->lock);
+                if (seq != handled) {
+                        handled = seq;
+                        if (!r->op)
+                                break;
+                        r->op_result = r->op(r, r->op_arg);
+                        atomic_store(&r->done_seq, seq);
+                        futex_wake(&r->done_seq);
                         continue;
                 }
-                pthread_mutex_unlock(&r->lock);
-                k = op(r, r->op_arg);
-                pthread_mutex_lock(&r->lock);
-                r->op = NULL;
-                r->op_result = k;
-                r->op_done = true;
-                pthread_cond_broadcast(&r->cond);
+                if (r->daemon_pid > 0 && daemon_gone(r)) {
+                        finish_orphaned(r);
+                        break;
+                }
+                futex_wait(&r->op_seq, seq, r->daemon_pid > 0 ? ORPHAN_CHECK_MS : 0);
         }
-        pthread_mutex_unlock(&r->lock);
         /* Threads that never stopped are ours until we exit: the kernel
          * then detaches them and drops our interrupt (exit_ptrace()). */
         release_on_tracer(r);
         return NULL;
 }
+
+#if REMOTE_TRACER_TASK
+static int tracer_task_main(void *userdata) {
+        (void) tracer_main(userdata);
+        return 0; /* glibc's clone() ends the task with exit(2), not exit_group */
+}
+
+/* The host of the tracer task: the task runs on its TLS (errno, malloc's
+ * caches, the stack protector's canary) while it sleeps in wait4(), a
+ * raw system call that touches none of it. It returns once the task has
+ * exited, its tracees let go. */
+static void *tracer_host(void *userdata) {
+        struct zsw_remote *r = userdata;
+        pid_t pid;
+        int status;
+
+        pid = clone(tracer_task_main, (char *) r->tracer_stack + TRACER_STACK_SIZE,
+                    CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SYSVSEM, r);
+        if (pid > 0)
+                while (syscall(SYS_wait4, pid, &status, __WALL, NULL) < 0 && errno == EINTR)
+                        ;
+        atomic_store(&r->tracer_exited, true);
+        /* An op it did not answer (it was killed) fails. */
+        if (atomic_load(&r->done_seq) != atomic_load(&r->op_seq)) {
+                r->op_result = -ESRCH;
+                atomic_store(&r->done_seq, atomic_load(&r->op_seq));
+        }
+        futex_wake(&r->done_seq);
+        return NULL;
+}
+#endif
 
 static void on_wake_signal(int sig) {
         (void) sig; /* only there to make a blocking wait return EINTR */
@@ -530,14 +650,23 @@ static int make_wake_timer(struct zsw_remote *r) {
         return 0;
 }
 
-/* With every signal blocked: the tracer takes none of the process's. */
+/* With every signal blocked: the tracer takes none of the process's (a
+ * task, none of systemd's SIGTERM either). */
 static int tracer_start(struct zsw_remote *r) {
+        void *(*start)(void *) = tracer_main;
         sigset_t all, old;
         int k;
 
+#if REMOTE_TRACER_TASK
+        r->tracer_stack = malloc(TRACER_STACK_SIZE);
+        if (!r->tracer_stack)
+                return -ENOMEM;
+        r->daemon_pid = getpid();
+        start = tracer_host;
+#endif
         sigfillset(&all);
         pthread_sigmask(SIG_SETMASK, &all, &old);
-        k = -pthread_create(&r->tracer, NULL, tracer_main, r);
+        k = -pthread_create(&r->tracer, NULL, start, r);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         r->tracer_started = k == 0;
         return k;
@@ -606,8 +735,6 @@ int zsw_remote_seize(pid_t pid, const struct zsw_log *log, struct zsw_remote **r
         if (!r)
                 return -ENOMEM;
         *r = (struct zsw_remote) { .log = log, .pid = pid, .pidfd = -EBADF, .madvise_self = -1 };
-        pthread_mutex_init(&r->lock, NULL);
-        pthread_cond_init(&r->cond, NULL);
 
         r->pidfd = open_pidfd(pid);
         if (r->pidfd < 0)
@@ -1014,14 +1141,40 @@ static int pick_detach_signal(struct zsw_remote *r) {
         return 0;
 }
 
-/* On the tracer thread, as it exits. A thread of ours that never stopped
- * is not touched: the tracer's exit lets it go. */
+static int madvise_ranges(struct zsw_remote *r, uint64_t scratch, size_t scratch_size,
+                          const struct iovec *ranges, size_t n, int advice, bool one_by_one);
+
+/* On a tracer task whose daemon died between seize and release (every
+ * thread of it gone, the handle as they left it): finishes what a drop
+ * left half done, so that release lets the target go on its own
+ * registers. Nothing is logged from here on: a dead thread may hold the
+ * log's locks. The markers of a guard drop are removed, all of them (a
+ * remove where none is changes nothing). A drop by MADV_DONTNEED is not
+ * finished: the next zswapd would read its REMOVE events (or the rescue
+ * save them) as the target's own and forget the pages dropped; that
+ * thread is left with our registers and the trap flag of our steps, and
+ * dies of SIGTRAP (only where the kernel has no guard markers). */
+static void finish_orphaned(struct zsw_remote *r) {
+        size_t n = atomic_load(&r->n_guard);
+
+        r->log = NULL;
+        if (atomic_load(&r->dontneed_injected)) {
+                r->abandoned = true;
+                return;
+        }
+        if (n > 0 && r->seized && r->stopped && !r->gone)
+                (void) madvise_ranges(r, r->guard_scratch, r->guard_scratch_size, r->guard_ranges,
+                                      n, MADV_GUARD_REMOVE, true);
+}
+
+/* On the tracer, as it ends. A thread of ours that never stopped is not
+ * touched: the tracer's exit lets it go. */
 static void release_on_tracer(struct zsw_remote *r) {
         int keep, sig = 0;
 
         if (r->seized && !r->gone && !r->stopped)
                 r->exit_lets_go = true;
-        if (r->seized && !r->gone && r->stopped) {
+        if (r->seized && !r->gone && r->stopped && !r->abandoned) {
                 if (r->regs_dirty && set_regs(r, &r->saved) < 0)
                         zsw_log(r->log, LOG_ERR, "Failed to restore registers of %d: %m", r->tid);
                 keep = pick_detach_signal(r);
@@ -1037,8 +1190,13 @@ static void release_on_tracer(struct zsw_remote *r) {
         }
         release_held(r);
         r->let_go_ns = zsw_now_ns();
+        /* The timer is the tracer's process's: a task's goes with it. */
+        if (r->wake_timer_made)
+                (void) timer_delete(r->wake_timer);
+        r->wake_timer_made = false;
 }
 
+#if !REMOTE_TRACER_TASK
 /* The kernel lets go of the threads a tracer never saw stopped as the
  * tracer exits (exit_ptrace()), after pthread_join() has returned: the
  * joiner is woken earlier in the exit, when the thread's memory goes.
@@ -1046,26 +1204,26 @@ static void release_on_tracer(struct zsw_remote *r) {
  * would get -EBUSY). The thread leaves the process's list right after,
  * so wait for that: microseconds. The deadline only guards against the
  * thread id being reused meanwhile, which would take a full cycle of the
- * pid space. */
+ * pid space. (A tracer task's host joins after the task's exit.) */
 static void wait_tracer_gone(struct zsw_remote *r) {
         uint64_t deadline = deadline_in(ZSW_REMOTE_STOP_TIMEOUT_MS);
 
         while (syscall(SYS_tgkill, getpid(), r->tracer_tid, 0) == 0 && zsw_now_ns() < deadline)
                 (void) nanosleep(&(struct timespec) { .tv_nsec = 20000 }, NULL);
 }
+#endif
 
-/* Ends the tracer thread, which lets the target go (release_on_tracer()). */
+/* Ends the tracer, which lets the target go (release_on_tracer()). */
 static void tracer_stop(struct zsw_remote *r) {
         if (!r->tracer_started)
                 return;
-        pthread_mutex_lock(&r->lock);
-        r->quit = true;
-        pthread_cond_broadcast(&r->cond);
-        pthread_mutex_unlock(&r->lock);
+        (void) post(r, NULL, NULL);
         pthread_join(r->tracer, NULL);
         r->tracer_started = false;
+#if !REMOTE_TRACER_TASK
         if (r->exit_lets_go)
                 wait_tracer_gone(r);
+#endif
 }
 
 uint64_t zsw_remote_release_held_ns(struct zsw_remote *r) {
@@ -1085,10 +1243,8 @@ struct zsw_remote *zsw_remote_release(struct zsw_remote *r) {
         if (!r)
                 return NULL;
         tracer_stop(r);
-        if (r->wake_timer_made)
-                (void) timer_delete(r->wake_timer);
-        pthread_mutex_destroy(&r->lock);
-        pthread_cond_destroy(&r->cond);
+        free(r->tracer_stack);
+        free(r->guard_ranges);
         safe_close(r->pidfd);
         free(r->held);
         free(r);
@@ -1180,6 +1336,22 @@ static int madvise_ranges(struct zsw_remote *r, uint64_t scratch, size_t scratch
          * must take for the target's own. process_madvise stops at the
          * first range it could not advise without saying why: that range
          * counts as tried and failed, and the next call starts after it. */
+        if (advice == MADV_GUARD_INSTALL) {
+                /* A copy: the caller's may be gone when an orphaned
+                 * tracer needs it. */
+                struct iovec *copy = reallocarray(NULL, n, sizeof(*copy));
+
+                if (!copy)
+                        return -ENOMEM;
+                memcpy(copy, ranges, n * sizeof(*copy));
+                atomic_store(&r->n_guard, 0);
+                free(r->guard_ranges);
+                r->guard_ranges = copy;
+                r->guard_scratch = scratch;
+                r->guard_scratch_size = scratch_size;
+                atomic_store(&r->n_guard, n);
+        } else if (advice == MADV_DONTNEED)
+                atomic_store(&r->dontneed_injected, true);
         while (i < n && per_call > 0 && r->madvise_self != 0) {
                 size_t batch = MIN(per_call, n - i);
                 int error = 0;
@@ -1198,10 +1370,13 @@ static int madvise_ranges(struct zsw_remote *r, uint64_t scratch, size_t scratch
                         i++;
                 }
         }
-        if (i < n && !one_by_one)
+        if (i < n && !one_by_one) {
                 /* Refused at the first call (the kernel lacks it), or
                  * known refused: nothing was advised. */
+                if (advice == MADV_GUARD_INSTALL)
+                        atomic_store(&r->n_guard, 0);
                 return -EOPNOTSUPP;
+        }
         for (; i < n; i++) {
                 long k = zsw_remote_call(r, SYS_madvise,
                                          (unsigned long[6]) { (unsigned long) ranges[i].iov_base,
@@ -1217,6 +1392,8 @@ static int madvise_ranges(struct zsw_remote *r, uint64_t scratch, size_t scratch
                                 break;
                 }
         }
+        if (advice == MADV_GUARD_REMOVE)
+                atomic_store(&r->n_guard, 0);
         return first_error;
 }
 

@@ -13,13 +13,15 @@
  * that was ignored; signals that arrived meanwhile are queued again.
  *
  * ptrace is held only between seize and release: do one batch of calls per
- * seize. Every ptrace call of a handle runs on a thread the handle starts
- * (ptrace ties the tracee to the tracing thread, and only that thread's
- * exit lets go of a thread that never stopped); any one thread at a time
- * may use the handle. Nothing else in the process may wait for the
- * traced threads (waitpid(-1, ..., __WALL) would steal their stops).
- * If the daemon dies between seize and release, the thread resumes on
- * registers that are not its own: keep that window short.
+ * seize. Every ptrace call of a handle runs on a tracer the handle starts
+ * (ptrace ties the tracee to the tracing task, and only that task's exit
+ * lets go of a thread that never stopped); any one thread at a time may
+ * use the handle. The tracer is a task outside the daemon's thread group
+ * (a thread of it under ThreadSanitizer): if the daemon dies between
+ * seize and release, the tracer removes the guard markers a drop left,
+ * puts the thread's registers back and lets the target go (remote.c).
+ * Nothing else in the process may wait for the traced threads
+ * (waitpid(-1, ..., __WALL) would steal their stops).
  *
  * No stop is waited for without end: a thread that does not stop within
  * ZSW_REMOTE_STOP_TIMEOUT_MS fails the call with -ETIMEDOUT and the target

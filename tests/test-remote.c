@@ -27,6 +27,7 @@
 #include "linux-compat.h"
 #include "remote.h"
 #include "test.h"
+#include "uffd-compat.h"
 
 #define PAGE 4096
 
@@ -1213,4 +1214,160 @@ TEST(stop_others_gives_up_on_a_thread_that_never_stops) {
         close(tp[1]);
         close(go[0]);
         close(go[1]);
+}
+
+/* ---- the injecting process dies -------------------------------------------- */
+
+/* Under ThreadSanitizer the tracer is a thread (libzswapd/remote.c), which
+ * dies with its process. */
+#if defined(__SANITIZE_THREAD__)
+#define TRACER_IS_A_THREAD 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TRACER_IS_A_THREAD 1
+#endif
+#endif
+
+#ifndef TRACER_IS_A_THREAD
+/* Polls /proc/PID/syscall until the leader sleeps in read(2) on fd. */
+static void wait_in_read_of(pid_t pid, int fd) {
+        char path[64], buf[256] = "";
+
+        snprintf(path, sizeof(path), "/proc/%d/syscall", pid);
+        for (unsigned tries = 0; tries < 20000; tries++) {
+                FILE *f = fopen(path, "re");
+                long nr;
+                unsigned long arg0;
+
+                ASSERT_TRUE(f);
+                if (fgets(buf, sizeof(buf), f) && sscanf(buf, "%ld %lx", &nr, &arg0) == 2 &&
+                    nr == SYS_read && arg0 == (unsigned long) fd) {
+                        fclose(f);
+                        return;
+                }
+                fclose(f);
+                usleep(1000);
+        }
+        TEST_FAIL("process %d never read fd %d (last: %s)", pid, fd, buf);
+}
+
+static void *count_forever(void *arg) {
+        _Atomic uint64_t *n = arg;
+
+        for (;;)
+                atomic_fetch_add(n, 1);
+        return NULL;
+}
+
+enum injector_step { INJECTOR_GUARDED, INJECTOR_IN_CALL };
+
+/* The injecting process: seizes target, holds its other threads, and
+ * either installs guard markers over [buf, buf + len) or runs a read(2)
+ * of the target's fd call_fd that blocks; says so on status and waits to
+ * be killed. */
+static _Noreturn void injector(pid_t target, enum injector_step step, uint8_t *buf, size_t len,
+                               int call_fd, int status) {
+        struct zsw_remote *r = NULL;
+        uint64_t scratch;
+        char c = step == INJECTOR_GUARDED ? 'g' : 'c';
+
+        if (zsw_remote_seize(target, &test_log, &r) < 0 || zsw_remote_stop_others(r) < 0 ||
+            zsw_remote_map_scratch(r, PAGE, &scratch) < 0)
+                _exit(2);
+        if (step == INJECTOR_GUARDED) {
+                if (zsw_remote_madvise_ranges_batched(r, scratch, PAGE,
+                                                      &(struct iovec) { buf, len }, 1,
+                                                      MADV_GUARD_INSTALL) < 0)
+                        _exit(3);
+                if (write(status, &c, 1) != 1)
+                        _exit(4);
+        } else {
+                if (write(status, &c, 1) != 1)
+                        _exit(4);
+                (void) zsw_remote_call(r, SYS_read,
+                                       (unsigned long[6]) { (unsigned long) call_fd, scratch, 1 });
+        }
+        for (;;)
+                pause();
+}
+
+/* A process that injected into a target dies with it seized: the target
+ * goes on on its own registers, its markers removed, its other thread
+ * running, its own read(2) restarted. */
+static void injector_dies(enum injector_step step) {
+        const size_t len = 64 * PAGE;
+        uint8_t *buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        _Atomic uint64_t *counter = map_shared(PAGE);
+        int p[2], q[2], s[2];
+        pid_t pid, inj;
+        uint64_t before;
+        char c;
+
+        ASSERT_TRUE(buf != MAP_FAILED);
+        memset(buf, 0xab, len);
+        ASSERT_OK(pipe2(p, O_CLOEXEC));
+        ASSERT_OK(pipe2(q, O_CLOEXEC));
+        ASSERT_OK(pipe2(s, O_CLOEXEC));
+        pid = fork_child();
+        if (pid == 0) {
+                pthread_t t;
+
+                if (pthread_create(&t, NULL, count_forever, counter) != 0)
+                        _exit(2);
+                if (read(p[0], &c, 1) != 1)
+                        _exit(errno == EINTR ? 10 : 11);
+                if (c != 'x')
+                        _exit(12);
+                /* Guarded, the first touch would be SIGSEGV. */
+                for (size_t i = 0; i < len; i++)
+                        if (buf[i] != (step == INJECTOR_GUARDED ? 0 : 0xab))
+                                _exit(13);
+                _exit(0);
+        }
+        wait_in_read_of(pid, p[0]);
+        inj = fork_child();
+        if (inj == 0)
+                injector(pid, step, buf, len, q[0], s[1]);
+        ASSERT_EQ(read(s[0], &c, 1), 1);
+        if (step == INJECTOR_IN_CALL)
+                wait_in_read_of(pid, q[0]);
+        ASSERT_OK(kill(inj, SIGKILL));
+        ASSERT_EQ(waitpid(inj, NULL, 0), inj);
+        /* The injected read(2) returns now, with its injector dead. */
+        if (step == INJECTOR_IN_CALL)
+                ASSERT_EQ(write(q[1], "q", 1), 1);
+        /* Let go: the counting thread counts again (or the target died). */
+        before = atomic_load(counter);
+        while (atomic_load(counter) == before) {
+                int status;
+
+                if (waitpid(pid, &status, WNOHANG) == pid)
+                        TEST_FAIL("target died (%s %d)",
+                                  WIFSIGNALED(status) ? "signal" : "exit status",
+                                  WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+                usleep(1000);
+        }
+        ASSERT_EQ(write(p[1], "x", 1), 1);
+        ASSERT_EQ(wait_exit_code(pid), 0);
+        for (int i = 0; i < 2; i++) {
+                close(p[i]);
+                close(q[i]);
+                close(s[i]);
+        }
+        munmap(buf, len);
+        munmap((void *) counter, PAGE);
+}
+
+#endif
+
+TEST(injector_dead_after_a_guard_install) {
+#ifndef TRACER_IS_A_THREAD
+        injector_dies(INJECTOR_GUARDED);
+#endif
+}
+
+TEST(injector_dead_during_an_injected_call) {
+#ifndef TRACER_IS_A_THREAD
+        injector_dies(INJECTOR_IN_CALL);
+#endif
 }
