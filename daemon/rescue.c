@@ -27,11 +27,10 @@
  * RESCUE_TIMEOUT_SEC.
  *
  * What it cannot save: a fork child not named yet (its uffd is only in
- * our table; it reads zeros once this task exits), a target that closed
- * its own reference to its uffd, and a target a round was injecting into
- * when zswapd died: that thread resumes with the trap flag of our single
- * steps and the injected registers, and dies of SIGTRAP (docs/design.md,
- * "Surviving a crash").
+ * our table; it reads zeros once this task exits) and a target that
+ * closed its own reference to its uffd. A target a round was injecting
+ * into when zswapd died is let go by the round's tracer, a task of its
+ * own that outlives zswapd too (libzswapd/remote.c).
  */
 #include <errno.h>
 #include <fcntl.h>

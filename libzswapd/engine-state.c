@@ -15,9 +15,11 @@
  * old process read and never answered would otherwise wait forever (a wake
  * makes the kernel raise the fault again, to us).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -309,12 +311,46 @@ static int save_page(void *userdata, const struct zsw_store_page *p) {
         return w->error;
 }
 
-/* Whether t holds, as its own descriptor target_uffd, the very uffd we
- * serve it through: then a new zswapd can take it from t after we are
- * gone (pidfd_getfd()), and t's faults wait for it meanwhile. */
+static bool target_fd_is_uffd(const struct zsw_target *t, int fd) {
+        return fd >= 0 && syscall(SYS_kcmp, getpid(), t->pid, KCMP_FILE, t->uffd, fd) == 0;
+}
+
+/* Which descriptor of t's own is the very uffd we serve it through, or
+ * -1: then a new zswapd can take it from t after we are gone
+ * (pidfd_getfd()), and t's faults wait for it meanwhile. Mostly
+ * target_uffd; else t's table is searched: a fork child given its uffd
+ * by a tracer that finished the call after zswapd died holds it without
+ * zswapd having learnt the number (remote.c), and would wait for good
+ * if it were left out. getdents64, not readdir(): zswapd-rescue calls
+ * this, maybe with malloc's locks held by a dead thread. */
+static int target_uffd_fd(const struct zsw_target *t) {
+        char path[64], buf[4096];
+        int dir, found = -1;
+        long n;
+
+        if (target_fd_is_uffd(t, t->target_uffd))
+                return t->target_uffd;
+        snprintf(path, sizeof(path), "/proc/%d/fd", t->pid);
+        dir = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dir < 0)
+                return -1;
+        while (found < 0 && (n = syscall(SYS_getdents64, dir, buf, sizeof(buf))) > 0)
+                for (long off = 0; found < 0 && off < n;) {
+                        const struct dirent64 *de = (const struct dirent64 *) (buf + off);
+                        char *end;
+                        long fd = strtol(de->d_name, &end, 10);
+
+                        if (end != de->d_name && *end == 0 && fd <= INT_MAX &&
+                            target_fd_is_uffd(t, (int) fd))
+                                found = (int) fd;
+                        off += de->d_reclen;
+                }
+        close(dir);
+        return found;
+}
+
 static bool target_holds_uffd(const struct zsw_target *t) {
-        return t->target_uffd >= 0 &&
-               syscall(SYS_kcmp, getpid(), t->pid, KCMP_FILE, t->uffd, t->target_uffd) == 0;
+        return target_uffd_fd(t) >= 0;
 }
 
 /* The targets to save, in a new *ret_v: live, named (orphaned: and
@@ -399,7 +435,7 @@ static int save_target(struct writer *w, struct zsw_target *t, uint32_t family, 
                 .uffd = t->uffd,
                 /* Only the very uffd we serve: a kept state may be adopted
                  * from it after a death (adopt_uffd()). */
-                .target_uffd = target_holds_uffd(t) ? t->target_uffd : -1,
+                .target_uffd = target_uffd_fd(t),
                 .family = family,
                 .scratch = t->scratch,
                 .scratch_size = t->scratch_size,

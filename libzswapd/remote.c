@@ -508,8 +508,7 @@ static void futex_wake(_Atomic uint32_t *word) {
 }
 
 static bool on_tracer_now(const struct zsw_remote *r) {
-        return r->tracer_started && pthread_equal(pthread_self(), r->tracer) &&
-               gettid() == r->tracer_tid;
+        return r->tracer_started && pthread_equal(pthread_self(), r->tracer);
 }
 
 /* Posts op (NULL: quit) to r's tracer. */
@@ -586,6 +585,7 @@ static void *tracer_main(void *userdata) {
 
 #if REMOTE_TRACER_TASK
 static int tracer_task_main(void *userdata) {
+        (void) prctl(PR_SET_NAME, "zswapd-tracer");
         (void) tracer_main(userdata);
         return 0; /* glibc's clone() ends the task with exit(2), not exit_group */
 }

@@ -301,6 +301,51 @@ TEST(salvaged_entry_at_two_pages_is_adopted) {
         zsw_engine_free(e);
 }
 
+/* A fork child given its uffd by a tracer that finished the call after
+ * zswapd died holds it at a number zswapd never learnt: the rescue's
+ * salvage finds it in the target's table, and the target is adopted,
+ * every byte back. (It was left out as one that closed its reference,
+ * and waited for good.) */
+TEST(salvage_finds_a_uffd_at_an_unrecorded_number) {
+        struct test_child ch = child_start(8, 0);
+        struct zsw_engine *e = engine_start();
+        struct adoption a = { .ch = &ch, .e = engine_start() };
+        struct zsw_engine_salvage_result saved;
+        struct zsw_engine_error err = {};
+        struct zsw_reclaim_result res;
+        struct zsw_target *t;
+        pthread_t thread;
+        int recorded;
+
+        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
+        ASSERT_OK(zsw_engine_attach(e, ch.pid, &err));
+        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
+        ASSERT_GE(res.evicted_pages, npages / 2);
+        ASSERT_OK(zsw_engine_freeze(e, &err));
+        for (t = e->targets; t && t->pid != ch.pid; t = t->next)
+                ;
+        ASSERT_TRUE(t);
+        recorded = t->target_uffd;
+        ASSERT_GE(recorded, 0);
+        t->target_uffd = -1;
+
+        a.fd = memfd_create("state", MFD_CLOEXEC);
+        ASSERT_GE(a.fd, 0);
+        ASSERT_EQ(zsw_engine_salvage(e, a.fd, &saved, &err), 1);
+        t->target_uffd = recorded;
+        ASSERT_EQ(lseek(a.fd, 0, SEEK_SET), 0);
+        ASSERT_OK(-pthread_create(&thread, NULL, adopt_and_verify, &a));
+        ASSERT_OK(-pthread_join(thread, NULL));
+        close(a.fd);
+        if (a.adopted != 1)
+                TEST_FAIL("adopt: %s", a.err.message);
+        ASSERT_EQ(a.bad, 0);
+        test_child_stop(&ch);
+        zsw_engine_thaw(e);
+        zsw_engine_free(a.e);
+        zsw_engine_free(e);
+}
+
 TEST(reclaim_fault_detach_round_trip) {
         /* The child first: forking a process that already runs the
          * engine's threads is only safe if the child execs at once. */
