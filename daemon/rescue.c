@@ -18,12 +18,12 @@
  *
  * Until zswapd is gone the task shares zswapd's main thread's TLS (clone
  * without CLONE_SETTLS), so it must not touch it: errno, stdio, malloc,
- * sanitizer state. It runs raw system calls only (raw_syscall()), in
+ * sanitizer state. It runs raw system calls only (zsw_raw_syscall()), in
  * functions the sanitizers leave alone. Afterwards the TLS is the dead
  * main thread's, and libc is ours to use, except what a dead thread may
  * have left locked: the save takes no lock and allocates with mmap(2),
  * not malloc (a thread that died inside malloc keeps its arena locked for
- * good); should it wait for good anyway, it gives up after
+ * good, 0); should it wait for good anyway, it gives up after
  * RESCUE_TIMEOUT_SEC.
  *
  * What it cannot save: a fork child not named yet (its uffd is only in
@@ -52,6 +52,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "raw-syscall.h"
 #include "rescue.h"
 #include "util.h"
 
@@ -80,32 +81,6 @@ struct rescue {
         struct zsw_engine *engine;
         char *path;
 };
-
-/* A system call that touches neither errno nor any other TLS: -errno on
- * failure. */
-NO_SANITIZE static long raw_syscall(long n, long a, long b, long c, long d) {
-#if defined(__x86_64__)
-        register long r10 __asm__("r10") = d;
-        long ret;
-
-        __asm__ volatile("syscall"
-                         : "=a"(ret)
-                         : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10)
-                         : "rcx", "r11", "memory");
-        return ret;
-#elif defined(__aarch64__)
-        register long x8 __asm__("x8") = n;
-        register long x0 __asm__("x0") = a;
-        register long x1 __asm__("x1") = b;
-        register long x2 __asm__("x2") = c;
-        register long x3 __asm__("x3") = d;
-
-        __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3) : "memory");
-        return x0;
-#else
-#error "raw_syscall() needs this architecture's system call instruction"
-#endif
-}
 
 char *rescue_state_path(const char *socket_path) {
         size_t len = strlen(socket_path);
@@ -213,6 +188,12 @@ _unused_ static int rescue_save(struct rescue *r) {
                                   saved);
         }
 
+        /* A tracer that was injecting finishes first: what it completes
+         * (a fork child given its uffd) is then in the state. */
+        if (zsw_engine_wait_tracers() < 0)
+                log_warning("A tracer of zswapd's is still holding a process; saving without "
+                            "waiting for it.");
+
         if (snprintf(tmp, sizeof(tmp), "%s.tmp", r->path) >= (int) sizeof(tmp))
                 return log_error_errno(ENAMETOOLONG, "State file name too long: %s", r->path);
         fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -267,10 +248,10 @@ NO_SANITIZE static int rescue_main(void *userdata) {
 
         /* Only SIGKILL ends us: systemd's SIGTERM to the unit's processes
          * after zswapd's death must not cut the save short. */
-        raw_syscall(SYS_rt_sigprocmask, SIG_SETMASK, (long) &all, 0, sizeof(all));
-        raw_syscall(SYS_prctl, PR_SET_NAME, (long) "zswapd-rescue", 0, 0);
+        zsw_raw_syscall(SYS_rt_sigprocmask, SIG_SETMASK, (long) &all, 0, sizeof(all), 0);
+        zsw_raw_syscall(SYS_prctl, PR_SET_NAME, (long) "zswapd-rescue", 0, 0, 0);
         do /* no timeout, no mask: 1 once zswapd's thread group is gone */
-                k = raw_syscall(SYS_ppoll, (long) &p, 1, 0, 0);
+                k = zsw_raw_syscall(SYS_ppoll, (long) &p, 1, 0, 0, 0);
         while (k == -EINTR || k == 0);
         if (k < 0 || !atomic_load_explicit(&r->armed, memory_order_acquire))
                 return 0;

@@ -30,6 +30,7 @@
 
 #include "engine-internal.h"
 #include "engine-state.h"
+#include "remote.h"
 #include "uffd.h"
 #include "writeback.h"
 
@@ -311,6 +312,10 @@ static int save_page(void *userdata, const struct zsw_store_page *p) {
         return w->error;
 }
 
+int zsw_engine_wait_tracers(void) {
+        return zsw_remote_wait_tracers(ZSW_REMOTE_CALL_TIMEOUT_MS + 2 * ZSW_REMOTE_STOP_TIMEOUT_MS);
+}
+
 static bool target_fd_is_uffd(const struct zsw_target *t, int fd) {
         return fd >= 0 && syscall(SYS_kcmp, getpid(), t->pid, KCMP_FILE, t->uffd, fd) == 0;
 }
@@ -324,7 +329,8 @@ static bool target_fd_is_uffd(const struct zsw_target *t, int fd) {
  * if it were left out. getdents64, not readdir(): zswapd-rescue calls
  * this, maybe with malloc's locks held by a dead thread. */
 static int target_uffd_fd(const struct zsw_target *t) {
-        char path[64], buf[4096];
+        _Alignas(struct dirent64) char buf[4096];
+        char path[64];
         int dir, found = -1;
         long n;
 

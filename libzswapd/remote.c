@@ -76,6 +76,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <linux/kcmp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -94,6 +95,7 @@
 
 #include "linux-compat.h"
 #include "remote-arch.h"
+#include "raw-syscall.h"
 #include "remote-internal.h"
 #include "uffd-compat.h"
 
@@ -232,11 +234,13 @@ static int set_regs(struct zsw_remote *r, const zsw_arch_regs *regs) {
 /* Waits for the next stop of thread tid, a tracee of ours. -ESRCH once it
  * has exited.
  *
- * A tracer's wait reaps a tracee that exits. When our process is also the
- * target's parent (a program that runs the engine on its own children, as
- * the tests do), that would take the exit status from the caller's own
- * waitpid(): so the leader's exit is only looked at (WNOWAIT) and left to
- * the parent (our_child). (Killed between that look and the waitpid below,
+ * A tracer's wait reaps a tracee that exits. When the tracer's process is
+ * also the target's parent (a program that runs the engine on its own
+ * children, as the tests do, with the tracer a thread: under
+ * ThreadSanitizer), that would take the exit status from the caller's
+ * own waitpid(): so the leader's exit is only looked at (WNOWAIT) and
+ * left to the parent (our_child). A tracer task is nobody's parent: its
+ * wait hands the exit on to the real parent. (Killed between that look and the waitpid below,
  * it is reaped after all; the kernel offers no way to consume a stop
  * alone.) */
 static int wait_task(struct zsw_remote *r, pid_t tid, bool our_child, uint64_t deadline_ns,
@@ -590,20 +594,45 @@ static int tracer_task_main(void *userdata) {
         return 0; /* glibc's clone() ends the task with exit(2), not exit_group */
 }
 
+/* The pidfds of live tracer tasks (each stored plus one: 0 is a free
+ * slot), for zsw_remote_wait_tracers(). A handle beyond them is only not
+ * waited for. */
+#define TRACERS_MAX 64
+static _Atomic int tracer_pidfds[TRACERS_MAX];
+
+static int tracers_add(int pidfd) {
+        for (int i = 0; i < TRACERS_MAX; i++) {
+                int free_slot = 0;
+
+                if (atomic_compare_exchange_strong(&tracer_pidfds[i], &free_slot, pidfd + 1))
+                        return i;
+        }
+        return -1;
+}
+
 /* The host of the tracer task: the task runs on its TLS (errno, malloc's
- * caches, the stack protector's canary) while it sleeps in wait4(), a
- * raw system call that touches none of it. It returns once the task has
- * exited, its tracees let go. */
+ * caches, the stack protector's canary) while it waits, in raw system
+ * calls that touch none of it (the task may be writing errno meanwhile).
+ * It returns once the task has exited, its tracees let go. */
 static void *tracer_host(void *userdata) {
         struct zsw_remote *r = userdata;
+        int pidfd = -1, slot;
         pid_t pid;
-        int status;
 
         pid = clone(tracer_task_main, (char *) r->tracer_stack + TRACER_STACK_SIZE,
-                    CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SYSVSEM, r);
-        if (pid > 0)
-                while (syscall(SYS_wait4, pid, &status, __WALL, NULL) < 0 && errno == EINTR)
+                    CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SYSVSEM | CLONE_PIDFD, r, &pidfd);
+        if (pid > 0) {
+                struct pollfd p = { .fd = pidfd, .events = POLLIN };
+                siginfo_t si;
+
+                slot = tracers_add(pidfd);
+                while (zsw_raw_syscall(SYS_ppoll, (long) &p, 1, 0, 0, 0) != 1)
                         ;
+                (void) zsw_raw_syscall(SYS_waitid, P_PIDFD, pidfd, (long) &si, WEXITED | __WALL, 0);
+                if (slot >= 0)
+                        atomic_store(&tracer_pidfds[slot], 0);
+                (void) zsw_raw_syscall(SYS_close, pidfd, 0, 0, 0, 0);
+        }
         atomic_store(&r->tracer_exited, true);
         /* An op it did not answer (it was killed) fails. */
         if (atomic_load(&r->done_seq) != atomic_load(&r->op_seq)) {
@@ -614,6 +643,32 @@ static void *tracer_host(void *userdata) {
         return NULL;
 }
 #endif
+
+int zsw_remote_wait_tracers(unsigned timeout_ms) {
+#if REMOTE_TRACER_TASK
+        uint64_t deadline = deadline_in(timeout_ms);
+
+        for (int i = 0; i < TRACERS_MAX; i++) {
+                struct pollfd p = { .fd = atomic_load(&tracer_pidfds[i]) - 1, .events = POLLIN };
+
+                while (p.fd >= 0) {
+                        uint64_t now = zsw_now_ns();
+                        int k;
+
+                        if (now >= deadline)
+                                return -ETIMEDOUT;
+                        k = poll(&p, 1, (int) ((deadline - now) / 1000000u) + 1);
+                        if (k == 1)
+                                break; /* exited (or the fd closed: POLLNVAL) */
+                        if (k < 0 && errno != EINTR)
+                                return -errno;
+                }
+        }
+#else
+        (void) timeout_ms;
+#endif
+        return 0;
+}
 
 static void on_wake_signal(int sig) {
         (void) sig; /* only there to make a blocking wait return EINTR */
@@ -1162,9 +1217,14 @@ static void finish_orphaned(struct zsw_remote *r) {
                 r->abandoned = true;
                 return;
         }
-        if (n > 0 && r->seized && r->stopped && !r->gone)
-                (void) madvise_ranges(r, r->guard_scratch, r->guard_scratch_size, r->guard_ranges,
-                                      n, MADV_GUARD_REMOVE, true);
+        /* No room for the iovecs (the scratch cannot be written): one
+         * madvise per range. */
+        if (n > 0 && r->seized && r->stopped && !r->gone &&
+            madvise_ranges(r, r->guard_scratch, r->guard_scratch_size, r->guard_ranges, n,
+                           MADV_GUARD_REMOVE, true) < 0 &&
+            !r->gone)
+                (void) madvise_ranges(r, r->guard_scratch, 0, r->guard_ranges, n, MADV_GUARD_REMOVE,
+                                      true);
 }
 
 /* On the tracer, as it ends. A thread of ours that never stopped is not

@@ -97,6 +97,13 @@ uint64_t zsw_remote_release_held_ns(struct zsw_remote *r);
  * ZSW_REMOTE_STOP_TIMEOUT_MS; every thread is let go at release). */
 int zsw_remote_stop_others(struct zsw_remote *r);
 
+/* Waits, at most timeout_ms, for the tracers of this process's handles
+ * to exit: after the daemon's death, each finishes the injection it was
+ * in and lets its target go (remote.c). For zswapd-rescue, before it
+ * saves: a fork child's naming may be completed meanwhile. -ETIMEDOUT
+ * if one is still there. */
+int zsw_remote_wait_tracers(unsigned timeout_ms);
+
 /* Describes a thread of pid that may keep it from stopping: one asleep in
  * a userfault taken in kernel mode, else one in uninterruptible sleep
  * ("thread 12 of 10 is sleeping (S) in handle_userfault in read(2), ...").

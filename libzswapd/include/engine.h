@@ -293,6 +293,14 @@ struct zsw_engine_salvage_result {
 int zsw_engine_salvage(struct zsw_engine *engine, int fd, struct zsw_engine_salvage_result *ret,
                        struct zsw_engine_error *err);
 
+/* For the same task, before zsw_engine_salvage(): waits until the
+ * tracers of injections that were in flight have finished them and let
+ * their targets go (each outlives the engine's process for that,
+ * libzswapd/remote.c), at most the stop and call deadlines of one
+ * injection: what they complete, a fork child given its uffd, is then
+ * saved. -ETIMEDOUT if one is still there. */
+int zsw_engine_wait_tracers(void);
+
 /* A saved target the new engine took over, reported to the caller. */
 typedef void (*zsw_engine_adopted_fn)(void *userdata, pid_t pid, const char *label);
 
