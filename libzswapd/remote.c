@@ -118,7 +118,9 @@
 #define REMOTE_TRACER_TASK 0
 #endif
 #endif
-#define TRACER_STACK_SIZE (1u << 20)
+/* The tracer task's stack, on its host's stack (see tracer_host()). */
+#define TRACER_STACK_SIZE (512u * 1024)
+#define TRACER_HOST_STACK_SIZE (TRACER_STACK_SIZE + 256u * 1024)
 
 #define VDSO_MAX_SIZE (64 * 1024)
 #define DEFERRED_SIGNALS_MAX 64
@@ -153,7 +155,6 @@ struct zsw_remote {
         pid_t tracer_tid;
         bool tracer_started;
         pid_t daemon_pid; /* the tracer task's parent while the daemon lives */
-        void *tracer_stack;
         /* A thread was seized and never seen stopped: only the tracer's
          * exit lets it go (see zsw_remote_release()). */
         bool exit_lets_go;
@@ -615,11 +616,16 @@ static int tracers_add(int pidfd) {
  * calls that touch none of it (the task may be writing errno meanwhile).
  * It returns once the task has exited, its tracees let go. */
 static void *tracer_host(void *userdata) {
+        /* The task's stack: the host's own, whose pages glibc's stack
+         * cache keeps from one handle to the next. Should the daemon die,
+         * nothing unmaps it: a dead thread's stack is only reused by a
+         * thread created later. */
+        _Alignas(64) char stack[TRACER_STACK_SIZE];
         struct zsw_remote *r = userdata;
         int pidfd = -1, slot;
         pid_t pid;
 
-        pid = clone(tracer_task_main, (char *) r->tracer_stack + TRACER_STACK_SIZE,
+        pid = clone(tracer_task_main, stack + sizeof(stack),
                     CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SYSVSEM | CLONE_PIDFD, r, &pidfd);
         if (pid > 0) {
                 struct pollfd p = { .fd = pidfd, .events = POLLIN };
@@ -712,17 +718,22 @@ static int tracer_start(struct zsw_remote *r) {
         sigset_t all, old;
         int k;
 
+        pthread_attr_t attr;
+
+        k = -pthread_attr_init(&attr);
+        if (k < 0)
+                return k;
 #if REMOTE_TRACER_TASK
-        r->tracer_stack = malloc(TRACER_STACK_SIZE);
-        if (!r->tracer_stack)
-                return -ENOMEM;
         r->daemon_pid = getpid();
         start = tracer_host;
+        k = -pthread_attr_setstacksize(&attr, TRACER_HOST_STACK_SIZE);
 #endif
         sigfillset(&all);
         pthread_sigmask(SIG_SETMASK, &all, &old);
-        k = -pthread_create(&r->tracer, NULL, start, r);
+        if (k == 0)
+                k = -pthread_create(&r->tracer, &attr, start, r);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
+        pthread_attr_destroy(&attr);
         r->tracer_started = k == 0;
         return k;
 }
@@ -1303,7 +1314,6 @@ struct zsw_remote *zsw_remote_release(struct zsw_remote *r) {
         if (!r)
                 return NULL;
         tracer_stop(r);
-        free(r->tracer_stack);
         free(r->guard_ranges);
         safe_close(r->pidfd);
         free(r->held);
