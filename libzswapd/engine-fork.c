@@ -15,7 +15,6 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "engine-internal.h"
@@ -103,17 +102,13 @@ void engine_add_fork_child(void *userdata, struct zsw_target *parent, int child_
         }
         /* The child is not in the parent's children list until its fork
          * completes, which waits for us to finish reading this event: the
-         * reaper names it a moment later, woken now. Until then only we
-         * hold its uffd, and a zswapd that died would leave its missing
-         * pages to read as zeros (docs/design.md, "Surviving a crash"):
-         * the reaper's next pass could be a quarter of a second away. */
+         * reaper names it a moment later. */
         t->parent_pid = parent->pid;
         r = engine_publish(e, t);
         if (r < 0) {
                 target_free(t);
                 return;
         }
-        engine_reaper_wake(e);
         zsw_log(e->log, LOG_INFO, "Process %d forked; serving its child too", parent->pid);
 }
 
@@ -139,10 +134,6 @@ static void give_child_its_uffd(struct zsw_engine *e, struct zsw_target *t) {
         zsw_log(e->log, LOG_DEBUG, "Fork child %d holds its userfaultfd as fd %d", t->pid, tfd);
 }
 
-/* How long naming looks for a child its fork has not linked yet. */
-#define NAME_TRIES 10u
-#define NAME_RETRY_NS 100000L
-
 /* Names fork children (see engine_add_fork_child) and watches their exit. */
 void engine_name_children(struct zsw_engine *e) {
         for (;;) {
@@ -157,13 +148,7 @@ void engine_name_children(struct zsw_engine *e) {
                 zsw_mutex_unlock(&e->table_lock);
                 if (!t)
                         return;
-                /* Woken at the fork event, we may look before the fork
-                 * has linked the child: microseconds. */
                 pid = find_new_child(e, t->parent_pid);
-                for (unsigned tries = 0; pid == 0 && tries < NAME_TRIES; tries++) {
-                        (void) nanosleep(&(struct timespec) { .tv_nsec = NAME_RETRY_NS }, NULL);
-                        pid = find_new_child(e, t->parent_pid);
-                }
                 zsw_mutex_lock(&e->table_lock, ZSW_LOCK_TABLE);
                 t->parent_pid = 0; /* one try: a child gone already stays unnamed */
                 if (pid > 0) {

@@ -131,8 +131,6 @@ void engine_name_children(struct zsw_engine *e);
 int engine_reaper_open(struct zsw_engine *e);
 int engine_reaper_start(struct zsw_engine *e);
 void engine_reaper_stop(struct zsw_engine *e);
-/* Makes the reaper run its pass now (a fork child to name). */
-void engine_reaper_wake(struct zsw_engine *e);
 /* A target its fault thread gave up on (struct fault_events): the reaper
  * forgets it. */
 void engine_mark_dead(void *userdata, struct zsw_target *t);

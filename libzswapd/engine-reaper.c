@@ -48,18 +48,13 @@ static void age_due_targets(struct zsw_engine *e) {
         }
 }
 
-void engine_reaper_wake(struct zsw_engine *e) {
-        uint64_t one = 1;
-
-        if (write(e->reaper_stop_fd, &one, sizeof(one)) < 0)
-                zsw_log_errno(e->log, LOG_WARNING, errno, "Cannot wake the reaper, ignoring: %m");
-}
-
 void engine_mark_dead(void *userdata, struct zsw_target *t) {
         struct zsw_engine *e = userdata;
+        uint64_t one = 1;
 
         atomic_store(&t->dead, true);
-        engine_reaper_wake(e);
+        if (write(e->reaper_stop_fd, &one, sizeof(one)) < 0)
+                zsw_log_errno(e->log, LOG_WARNING, errno, "Cannot wake the reaper, ignoring: %m");
 }
 
 /* A target whose uffd reference inside it is gone has exec'ed (the
