@@ -23,7 +23,7 @@
  * main thread's, and libc is ours to use, except what a dead thread may
  * have left locked: the save takes no lock and allocates with mmap(2),
  * not malloc (a thread that died inside malloc keeps its arena locked for
- * good, 0); should it wait for good anyway, it gives up after
+ * good); should it wait for good anyway, it gives up after
  * RESCUE_TIMEOUT_SEC.
  *
  * What it cannot save: a fork child not named yet (its uffd is only in
@@ -62,13 +62,7 @@
 
 /* ThreadSanitizer cannot follow a task that shares memory without being
  * a thread: such a build has no rescue. */
-#if defined(__SANITIZE_THREAD__)
-#define RESCUE_UNSUPPORTED 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define RESCUE_UNSUPPORTED 1
-#endif
-#endif
+#define RESCUE_UNSUPPORTED ZSW_THREAD_SANITIZER
 
 #define NO_SANITIZE __attribute__((no_sanitize("address", "undefined", "thread"), noinline, unused))
 
@@ -262,7 +256,7 @@ int rescue_start(struct zsw_engine *engine, const char *state_path, struct rescu
         _cleanup_(rescue_stopp) struct rescue *r = NULL;
         int k;
 
-#ifdef RESCUE_UNSUPPORTED
+#if RESCUE_UNSUPPORTED
         (void) engine;
         (void) state_path;
         (void) k;

@@ -355,10 +355,6 @@ static int target_uffd_fd(const struct zsw_target *t) {
         return found;
 }
 
-static bool target_holds_uffd(const struct zsw_target *t) {
-        return target_uffd_fd(t) >= 0;
-}
-
 /* The targets to save, in a new *ret_v: live, named (orphaned: and
  * holding their uffd); (*ret_family)[i] the first of i's family. Sized by
  * the list, not n_targets: a dead engine_publish() may have linked one
@@ -383,7 +379,7 @@ static int save_list(struct zsw_engine *e, bool orphaned, struct zsw_target ***r
         for (struct zsw_target *t = e->targets; t; t = t->next) {
                 if (!target_live(t))
                         continue;
-                if (t->pid <= 0 || (orphaned && !target_holds_uffd(t))) {
+                if (t->pid <= 0 || (orphaned && target_uffd_fd(t) < 0)) {
                         if (skipped && t->pid <= 0)
                                 skipped->unnamed++;
                         else if (skipped)

@@ -106,18 +106,8 @@
 #define ERESTART_RESTARTBLOCK 516
 
 /* The tracer is a task of its own that outlives the daemon (see the top),
- * but where ThreadSanitizer watches, which cannot follow a task that
- * shares memory without being a thread: there a thread of the daemon. */
-#define REMOTE_TRACER_TASK 1
-#if defined(__SANITIZE_THREAD__)
-#undef REMOTE_TRACER_TASK
-#define REMOTE_TRACER_TASK 0
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#undef REMOTE_TRACER_TASK
-#define REMOTE_TRACER_TASK 0
-#endif
-#endif
+ * but under ThreadSanitizer a thread of the daemon. */
+#define REMOTE_TRACER_TASK (!ZSW_THREAD_SANITIZER)
 /* The tracer task's stack, on its host's stack (see tracer_host()). */
 #define TRACER_STACK_SIZE (512u * 1024)
 #define TRACER_HOST_STACK_SIZE (TRACER_STACK_SIZE + 256u * 1024)
@@ -240,10 +230,10 @@ static int set_regs(struct zsw_remote *r, const zsw_arch_regs *regs) {
  * children, as the tests do, with the tracer a thread: under
  * ThreadSanitizer), that would take the exit status from the caller's
  * own waitpid(): so the leader's exit is only looked at (WNOWAIT) and
- * left to the parent (our_child). A tracer task is nobody's parent: its
- * wait hands the exit on to the real parent. (Killed between that look and the waitpid below,
- * it is reaped after all; the kernel offers no way to consume a stop
- * alone.) */
+ * left to the parent (our_child). (Killed between that look and the
+ * waitpid below, it is reaped after all; the kernel offers no way to
+ * consume a stop alone.) A tracer task is nobody's parent: its wait
+ * hands the exit on to the real parent. */
 static int wait_task(struct zsw_remote *r, pid_t tid, bool our_child, uint64_t deadline_ns,
                      int *ret_status) {
         /* Our timer interrupts the wait at the deadline and every
@@ -547,7 +537,8 @@ static int on_tracer(struct zsw_remote *r, int (*op)(struct zsw_remote *r, void 
 }
 
 /* The daemon that started the tracer task has died or exec'd: the task,
- * its child, has another parent now, or its parent another memory. */
+ * its child, has another parent now, or its parent another memory. (A
+ * kcmp() refused, as a seccomp filter may, leaves the parent's pid.) */
 static bool daemon_gone(const struct zsw_remote *r) {
         pid_t parent = getppid();
 
@@ -576,11 +567,11 @@ static void *tracer_main(void *userdata) {
                         futex_wake(&r->done_seq);
                         continue;
                 }
-                if (r->daemon_pid > 0 && daemon_gone(r)) {
+                if (REMOTE_TRACER_TASK && daemon_gone(r)) {
                         finish_orphaned(r);
                         break;
                 }
-                futex_wait(&r->op_seq, seq, r->daemon_pid > 0 ? ORPHAN_CHECK_MS : 0);
+                futex_wait(&r->op_seq, seq, REMOTE_TRACER_TASK ? ORPHAN_CHECK_MS : 0);
         }
         /* Threads that never stopped are ours until we exit: the kernel
          * then detaches them and drops our interrupt (exit_ptrace()). */
@@ -715,10 +706,9 @@ static int make_wake_timer(struct zsw_remote *r) {
  * task, none of systemd's SIGTERM either). */
 static int tracer_start(struct zsw_remote *r) {
         void *(*start)(void *) = tracer_main;
+        pthread_attr_t attr;
         sigset_t all, old;
         int k;
-
-        pthread_attr_t attr;
 
         k = -pthread_attr_init(&attr);
         if (k < 0)

@@ -1482,7 +1482,7 @@ TEST(budget_holds_against_a_fast_writer) {
                 "%" PRIu64 " of them let go at the bound\n",
                 budget / 1024, peak / 1024, hold_figure(d.sock, w.pid, "held_faults"),
                 hold_figure(d.sock, w.pid, "timeouts"));
-#ifndef __SANITIZE_THREAD__
+#if !ZSW_THREAD_SANITIZER
         /* Under TSan the writer (a fork of this program) also fills the
          * runtime's shadow of its buffer: memory of the group that no
          * fault shows, so no hold can bound it. */

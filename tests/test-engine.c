@@ -232,9 +232,9 @@ static int note_first_entry(void *userdata, const struct zsw_store_page *p) {
         return 0;
 }
 
-/* The second engine of salvaged_entry_at_two_pages_is_adopted, on a
- * thread of its own: the first one's freeze holds its control_lock, and
- * a thread holds one engine's at a time. */
+/* The second engine of salvage_then_adopt(), on a thread of its own: the
+ * first one's freeze holds its control_lock, and a thread holds one
+ * engine's at a time. */
 struct adoption {
         struct test_child *ch;
         struct zsw_engine *e;
@@ -257,6 +257,43 @@ static void *adopt_and_verify(void *userdata) {
         return NULL;
 }
 
+/* Attaches e to ch, takes every page it can and freezes e, as a zswapd
+ * about to die would be: the target, whose state a test may change. */
+static struct zsw_target *reclaimed_and_frozen(struct zsw_engine *e, struct test_child *ch) {
+        struct zsw_engine_error err = {};
+        struct zsw_reclaim_result res;
+        struct zsw_target *t;
+
+        ASSERT_EQ(test_child_ask(ch, 'v'), 0);
+        ASSERT_OK(zsw_engine_attach(e, ch->pid, &err));
+        ASSERT_OK(zsw_engine_reclaim(e, ch->pid, UINT64_MAX, &res, &err));
+        ASSERT_GE(res.evicted_pages, npages / 2);
+        ASSERT_OK(zsw_engine_freeze(e, &err));
+        for (t = e->targets; t && t->pid != ch->pid; t = t->next)
+                ;
+        ASSERT_TRUE(t);
+        return t;
+}
+
+/* The rescue's salvage of e must save its one target, which a.e adopts
+ * on a thread of its own (adopt_and_verify()) with every byte right. */
+static void salvage_then_adopt(struct zsw_engine *e, struct adoption *a) {
+        struct zsw_engine_salvage_result saved;
+        struct zsw_engine_error err = {};
+        pthread_t thread;
+
+        a->fd = memfd_create("state", MFD_CLOEXEC);
+        ASSERT_GE(a->fd, 0);
+        ASSERT_EQ(zsw_engine_salvage(e, a->fd, &saved, &err), 1);
+        ASSERT_EQ(lseek(a->fd, 0, SEEK_SET), 0);
+        ASSERT_OK(-pthread_create(&thread, NULL, adopt_and_verify, a));
+        ASSERT_OK(-pthread_join(thread, NULL));
+        close(a->fd);
+        if (a->adopted != 1)
+                TEST_FAIL("adopt: %s", a->err.message);
+        ASSERT_EQ(a->bad, 0);
+}
+
 /* A zswapd killed inside a move leaves one entry at two pages of one
  * process (copied, not yet dropped at its source): its state, saved by
  * the rescue's salvage, is adopted with both pages in one import batch,
@@ -265,36 +302,14 @@ TEST(salvaged_entry_at_two_pages_is_adopted) {
         struct test_child ch = child_start(8, 0);
         struct zsw_engine *e = engine_start();
         struct adoption a = { .ch = &ch, .e = engine_start() };
-        struct zsw_engine_salvage_result saved;
         struct zsw_store_page first = {};
-        struct zsw_engine_error err = {};
-        struct zsw_reclaim_result res;
-        struct zsw_target *t;
-        pthread_t thread;
+        struct zsw_target *t = reclaimed_and_frozen(e, &ch);
 
-        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
-        ASSERT_OK(zsw_engine_attach(e, ch.pid, &err));
-        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
-        ASSERT_GE(res.evicted_pages, npages / 2);
-        ASSERT_OK(zsw_engine_freeze(e, &err));
-        for (t = e->targets; t && t->pid != ch.pid; t = t->next)
-                ;
-        ASSERT_TRUE(t);
         ASSERT_OK(zsw_store_export(t->owner, note_first_entry, &first));
         ASSERT_TRUE(first.entry);
         ASSERT_OK(zsw_store_import(t->owner, &(struct zsw_store_page) { .pgno = first.pgno - 1 },
                                    (struct zsw_entry *) first.entry, NULL));
-
-        a.fd = memfd_create("state", MFD_CLOEXEC);
-        ASSERT_GE(a.fd, 0);
-        ASSERT_EQ(zsw_engine_salvage(e, a.fd, &saved, &err), 1);
-        ASSERT_EQ(lseek(a.fd, 0, SEEK_SET), 0);
-        ASSERT_OK(-pthread_create(&thread, NULL, adopt_and_verify, &a));
-        ASSERT_OK(-pthread_join(thread, NULL));
-        close(a.fd);
-        if (a.adopted != 1)
-                TEST_FAIL("adopt: %s", a.err.message);
-        ASSERT_EQ(a.bad, 0);
+        salvage_then_adopt(e, &a);
         test_child_stop(&ch);
         zsw_engine_thaw(e);
         zsw_engine_free(a.e);
@@ -310,36 +325,13 @@ TEST(salvage_finds_a_uffd_at_an_unrecorded_number) {
         struct test_child ch = child_start(8, 0);
         struct zsw_engine *e = engine_start();
         struct adoption a = { .ch = &ch, .e = engine_start() };
-        struct zsw_engine_salvage_result saved;
-        struct zsw_engine_error err = {};
-        struct zsw_reclaim_result res;
-        struct zsw_target *t;
-        pthread_t thread;
-        int recorded;
+        struct zsw_target *t = reclaimed_and_frozen(e, &ch);
+        int recorded = t->target_uffd;
 
-        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
-        ASSERT_OK(zsw_engine_attach(e, ch.pid, &err));
-        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, &err));
-        ASSERT_GE(res.evicted_pages, npages / 2);
-        ASSERT_OK(zsw_engine_freeze(e, &err));
-        for (t = e->targets; t && t->pid != ch.pid; t = t->next)
-                ;
-        ASSERT_TRUE(t);
-        recorded = t->target_uffd;
         ASSERT_GE(recorded, 0);
         t->target_uffd = -1;
-
-        a.fd = memfd_create("state", MFD_CLOEXEC);
-        ASSERT_GE(a.fd, 0);
-        ASSERT_EQ(zsw_engine_salvage(e, a.fd, &saved, &err), 1);
+        salvage_then_adopt(e, &a);
         t->target_uffd = recorded;
-        ASSERT_EQ(lseek(a.fd, 0, SEEK_SET), 0);
-        ASSERT_OK(-pthread_create(&thread, NULL, adopt_and_verify, &a));
-        ASSERT_OK(-pthread_join(thread, NULL));
-        close(a.fd);
-        if (a.adopted != 1)
-                TEST_FAIL("adopt: %s", a.err.message);
-        ASSERT_EQ(a.bad, 0);
         test_child_stop(&ch);
         zsw_engine_thaw(e);
         zsw_engine_free(a.e);
@@ -489,7 +481,7 @@ TEST(refused_pages_are_not_write_cancellations) {
                 "evicted %" PRIu64 ", refused %" PRIu64 ", cancelled by writes %" PRIu64 "\n",
                 res.evicted_pages, res.refused_pages, res.aborted_pages);
         ASSERT_GE(res.refused_pages, npages / 4);
-#ifndef __SANITIZE_THREAD__
+#if !ZSW_THREAD_SANITIZER
         /* Cancelled are the stack of the thread we inject into and pages
          * the kernel happened to be moving at the commit (migration,
          * THP splits: not present for a moment), never the refused ones.

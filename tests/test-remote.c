@@ -48,17 +48,20 @@ static void *map_shared(size_t len) {
         return p;
 }
 
-/* Polls /proc/PID/task/TID/syscall until the thread sleeps in one of nrs. */
-static void wait_in_syscall(pid_t pid, pid_t tid, const long *nrs, size_t n) {
-        char path[96], buf[256];
+/* Polls /proc/PID/task/TID/syscall until the thread sleeps in one of nrs,
+ * with fd as its first argument unless fd < 0. */
+static void wait_in_syscall_on(pid_t pid, pid_t tid, const long *nrs, size_t n, int fd) {
+        char path[96], buf[256] = "";
 
         snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
         for (unsigned tries = 0; tries < 20000; tries++) {
                 FILE *f = fopen(path, "re");
+                unsigned long arg0 = 0;
                 long nr;
 
                 ASSERT_TRUE(f);
-                if (fgets(buf, sizeof(buf), f) && sscanf(buf, "%ld", &nr) == 1)
+                if (fgets(buf, sizeof(buf), f) && sscanf(buf, "%ld %lx", &nr, &arg0) >= 1 &&
+                    (fd < 0 || arg0 == (unsigned long) fd))
                         for (size_t i = 0; i < n; i++)
                                 if (nr == nrs[i]) {
                                         fclose(f);
@@ -68,6 +71,10 @@ static void wait_in_syscall(pid_t pid, pid_t tid, const long *nrs, size_t n) {
                 usleep(1000);
         }
         TEST_FAIL("thread %d never blocked in the expected syscall (last: %s)", tid, buf);
+}
+
+static void wait_in_syscall(pid_t pid, pid_t tid, const long *nrs, size_t n) {
+        wait_in_syscall_on(pid, tid, nrs, n, -1);
 }
 
 /* A child that does not outlive a failed (aborted) test. */
@@ -1220,37 +1227,7 @@ TEST(stop_others_gives_up_on_a_thread_that_never_stops) {
 
 /* Under ThreadSanitizer the tracer is a thread (libzswapd/remote.c), which
  * dies with its process. */
-#if defined(__SANITIZE_THREAD__)
-#define TRACER_IS_A_THREAD 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define TRACER_IS_A_THREAD 1
-#endif
-#endif
-
-#ifndef TRACER_IS_A_THREAD
-/* Polls /proc/PID/syscall until the leader sleeps in read(2) on fd. */
-static void wait_in_read_of(pid_t pid, int fd) {
-        char path[64], buf[256] = "";
-
-        snprintf(path, sizeof(path), "/proc/%d/syscall", pid);
-        for (unsigned tries = 0; tries < 20000; tries++) {
-                FILE *f = fopen(path, "re");
-                long nr;
-                unsigned long arg0;
-
-                ASSERT_TRUE(f);
-                if (fgets(buf, sizeof(buf), f) && sscanf(buf, "%ld %lx", &nr, &arg0) == 2 &&
-                    nr == SYS_read && arg0 == (unsigned long) fd) {
-                        fclose(f);
-                        return;
-                }
-                fclose(f);
-                usleep(1000);
-        }
-        TEST_FAIL("process %d never read fd %d (last: %s)", pid, fd, buf);
-}
-
+#if !ZSW_THREAD_SANITIZER
 static void *count_forever(void *arg) {
         _Atomic uint64_t *n = arg;
 
@@ -1324,13 +1301,13 @@ static void injector_dies(enum injector_step step) {
                                 _exit(13);
                 _exit(0);
         }
-        wait_in_read_of(pid, p[0]);
+        wait_in_syscall_on(pid, pid, (const long[]) { SYS_read }, 1, p[0]);
         inj = fork_child();
         if (inj == 0)
                 injector(pid, step, buf, len, q[0], s[1]);
         ASSERT_EQ(read(s[0], &c, 1), 1);
         if (step == INJECTOR_IN_CALL)
-                wait_in_read_of(pid, q[0]);
+                wait_in_syscall_on(pid, pid, (const long[]) { SYS_read }, 1, q[0]);
         ASSERT_OK(kill(inj, SIGKILL));
         ASSERT_EQ(waitpid(inj, NULL, 0), inj);
         /* The injected read(2) returns now, with its injector dead. */
@@ -1361,13 +1338,13 @@ static void injector_dies(enum injector_step step) {
 #endif
 
 TEST(injector_dead_after_a_guard_install) {
-#ifndef TRACER_IS_A_THREAD
+#if !ZSW_THREAD_SANITIZER
         injector_dies(INJECTOR_GUARDED);
 #endif
 }
 
 TEST(injector_dead_during_an_injected_call) {
-#ifndef TRACER_IS_A_THREAD
+#if !ZSW_THREAD_SANITIZER
         injector_dies(INJECTOR_IN_CALL);
 #endif
 }

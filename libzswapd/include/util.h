@@ -14,6 +14,20 @@
 #include <syslog.h>
 #include <unistd.h>
 
+/* 1 in a ThreadSanitizer build: gcc says so with a macro, clang only
+ * through __has_feature(). That runtime cannot follow a task that shares
+ * memory without being a thread (zswapd-rescue, the injection tracer). */
+#if defined(__SANITIZE_THREAD__)
+#define ZSW_THREAD_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ZSW_THREAD_SANITIZER 1
+#endif
+#endif
+#ifndef ZSW_THREAD_SANITIZER
+#define ZSW_THREAD_SANITIZER 0
+#endif
+
 #define _cleanup_(f) __attribute__((cleanup(f)))
 #define _likely_(x) __builtin_expect(!!(x), 1)
 #define _unlikely_(x) __builtin_expect(!!(x), 0)
