@@ -124,13 +124,15 @@ int engine_detach_locked(struct zsw_engine *e, struct zsw_target *t, struct zsw_
 /* engine-fork.c: a fork of parent (struct fault_events): the child is
  * served from now on; the reaper names it (engine_name_children()). */
 void engine_add_fork_child(void *userdata, struct zsw_target *parent, int child_uffd);
-void engine_name_children(struct zsw_engine *e);
+bool engine_name_children(struct zsw_engine *e);
 
 /* engine-reaper.c: its descriptors (before the fault threads and any
  * target), its thread, and the stop of it. */
 int engine_reaper_open(struct zsw_engine *e);
 int engine_reaper_start(struct zsw_engine *e);
 void engine_reaper_stop(struct zsw_engine *e);
+/* Has the reaper make a pass now (a fork child to name). */
+void engine_reaper_wake(struct zsw_engine *e);
 /* A target its fault thread gave up on (struct fault_events): the reaper
  * forgets it. */
 void engine_mark_dead(void *userdata, struct zsw_target *t);

@@ -50,11 +50,9 @@ static void age_due_targets(struct zsw_engine *e) {
 
 void engine_mark_dead(void *userdata, struct zsw_target *t) {
         struct zsw_engine *e = userdata;
-        uint64_t one = 1;
 
         atomic_store(&t->dead, true);
-        if (write(e->reaper_stop_fd, &one, sizeof(one)) < 0)
-                zsw_log_errno(e->log, LOG_WARNING, errno, "Cannot wake the reaper, ignoring: %m");
+        engine_reaper_wake(e);
 }
 
 /* A target whose uffd reference inside it is gone has exec'ed (the
@@ -66,11 +64,11 @@ static bool target_exec_ed(struct zsw_target *t) {
         return syscall(SYS_kcmp, getpid(), t->pid, KCMP_FILE, t->uffd, t->target_uffd) != 0;
 }
 
-/* A fork child we could not name has no pidfd to tell us it exited: its
- * address space tells us instead. (Short-lived children, fork then exec,
- * are usually gone before the reaper looks for them.) */
+/* A fork child not named has no pidfd to tell us it exited: its address
+ * space tells us instead. (Short-lived children, fork then exec, may be
+ * gone before the reaper finds them.) */
 static bool target_unnamed_gone(struct zsw_target *t) {
-        return t->pid == 0 && t->parent_pid == 0 && zsw_uffd_mm_alive(t->uffd) == -ESRCH;
+        return t->pid == 0 && zsw_uffd_mm_alive(t->uffd) == -ESRCH;
 }
 
 /* Marks the targets whose process has exited (their pidfd reads ready),
@@ -136,10 +134,12 @@ static void *reaper_main(void *userdata) {
         /* Wakes often enough for compaction and for age scans. */
         int timeout_ms = (int) MIN(e->age_interval_ns ? e->age_interval_ns / 1000000 : UINT64_MAX,
                                    COMPACT_INTERVAL_MS);
+        bool unnamed = false; /* a fork child just read is not linked yet */
 
         for (;;) {
                 struct epoll_event evs[8];
-                int n = epoll_wait(e->reaper_epfd, evs, (int) ARRAY_SIZE(evs), MAX(timeout_ms, 1));
+                int n = epoll_wait(e->reaper_epfd, evs, (int) ARRAY_SIZE(evs),
+                                   unnamed ? 1 : MAX(timeout_ms, 1));
                 bool exited = false;
                 uint64_t v;
 
@@ -152,7 +152,7 @@ static void *reaper_main(void *userdata) {
                 zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
                 if (exited)
                         mark_exited(e);
-                engine_name_children(e);
+                unnamed = engine_name_children(e);
                 reap(e);
                 age_due_targets(e);
                 zsw_mutex_unlock(&e->control_lock);
@@ -177,6 +177,13 @@ int engine_reaper_start(struct zsw_engine *e) {
 
         e->reaper_started = r == 0;
         return r;
+}
+
+void engine_reaper_wake(struct zsw_engine *e) {
+        uint64_t one = 1;
+
+        if (write(e->reaper_stop_fd, &one, sizeof(one)) < 0)
+                zsw_log_errno(e->log, LOG_WARNING, errno, "Cannot wake the reaper, ignoring: %m");
 }
 
 void engine_reaper_stop(struct zsw_engine *e) {

@@ -93,12 +93,161 @@ static size_t move_into_round(void) {
         return bad;
 }
 
+/* Twins (the child's 'T' and 'U'): two grandchildren forked by two
+ * threads within one clock tick, the second thread's first, so that
+ * neither the order of the forks nor the children's start times tell
+ * which fork made which. Each writes its own mark into every page and
+ * verifies on request; its other half stays as the parent left it. */
+struct twin {
+        pid_t pid;
+        int cmd, reply;
+};
+static struct twin twins[2];
+/* The first twin's parent thread lives on until the twins end (a child
+ * whose parent thread ended is the leader's, listed after its own). */
+static int twin_thread_quit[2] = { -1, -1 };
+static pthread_t twin_thread;
+static pthread_barrier_t twin_forked;
+
+static void twin_main(int cmd, int reply, unsigned mark) {
+        uint64_t bad;
+        char c;
+
+        /* No PR_SET_PDEATHSIG: the first twin's parent thread ends at
+         * once. Each ends when the child's end of its pipe closes. */
+        for (size_t i = 0; i < npages / 2; i++) {
+                buf[i * PAGE + 200] ^= (uint8_t) (mark + 1);
+                sums[i] = corpus_page_sum(buf + i * PAGE);
+        }
+        bad = 0;
+        if (write(reply, &bad, sizeof(bad)) != sizeof(bad))
+                _exit(2);
+        while (read(cmd, &c, 1) == 1) {
+                bad = verify_all();
+                if (write(reply, &bad, sizeof(bad)) != sizeof(bad))
+                        _exit(2);
+        }
+        _exit(0);
+}
+
+static void twin_fork(struct twin *tw) {
+        int cmd[2], reply[2];
+        uint64_t ready;
+
+        if (pipe(cmd) < 0 || pipe(reply) < 0)
+                _exit(2);
+        tw->pid = fork();
+        if (tw->pid == 0) {
+                close(cmd[1]);
+                close(reply[0]);
+                close(twin_thread_quit[0]);
+                close(twin_thread_quit[1]);
+                twin_main(cmd[0], reply[1], (unsigned) (tw - twins));
+        }
+        close(cmd[0]);
+        close(reply[1]);
+        tw->cmd = cmd[1];
+        tw->reply = reply[0];
+        if (read(tw->reply, &ready, sizeof(ready)) != sizeof(ready))
+                _exit(2);
+}
+
+static void *twin_thread_main(void *arg) {
+        char c;
+
+        twin_fork(arg);
+        pthread_barrier_wait(&twin_forked);
+        (void) !read(twin_thread_quit[0], &c, 1);
+        return NULL;
+}
+
+static unsigned long long start_tick(pid_t pid) {
+        char path[64], line[1024], *p;
+        unsigned long long st = 0;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+        f = fopen(path, "re");
+        if (!f)
+                return 0;
+        p = fgets(line, sizeof(line), f);
+        fclose(f);
+        if (p && (p = strrchr(line, ')')))
+                (void) sscanf(p + 1,
+                              " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d "
+                              "%*d %*d %*d %llu",
+                              &st);
+        return st;
+}
+
+static void twins_end(void) {
+        close(twin_thread_quit[1]);
+        pthread_join(twin_thread, NULL);
+        close(twin_thread_quit[0]);
+        for (int i = 0; i < 2; i++) {
+                close(twins[i].cmd);
+                close(twins[i].reply);
+                if (twins[i].pid > 0) {
+                        kill(twins[i].pid, SIGKILL);
+                        (void) waitpid(twins[i].pid, NULL, 0);
+                }
+        }
+}
+
+static uint64_t twins_start(int reply) {
+        for (int attempt = 0; attempt < 100; attempt++) {
+                uint64_t pid;
+
+                if (pipe(twin_thread_quit) < 0 ||
+                    pthread_barrier_init(&twin_forked, NULL, 2) != 0 ||
+                    pthread_create(&twin_thread, NULL, twin_thread_main, &twins[0]) != 0)
+                        _exit(2);
+                pthread_barrier_wait(&twin_forked);
+                pthread_barrier_destroy(&twin_forked);
+                twin_fork(&twins[1]);
+                if (start_tick(twins[0].pid) == start_tick(twins[1].pid)) {
+                        pid = (uint64_t) twins[0].pid;
+                        if (write(reply, &pid, sizeof(pid)) != sizeof(pid))
+                                _exit(2);
+                        return (uint64_t) twins[1].pid;
+                }
+                twins_end();
+        }
+        _exit(3);
+}
+
+/* The first twin ends; answers 0 once it is reaped. */
+static uint64_t twin_kill_first(void) {
+        kill(twins[0].pid, SIGKILL);
+        if (waitpid(twins[0].pid, NULL, 0) != twins[0].pid)
+                return 1;
+        twins[0].pid = 0;
+        return 0;
+}
+
+static uint64_t twins_verify(void) {
+        uint64_t bad = 0;
+
+        for (int i = 0; i < 2; i++) {
+                uint64_t b;
+
+                if (twins[i].pid == 0)
+                        continue;
+                if (write(twins[i].cmd, "v", 1) != 1 ||
+                    read(twins[i].reply, &b, sizeof(b)) != sizeof(b))
+                        _exit(2);
+                bad += b;
+        }
+        return bad;
+}
+
 /* The child's commands: 'v' verify, 'w' rewrite every 7th page, 'n' turn
  * the first quarter to noise, 'f' fork and verify in the grandchild, 'F'
  * the same with a grandchild that lives on, 'r' verify the first MOVE_AT
  * pages only, 'M' move evicted pages over a round (move_into_round), 'R'
  * unmap the whole buffer and map it again in place, filled anew (its
- * line in /proc/PID/maps reads as before). */
+ * line in /proc/PID/maps reads as before), 'T' fork twins (answers both
+ * pids), 'U' the live twins verify, 'K' the first twin ends. */
 static uint64_t child_command(char c, int reply) {
         switch (c) {
         case 'v':
@@ -171,6 +320,12 @@ static uint64_t child_command(char c, int reply) {
         }
         case 'M':
                 return move_into_round();
+        case 'T':
+                return twins_start(reply);
+        case 'U':
+                return twins_verify();
+        case 'K':
+                return twin_kill_first();
         case 'R':
                 if (munmap(buf, npages * PAGE) < 0 ||
                     mmap(buf, npages * PAGE, PROT_READ | PROT_WRITE,
@@ -557,6 +712,56 @@ TEST(fork_child_holds_its_own_uffd) {
                 usleep(100 * 1000);
         ASSERT_EQ(count_uffds(gc), 2);
         ASSERT_EQ(zsw_engine_list_targets(e, NULL, 0), 2);
+        test_child_stop(&ch);
+        zsw_engine_free(e);
+}
+
+static bool lists_target(struct zsw_engine *e, pid_t pid) {
+        pid_t pids[16];
+        size_t n = zsw_engine_list_targets(e, pids, ARRAY_SIZE(pids));
+
+        for (size_t i = 0; i < n && i < ARRAY_SIZE(pids); i++)
+                if (pids[i] == pid)
+                        return true;
+        return false;
+}
+
+/* Two fork children of one target, forked by two threads in one clock
+ * tick, the later thread's first: each is named by its own memory, not
+ * by its start time or the order of the forks. Named each by the
+ * other's, a child held its twin's uffd: its reclaim took nothing (the
+ * pages were protected in one process and read from the other), and
+ * once it exited, its twin's uffd went with it and the pages evicted
+ * before the fork read as zeros in the twin. */
+TEST(fork_twins_are_told_apart) {
+        struct test_child ch = child_start(4, 0);
+        struct zsw_engine *e = engine_start();
+        struct zsw_reclaim_result res;
+        pid_t twin[2];
+
+        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
+        ASSERT_OK(zsw_engine_attach(e, ch.pid, NULL));
+        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, NULL));
+        ASSERT_GE(res.evicted_pages, npages * 8 / 10);
+        test_child_send(&ch, 'T');
+        twin[0] = (pid_t) test_child_read(&ch);
+        twin[1] = (pid_t) test_child_read(&ch);
+        /* Waited for (up to a minute each), however late a loaded
+         * machine runs the reaper. */
+        for (int i = 0; i < 600 && !(lists_target(e, twin[0]) && lists_target(e, twin[1])); i++)
+                usleep(100 * 1000);
+        ASSERT_TRUE(lists_target(e, twin[0]));
+        ASSERT_TRUE(lists_target(e, twin[1]));
+        /* The second half of each twin is still missing, evicted from
+         * the parent before the forks. */
+        ASSERT_EQ(test_child_ask(&ch, 'K'), 0);
+        for (int i = 0; i < 600 && lists_target(e, twin[0]); i++)
+                usleep(100 * 1000);
+        ASSERT_FALSE(lists_target(e, twin[0]));
+        ASSERT_EQ(test_child_ask(&ch, 'U'), 0);
+        ASSERT_OK(zsw_engine_reclaim(e, twin[1], UINT64_MAX, &res, NULL));
+        ASSERT_GE(res.evicted_pages, npages * 4 / 10);
+        ASSERT_EQ(test_child_ask(&ch, 'U'), 0);
         test_child_stop(&ch);
         zsw_engine_free(e);
 }
