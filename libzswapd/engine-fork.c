@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <linux/kcmp.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -22,20 +23,24 @@
 #include "remote.h"
 #include "vma.h"
 
-/* How many mappings of a candidate a probe tries: the first ones may be
- * memory we never registered (our scratch area, mappings made since). */
+/* How many mappings of a candidate a probe tries. */
 #define PROBE_MAPPINGS 16
 
 /* Pages of candidate c, one per private anonymous mapping (the only kind
  * we register), present and not write-protected: where a probe can show
- * whether a uffd's memory is c's. Returns how many, or a negative errno. */
-static int probe_pages(pid_t c, const struct zsw_log *log, uint64_t pages[PROBE_MAPPINGS]) {
+ * whether a uffd's memory is c's. From /proc/PID/maps, the first
+ * mappings; from smaps (slower: it walks the page tables), only mappings
+ * registered with a uffd, for a process whose first mappings are memory
+ * we never registered (our scratch area, mappings made since, a
+ * sanitizer's shadow). Returns how many, or a negative errno. */
+static int probe_pages(pid_t c, bool smaps, const struct zsw_log *log,
+                       uint64_t pages[PROBE_MAPPINGS]) {
         _cleanup_(zsw_vma_list_free) struct zsw_vma_list maps = {};
         _cleanup_close_ int pagemap = -EBADF;
         char path[64];
         int r, n = 0;
 
-        snprintf(path, sizeof(path), "/proc/%d/maps", c);
+        snprintf(path, sizeof(path), "/proc/%d/%s", c, smaps ? "smaps" : "maps");
         r = zsw_vma_list_read(AT_FDCWD, path, log, &maps);
         if (r < 0)
                 return r;
@@ -50,7 +55,8 @@ static int probe_pages(pid_t c, const struct zsw_log *log, uint64_t pages[PROBE_
 
                 if (v->shared || !v->readable || !v->writable || v->inode != 0 ||
                     (v->name[0] && strcmp(v->name, "[heap]") != 0 &&
-                     strncmp(v->name, "[anon:", 6) != 0))
+                     strncmp(v->name, "[anon:", 6) != 0) ||
+                    (smaps && !(v->has_vmflags && (v->flags & ZSW_VMF_UFFD))))
                         continue;
                 if (zsw_vma_scan(pagemap, v->start, v->end, PAGE_IS_PRESENT | PAGE_IS_WRITTEN, 0,
                                  &run, 1, &next) > 0)
@@ -78,46 +84,53 @@ static int page_protected(pid_t c, uint64_t page) {
 
 /* Whether uffd, which a fork event handed us, is process c's: a page of
  * c, present and not protected, is write-protected through uffd, and
- * only if uffd's memory is c's does c's page table show it. The
- * protection is lifted at once (a write meanwhile raises a WP fault,
- * which the fault thread answers by lifting it too). Another process's
- * page cannot change so: no false match. A page uffd does not cover
- * (ENOENT: not registered there) tells nothing, and the next is tried;
- * a write of c's racing the probe misses a match, for the next pass. */
+ * only if uffd's memory is c's does c's page table show it; lifted again,
+ * c's page table must show that too. (A write meanwhile raises a WP
+ * fault, which the fault thread answers by lifting the protection: no
+ * match this time.) A page uffd does not cover (ENOENT: not registered
+ * there) tells nothing, and the next is tried. The caller makes sure c
+ * does not share another target's memory (a vfork child shares its
+ * parent's, whose pages a round may protect meanwhile). */
 static int uffd_is_of(int uffd, pid_t c, const struct zsw_log *log) {
         uint64_t pages[PROBE_MAPPINGS];
-        int n = probe_pages(c, log, pages);
 
-        for (int i = 0; i < n; i++) {
-                int r = zsw_uffd_writeprotect(uffd, pages[i], ZSW_PAGE_SIZE, true, false);
-                int was;
+        for (int pass = 0; pass < 2; pass++) {
+                int n = probe_pages(c, pass == 1, log, pages);
 
-                if (r == -ENOENT)
-                        continue;
-                if (r < 0)
-                        return r;
-                was = page_protected(c, pages[i]);
-                r = zsw_uffd_writeprotect(uffd, pages[i], ZSW_PAGE_SIZE, false, false);
-                return was > 0 && r >= 0;
+                if (n < 0)
+                        return n;
+                for (int i = 0; i < n; i++) {
+                        int r = zsw_uffd_writeprotect(uffd, pages[i], ZSW_PAGE_SIZE, true, false);
+                        int on, off;
+
+                        if (r == -ENOENT)
+                                continue;
+                        if (r < 0)
+                                return r;
+                        on = page_protected(c, pages[i]);
+                        r = zsw_uffd_writeprotect(uffd, pages[i], ZSW_PAGE_SIZE, false, false);
+                        if (on < 0 || r < 0)
+                                return on < 0 ? on : r;
+                        off = page_protected(c, pages[i]);
+                        return on > 0 && off == 0;
+                }
         }
-        return n < 0 ? n : 0;
+        return 0;
 }
 
-/* The child whose memory uffd is, among the live children of parent
- * that we do not serve yet, or 0. The fork event names neither the child
- * nor its pid, and the child is linked to its parent only after we have
- * read the event; start times (10 ms ticks) cannot tell two children of
- * one tick apart, nor a child from an older one that exec'd: each
- * candidate is probed (uffd_is_of()). */
-static pid_t find_child(struct zsw_engine *e, pid_t parent, int uffd) {
+/* How many children of one parent naming looks at. */
+#define CHILDREN_MAX 1024
+
+/* The live children of parent, as listed by each of its threads. */
+static size_t list_children(pid_t parent, pid_t *kids, size_t max) {
         struct dirent *de;
-        pid_t found = 0;
         char path[64];
+        size_t n = 0;
         DIR *tasks;
 
         snprintf(path, sizeof(path), "/proc/%d/task", parent);
         tasks = opendir(path);
-        while (tasks && found == 0 && (de = readdir(tasks))) {
+        while (tasks && n < max && (de = readdir(tasks))) {
                 char cpath[300], buf[32];
                 FILE *f;
 
@@ -127,28 +140,61 @@ static pid_t find_child(struct zsw_engine *e, pid_t parent, int uffd) {
                 f = fopen(cpath, "re");
                 if (!f)
                         continue;
-                while (found == 0 && fscanf(f, "%31s", buf) == 1) {
-                        pid_t c = (pid_t) atoi(buf);
-
-                        if (c > 0 && !engine_find_target(e, c) && uffd_is_of(uffd, c, e->log) > 0)
-                                found = c;
-                }
+                while (n < max && fscanf(f, "%31s", buf) == 1)
+                        if (atoi(buf) > 0)
+                                kids[n++] = (pid_t) atoi(buf);
                 fclose(f);
         }
         if (tasks)
                 closedir(tasks);
-        return found;
+        return n;
+}
+
+/* The child of parent whose memory uffd is, among those we do not serve
+ * yet, with a pidfd of it in *ret_pidfd; 0 if none is. The fork event
+ * names neither the child nor its pid, and the child is linked to its
+ * parent only after we have read the event. Start times (10 ms ticks)
+ * cannot tell two children of one tick apart, nor a child from an older
+ * one that exec'd: each candidate is probed (uffd_is_of()), the youngest
+ * first (each thread lists its children oldest first). The pidfd, opened
+ * before the probe and still alive after it, is of the process probed. */
+static pid_t find_child(struct zsw_engine *e, pid_t parent, int uffd, int *ret_pidfd) {
+        pid_t kids[CHILDREN_MAX];
+        size_t n = list_children(parent, kids, ARRAY_SIZE(kids));
+
+        for (size_t i = n; i-- > 0;) {
+                pid_t c = kids[i];
+                int pidfd;
+
+                if (engine_find_target(e, c) || syscall(SYS_kcmp, parent, c, KCMP_VM, 0, 0) == 0)
+                        continue; /* served, or the parent's memory (vfork) */
+                pidfd = (int) syscall(SYS_pidfd_open, c, 0);
+                if (pidfd < 0)
+                        continue;
+                if (uffd_is_of(uffd, c, e->log) > 0 &&
+                    syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0) {
+                        *ret_pidfd = pidfd;
+                        return c;
+                }
+                close(pidfd);
+        }
+        return 0;
 }
 
 void engine_add_fork_child(void *userdata, struct zsw_target *parent, int child_uffd) {
         struct zsw_engine *e = userdata;
         struct zsw_target *t = target_new(0, e->log);
+        pid_t ppid;
         int r;
 
         if (!t) {
                 safe_close(child_uffd);
                 return;
         }
+        /* 0 while the parent is not named either; the reaper names it. */
+        zsw_mutex_lock(&e->table_lock, ZSW_LOCK_TABLE);
+        ppid = parent->pid;
+        zsw_mutex_unlock(&e->table_lock);
         t->uffd = child_uffd;
         t->owner_config = parent->owner_config;
         t->prefetch_window = parent->prefetch_window;
@@ -160,21 +206,26 @@ void engine_add_fork_child(void *userdata, struct zsw_target *parent, int child_
         if (r < 0) {
                 zsw_log(e->log, LOG_ERR,
                         "Cannot follow fork of process %d: %s; the child's evicted pages are lost",
-                        parent->pid, strerror(-r));
+                        ppid, strerror(-r));
                 target_free(t);
                 return;
         }
         /* The child is not in the parent's children list until its fork
          * completes, which waits for us to finish reading this event: the
          * reaper, woken now, names it as soon as it is. */
-        t->parent_pid = parent->pid;
+        t->parent_pid = ppid;
+        t->fork_parent = parent;
         t->forked_ns = zsw_now_ns();
         r = engine_publish(e, t);
         if (r < 0) {
                 target_free(t);
                 return;
         }
-        zsw_log(e->log, LOG_INFO, "Process %d forked; serving its child too", parent->pid);
+        if (ppid > 0)
+                zsw_log(e->log, LOG_INFO, "Process %d forked; serving its child too", ppid);
+        else
+                zsw_log(e->log, LOG_INFO,
+                        "A fork child not named yet forked; serving its child too");
         engine_reaper_wake(e);
 }
 
@@ -216,27 +267,32 @@ bool engine_name_children(struct zsw_engine *e) {
 
         for (struct zsw_target *t = NULL;;) {
                 struct epoll_event ev = { .events = EPOLLIN };
-                pid_t pid;
+                pid_t pid, parent = 0;
+                int pidfd = -EBADF;
 
                 zsw_mutex_lock(&e->table_lock, ZSW_LOCK_TABLE);
                 for (t = t ? t->next : e->targets; t; t = t->next)
-                        if (t->pid == 0 && t->parent_pid > 0 && !atomic_load(&t->dead))
+                        if (t->pid == 0 && !atomic_load(&t->dead))
                                 break;
+                /* A child of a child not named then: its parent's pid now. */
+                if (t && t->parent_pid == 0 && t->fork_parent)
+                        t->parent_pid = t->fork_parent->pid;
+                if (t)
+                        parent = t->parent_pid;
                 zsw_mutex_unlock(&e->table_lock);
                 if (!t)
                         return soon;
-                pid = find_child(e, t->parent_pid, t->uffd);
+                pid = parent > 0 ? find_child(e, parent, t->uffd, &pidfd) : 0;
                 if (pid <= 0) {
-                        soon = soon || now - t->forked_ns < NAME_SOON_NS;
+                        soon = soon || t->forked_ns + NAME_SOON_NS > now;
                         continue;
                 }
                 zsw_mutex_lock(&e->table_lock, ZSW_LOCK_TABLE);
-                t->parent_pid = 0;
                 t->pid = pid;
-                t->pidfd = (int) syscall(SYS_pidfd_open, pid, 0);
+                t->pidfd = pidfd;
+                t->fork_parent = NULL;
                 ev.data.u64 = REAPER_EVENT_EXIT;
-                if (t->pidfd >= 0)
-                        epoll_ctl(e->reaper_epfd, EPOLL_CTL_ADD, t->pidfd, &ev);
+                epoll_ctl(e->reaper_epfd, EPOLL_CTL_ADD, t->pidfd, &ev);
                 zsw_mutex_unlock(&e->table_lock);
                 give_child_its_uffd(e, t);
         }

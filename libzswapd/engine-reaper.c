@@ -64,11 +64,13 @@ static bool target_exec_ed(struct zsw_target *t) {
         return syscall(SYS_kcmp, getpid(), t->pid, KCMP_FILE, t->uffd, t->target_uffd) != 0;
 }
 
-/* A fork child not named has no pidfd to tell us it exited: its address
- * space tells us instead. (Short-lived children, fork then exec, may be
- * gone before the reaper finds them.) */
-static bool target_unnamed_gone(struct zsw_target *t) {
-        return t->pid == 0 && zsw_uffd_mm_alive(t->uffd) == -ESRCH;
+/* The address space we serve is gone: the process exited or exec'ed. A
+ * fork child not named has no pidfd to tell us so (short-lived children,
+ * fork then exec, may be gone before the reaper finds them), and one
+ * that exec'd between its naming and the reference we gave it holds that
+ * reference in its new program. */
+static bool target_mm_gone(struct zsw_target *t) {
+        return zsw_uffd_mm_alive(t->uffd) == -ESRCH;
 }
 
 /* Marks the targets whose process has exited (their pidfd reads ready),
@@ -90,7 +92,7 @@ static void reap(struct zsw_engine *e) {
 
                 zsw_mutex_lock(&e->table_lock, ZSW_LOCK_TABLE);
                 for (t = e->targets; t; t = t->next)
-                        if (atomic_load(&t->dead) || target_exec_ed(t) || target_unnamed_gone(t))
+                        if (atomic_load(&t->dead) || target_exec_ed(t) || target_mm_gone(t))
                                 break;
                 zsw_mutex_unlock(&e->table_lock);
                 if (!t)

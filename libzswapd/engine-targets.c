@@ -76,6 +76,11 @@ void engine_unpublish(struct zsw_engine *e, struct zsw_target *t) {
                         e->n_targets--;
                         break;
                 }
+        /* Children still to be named lose their parent's target: its pid
+         * was taken when they were read, or they cannot be named. */
+        for (struct zsw_target *c = e->targets; c; c = c->next)
+                if (c->fork_parent == t)
+                        c->fork_parent = NULL;
         zsw_mutex_unlock(&e->table_lock);
         if (t->pidfd >= 0)
                 epoll_ctl(e->reaper_epfd, EPOLL_CTL_DEL, t->pidfd, NULL);

@@ -76,10 +76,11 @@ struct evict_batch {
 #define TARGET_MSGS 16u
 
 struct zsw_target {
-        const struct zsw_log *log; /* the engine's */
-        pid_t pid;                 /* 0 while a fork child is unidentified */
-        pid_t parent_pid;          /* of a fork child still to be named */
-        uint64_t forked_ns;        /* when such a child's fork was read */
+        const struct zsw_log *log;      /* the engine's */
+        pid_t pid;                      /* 0 while a fork child is unidentified */
+        pid_t parent_pid;               /* of a fork child still to be named */
+        struct zsw_target *fork_parent; /* its parent's target until then */
+        uint64_t forked_ns;             /* when such a child's fork was read */
         int pidfd;
         int uffd;                          /* the daemon's reference */
         int target_uffd;                   /* the target's own reference, -1 for fork children */
