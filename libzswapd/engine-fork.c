@@ -92,7 +92,7 @@ static int page_protected(pid_t c, uint64_t page) {
  * does not share another target's memory (a vfork child shares its
  * parent's, whose pages a round may protect meanwhile). */
 static int uffd_is_of(int uffd, pid_t c, const struct zsw_log *log) {
-        uint64_t pages[PROBE_MAPPINGS];
+        uint64_t pages[PROBE_MAPPINGS] = { 0 };
 
         for (int pass = 0; pass < 2; pass++) {
                 int n = probe_pages(c, pass == 1, log, pages);
