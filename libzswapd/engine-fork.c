@@ -33,10 +33,9 @@
  * registered with a uffd, for a process whose first mappings are memory
  * we never registered (our scratch area, mappings made since, a
  * sanitizer's shadow). Returns how many, or a negative errno. */
-static int probe_pages(pid_t c, bool smaps, const struct zsw_log *log,
+static int probe_pages(pid_t c, int pagemap, bool smaps, const struct zsw_log *log,
                        uint64_t pages[PROBE_MAPPINGS]) {
         _cleanup_(zsw_vma_list_free) struct zsw_vma_list maps = {};
-        _cleanup_close_ int pagemap = -EBADF;
         char path[64];
         int r, n = 0;
 
@@ -44,10 +43,6 @@ static int probe_pages(pid_t c, bool smaps, const struct zsw_log *log,
         r = zsw_vma_list_read(AT_FDCWD, path, log, &maps);
         if (r < 0)
                 return r;
-        snprintf(path, sizeof(path), "/proc/%d/pagemap", c);
-        pagemap = open(path, O_RDONLY | O_CLOEXEC);
-        if (pagemap < 0)
-                return -errno;
         for (size_t i = 0; i < maps.n && n < PROBE_MAPPINGS; i++) {
                 const struct zsw_vma *v = &maps.vmas[i];
                 struct zsw_page_run run;
@@ -65,18 +60,12 @@ static int probe_pages(pid_t c, bool smaps, const struct zsw_log *log,
         return n;
 }
 
-/* Whether page of process c is write-protected (uffd-wp) now. */
-static int page_protected(pid_t c, uint64_t page) {
-        _cleanup_close_ int pagemap = -EBADF;
+/* Whether page is write-protected (uffd-wp) now, in pagemap's process. */
+static int page_protected(int pagemap, uint64_t page) {
         struct zsw_page_run run;
-        char path[64];
         uint64_t next;
         int r;
 
-        snprintf(path, sizeof(path), "/proc/%d/pagemap", c);
-        pagemap = open(path, O_RDONLY | O_CLOEXEC);
-        if (pagemap < 0)
-                return -errno;
         r = zsw_vma_scan(pagemap, page, page + ZSW_PAGE_SIZE, PAGE_IS_PRESENT, PAGE_IS_WRITTEN,
                          &run, 1, &next);
         return r < 0 ? r : r > 0;
@@ -93,9 +82,15 @@ static int page_protected(pid_t c, uint64_t page) {
  * parent's, whose pages a round may protect meanwhile). */
 static int uffd_is_of(int uffd, pid_t c, const struct zsw_log *log) {
         uint64_t pages[PROBE_MAPPINGS] = { 0 };
+        _cleanup_close_ int pagemap = -EBADF;
+        char path[64];
 
+        snprintf(path, sizeof(path), "/proc/%d/pagemap", c);
+        pagemap = open(path, O_RDONLY | O_CLOEXEC);
+        if (pagemap < 0)
+                return -errno;
         for (int pass = 0; pass < 2; pass++) {
-                int n = probe_pages(c, pass == 1, log, pages);
+                int n = probe_pages(c, pagemap, pass == 1, log, pages);
 
                 if (n < 0)
                         return n;
@@ -107,11 +102,11 @@ static int uffd_is_of(int uffd, pid_t c, const struct zsw_log *log) {
                                 continue;
                         if (r < 0)
                                 return r;
-                        on = page_protected(c, pages[i]);
+                        on = page_protected(pagemap, pages[i]);
                         r = zsw_uffd_writeprotect(uffd, pages[i], ZSW_PAGE_SIZE, false, false);
                         if (on < 0 || r < 0)
                                 return on < 0 ? on : r;
-                        off = page_protected(c, pages[i]);
+                        off = page_protected(pagemap, pages[i]);
                         return on > 0 && off == 0;
                 }
         }

@@ -15,6 +15,7 @@
 
 #include "corpus.h"
 #include "engine-internal.h"
+#include "engine-state.h"
 #include "engine.h"
 #include "target-internal.h"
 #include "test.h"
@@ -172,22 +173,10 @@ static void *twin_thread_main(void *arg) {
         return NULL;
 }
 
-static unsigned long long start_tick(pid_t pid) {
-        char path[64], line[1024], *p;
-        unsigned long long st = 0;
-        FILE *f;
+static uint64_t start_tick(pid_t pid) {
+        uint64_t st = 0;
 
-        snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-        f = fopen(path, "re");
-        if (!f)
-                return 0;
-        p = fgets(line, sizeof(line), f);
-        fclose(f);
-        if (p && (p = strrchr(line, ')')))
-                (void) sscanf(p + 1,
-                              " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d "
-                              "%*d %*d %*d %llu",
-                              &st);
+        (void) state_proc_start_time(pid, &st);
         return st;
 }
 
@@ -815,6 +804,26 @@ static bool lists_target(struct zsw_engine *e, pid_t pid) {
         return false;
 }
 
+/* The child, attached and reclaimed, forks two processes by command c
+ * (twins or a grandchild and its child); returns once both are named
+ * (waited for up to a minute, however late a loaded machine runs the
+ * reaper). */
+static void forked_pair_named(struct zsw_engine *e, struct test_child *ch, char c, pid_t pids[2]) {
+        struct zsw_reclaim_result res;
+
+        ASSERT_EQ(test_child_ask(ch, 'v'), 0);
+        ASSERT_OK(zsw_engine_attach(e, ch->pid, NULL));
+        ASSERT_OK(zsw_engine_reclaim(e, ch->pid, UINT64_MAX, &res, NULL));
+        ASSERT_GE(res.evicted_pages, npages * 8 / 10);
+        test_child_send(ch, c);
+        pids[0] = (pid_t) test_child_read(ch);
+        pids[1] = (pid_t) test_child_read(ch);
+        for (int i = 0; i < 600 && !(lists_target(e, pids[0]) && lists_target(e, pids[1])); i++)
+                usleep(100 * 1000);
+        ASSERT_TRUE(lists_target(e, pids[0]));
+        ASSERT_TRUE(lists_target(e, pids[1]));
+}
+
 /* Two fork children of one target, forked by two threads in one clock
  * tick, the later thread's first: each is named by its own memory, not
  * by its start time or the order of the forks. Named each by the
@@ -828,19 +837,7 @@ TEST(fork_twins_are_told_apart) {
         struct zsw_reclaim_result res;
         pid_t twin[2];
 
-        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
-        ASSERT_OK(zsw_engine_attach(e, ch.pid, NULL));
-        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, NULL));
-        ASSERT_GE(res.evicted_pages, npages * 8 / 10);
-        test_child_send(&ch, 'T');
-        twin[0] = (pid_t) test_child_read(&ch);
-        twin[1] = (pid_t) test_child_read(&ch);
-        /* Waited for (up to a minute each), however late a loaded
-         * machine runs the reaper. */
-        for (int i = 0; i < 600 && !(lists_target(e, twin[0]) && lists_target(e, twin[1])); i++)
-                usleep(100 * 1000);
-        ASSERT_TRUE(lists_target(e, twin[0]));
-        ASSERT_TRUE(lists_target(e, twin[1]));
+        forked_pair_named(e, &ch, 'T', twin);
         /* The second half of each twin is still missing, evicted from
          * the parent before the forks. */
         ASSERT_EQ(test_child_ask(&ch, 'K'), 0);
@@ -864,17 +861,7 @@ TEST(fork_child_of_an_unnamed_child_is_named) {
         struct zsw_reclaim_result res;
         pid_t g[2];
 
-        ASSERT_EQ(test_child_ask(&ch, 'v'), 0);
-        ASSERT_OK(zsw_engine_attach(e, ch.pid, NULL));
-        ASSERT_OK(zsw_engine_reclaim(e, ch.pid, UINT64_MAX, &res, NULL));
-        ASSERT_GE(res.evicted_pages, npages * 8 / 10);
-        test_child_send(&ch, 'G');
-        g[0] = (pid_t) test_child_read(&ch);
-        g[1] = (pid_t) test_child_read(&ch);
-        for (int i = 0; i < 600 && !(lists_target(e, g[0]) && lists_target(e, g[1])); i++)
-                usleep(100 * 1000);
-        ASSERT_TRUE(lists_target(e, g[0]));
-        ASSERT_TRUE(lists_target(e, g[1]));
+        forked_pair_named(e, &ch, 'G', g);
         ASSERT_EQ(test_child_ask(&ch, 'U'), 0);
         ASSERT_OK(zsw_engine_reclaim(e, g[1], UINT64_MAX, &res, NULL));
         ASSERT_GE(res.evicted_pages, npages * 8 / 10);
