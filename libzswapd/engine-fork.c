@@ -6,7 +6,10 @@
  * (engine_add_fork_child(), a struct fault_events callback). The event
  * does not say which process the child is: the reaper names it a moment
  * later (engine_name_children()) and gives it a reference to its uffd,
- * as attach does for a target.
+ * as attach does for a target. It looks among the parent's children
+ * first, then among every process started since the fork: a child made
+ * with CLONE_PARENT, or one whose parent exited at once (a daemon's
+ * double fork), is another process's child.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -15,11 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <time.h>
 #include <linux/kcmp.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "engine-internal.h"
+#include "engine-state.h"
 #include "remote.h"
 #include "vma.h"
 
@@ -145,36 +150,103 @@ static size_t list_children(pid_t parent, pid_t *kids, size_t max) {
         return n;
 }
 
-/* The child of parent whose memory uffd is, among those we do not serve
- * yet, with a pidfd of it in *ret_pidfd; 0 if none is. The fork event
- * names neither the child nor its pid, and the child is linked to its
- * parent only after we have read the event. Start times (10 ms ticks)
- * cannot tell two children of one tick apart, nor a child from an older
- * one that exec'd: each candidate is probed (uffd_is_of()), the youngest
- * first (each thread lists its children oldest first). The pidfd, opened
- * before the probe and still alive after it, is of the process probed. */
-static pid_t find_child(struct zsw_engine *e, pid_t parent, int uffd, int *ret_pidfd) {
-        pid_t kids[CHILDREN_MAX];
-        size_t n = list_children(parent, kids, ARRAY_SIZE(kids));
+/* A process that may be a fork child, and its parent. */
+struct candidate {
+        pid_t pid, parent;
+        uint64_t start; /* /proc start-time ticks, for the order */
+};
 
+/* The candidate of c[0..n) (tried from the last one down) whose memory
+ * uffd is, among those we do not serve yet, with a pidfd of it in
+ * *ret_pidfd; 0 if none is. Start times (10 ms ticks) cannot tell two
+ * children of one tick apart, nor a child from an older one that exec'd:
+ * each candidate is probed (uffd_is_of()). One that shares its parent's
+ * memory (vfork, posix_spawn) is skipped: a round of the parent's could
+ * protect the probed page meanwhile. The pidfd, opened before the probe
+ * and still alive after it, is of the process probed. */
+static pid_t pick_child(struct zsw_engine *e, const struct candidate *c, size_t n, int uffd,
+                        int *ret_pidfd) {
         for (size_t i = n; i-- > 0;) {
-                pid_t c = kids[i];
                 int pidfd;
 
-                if (engine_find_target(e, c) || syscall(SYS_kcmp, parent, c, KCMP_VM, 0, 0) == 0)
-                        continue; /* served, or the parent's memory (vfork) */
-                pidfd = (int) syscall(SYS_pidfd_open, c, 0);
+                if (engine_find_target(e, c[i].pid) ||
+                    syscall(SYS_kcmp, c[i].parent, c[i].pid, KCMP_VM, 0, 0) == 0)
+                        continue;
+                pidfd = (int) syscall(SYS_pidfd_open, c[i].pid, 0);
                 if (pidfd < 0)
                         continue;
-                if (uffd_is_of(uffd, c, e->log) > 0 &&
+                if (uffd_is_of(uffd, c[i].pid, e->log) > 0 &&
                     syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0) {
                         *ret_pidfd = pidfd;
-                        return c;
+                        return c[i].pid;
                 }
                 close(pidfd);
         }
         return 0;
 }
+
+/* The child of parent whose memory uffd is (pick_child()). The fork event
+ * names neither the child nor its pid, and the child is linked to its
+ * parent only after we have read the event; each thread lists its
+ * children oldest first, so the youngest are tried first. */
+static pid_t find_child(struct zsw_engine *e, pid_t parent, int uffd, int *ret_pidfd) {
+        struct candidate c[CHILDREN_MAX];
+        pid_t kids[CHILDREN_MAX];
+        size_t n = list_children(parent, kids, ARRAY_SIZE(kids));
+
+        for (size_t i = 0; i < n; i++)
+                c[i] = (struct candidate) { .pid = kids[i], .parent = parent };
+        return pick_child(e, c, n, uffd, ret_pidfd);
+}
+
+static int cmp_candidate(const void *a, const void *b) {
+        const struct candidate *x = a, *y = b;
+
+        if (x->start != y->start)
+                return x->start < y->start ? -1 : 1;
+        return (x->pid > y->pid) - (x->pid < y->pid);
+}
+
+/* The same among every process started since the fork's tick (its start
+ * time is taken after we read the event; a tick earlier for the clocks'
+ * rounding): a child that is not its fork parent's child. */
+static pid_t find_child_anywhere(struct zsw_engine *e, uint64_t forked_tick, int uffd,
+                                 int *ret_pidfd) {
+        struct candidate c[CHILDREN_MAX];
+        DIR *proc = opendir("/proc");
+        struct dirent *de;
+        size_t n = 0;
+
+        while (proc && n < ARRAY_SIZE(c) && (de = readdir(proc))) {
+                char *end;
+                long pid = strtol(de->d_name, &end, 10);
+
+                if (pid <= 0 || *end || pid == getpid() ||
+                    state_proc_stat((pid_t) pid, &c[n].parent, &c[n].start) < 0 ||
+                    c[n].start + 1 < forked_tick)
+                        continue;
+                c[n++].pid = (pid_t) pid;
+        }
+        if (proc)
+                closedir(proc);
+        qsort(c, n, sizeof(c[0]), cmp_candidate);
+        return pick_child(e, c, n, uffd, ret_pidfd);
+}
+
+/* Now in /proc's start-time ticks. */
+static uint64_t now_tick(void) {
+        uint64_t hz = (uint64_t) MAX(sysconf(_SC_CLK_TCK), 1L);
+        struct timespec ts;
+
+        clock_gettime(CLOCK_BOOTTIME, &ts);
+        return (uint64_t) ts.tv_sec * hz + (uint64_t) ts.tv_nsec * hz / UINT64_C(1000000000);
+}
+
+/* When a child not found among its parent's children has every process
+ * searched: WIDE_FIRST_NS after its fork, then twice as long after each
+ * search, up to WIDE_MAX_NS (a search reads every process's stat). */
+#define WIDE_FIRST_NS (10 * UINT64_C(1000000))
+#define WIDE_MAX_NS (10 * UINT64_C(1000000000))
 
 void engine_add_fork_child(void *userdata, struct zsw_target *parent, int child_uffd) {
         struct zsw_engine *e = userdata;
@@ -211,6 +283,9 @@ void engine_add_fork_child(void *userdata, struct zsw_target *parent, int child_
         t->parent_pid = ppid;
         t->fork_parent = parent;
         t->forked_ns = zsw_now_ns();
+        t->forked_tick = now_tick();
+        t->wide_gap_ns = WIDE_FIRST_NS;
+        t->wide_ns = t->forked_ns + WIDE_FIRST_NS;
         r = engine_publish(e, t);
         if (r < 0) {
                 target_free(t);
@@ -278,6 +353,11 @@ bool engine_name_children(struct zsw_engine *e) {
                 if (!t)
                         return soon;
                 pid = parent > 0 ? find_child(e, parent, t->uffd, &pidfd) : 0;
+                if (pid <= 0 && now >= t->wide_ns) {
+                        pid = find_child_anywhere(e, t->forked_tick, t->uffd, &pidfd);
+                        t->wide_ns = now + t->wide_gap_ns;
+                        t->wide_gap_ns = MIN(t->wide_gap_ns * 2, WIDE_MAX_NS);
+                }
                 if (pid <= 0) {
                         soon = soon || t->forked_ns + NAME_SOON_NS > now;
                         continue;

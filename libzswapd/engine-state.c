@@ -38,13 +38,11 @@ _Static_assert(ZSW_STATE_LABEL_MAX == ZSW_ENGINE_LABEL_MAX, "a target's label fi
 
 /* ---- process identity --------------------------------------------------- */
 
-/* Field 22 of /proc/PID/stat: when the process started, in clock ticks
- * since boot; with the pid, the identity of a process. */
-int state_proc_start_time(pid_t pid, uint64_t *ret) {
+int state_proc_stat(pid_t pid, pid_t *ret_ppid, uint64_t *ret_start) {
         char path[64], buf[1024], *p;
         unsigned long long st;
         ssize_t n;
-        int fd;
+        int fd, ppid;
 
         /* open and read, not stdio: zswapd-rescue calls this after the
          * other threads died, maybe holding stdio's locks. */
@@ -59,12 +57,18 @@ int state_proc_start_time(pid_t pid, uint64_t *ret) {
         buf[n] = 0;
         if (!(p = strrchr(buf, ')')) ||
             sscanf(p + 1,
-                   " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
+                   " %*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
                    "%*d %*d %llu",
-                   &st) != 1)
+                   &ppid, &st) != 2)
                 return -EIO;
-        *ret = st;
+        if (ret_ppid)
+                *ret_ppid = ppid;
+        *ret_start = st;
         return 0;
+}
+
+int state_proc_start_time(pid_t pid, uint64_t *ret) {
+        return state_proc_stat(pid, NULL, ret);
 }
 
 int state_fd_set_cloexec(int fd, bool on) {

@@ -125,4 +125,6 @@ struct state_trailer {
 /* Field 22 of /proc/PID/stat: when the process started, in clock ticks
  * since boot; with the pid, the identity of a process. */
 int state_proc_start_time(pid_t pid, uint64_t *ret);
+/* The same, and field 4, the parent's pid (ret_ppid may be NULL). */
+int state_proc_stat(pid_t pid, pid_t *ret_ppid, uint64_t *ret_start);
 int state_fd_set_cloexec(int fd, bool on);

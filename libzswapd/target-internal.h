@@ -81,6 +81,8 @@ struct zsw_target {
         pid_t parent_pid;               /* of a fork child still to be named */
         struct zsw_target *fork_parent; /* its parent's target until then */
         uint64_t forked_ns;             /* when such a child's fork was read */
+        uint64_t forked_tick;           /* the same in /proc start-time ticks */
+        uint64_t wide_ns, wide_gap_ns;  /* its next search of every process */
         int pidfd;
         int uffd;                          /* the daemon's reference */
         int target_uffd;                   /* the target's own reference, -1 for fork children */

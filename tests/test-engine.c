@@ -7,9 +7,11 @@
 #include <fcntl.h>
 #include <dirent.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -291,6 +293,70 @@ static uint64_t grandchildren_start(int reply) {
         return (uint64_t) twins[1].pid;
 }
 
+/* The child's 'A': two children away from their fork parent (the
+ * child), as twins[0] and twins[1], which 'U' verifies: one made with
+ * CLONE_PARENT (the child's parent's child) and one whose parent, a fork
+ * of the child's, exits at once (a daemon's double fork). Each ends
+ * when the child closes its command pipe. Answers the first's pid,
+ * returns the second's. */
+static uint64_t away_start(int reply) {
+        int cmd[2][2], rep[2][2], gp[2];
+        uint64_t pid;
+        pid_t mid;
+
+        for (int i = 0; i < 2; i++)
+                if (pipe(cmd[i]) < 0 || pipe(rep[i]) < 0)
+                        _exit(2);
+        if (pipe(gp) < 0)
+                _exit(2);
+        for (int k = 0; k < 2; k++) {
+                pid_t p = k == 0 ? (pid_t) syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0)
+                                 : fork();
+
+                if (p < 0)
+                        _exit(2);
+                if (p > 0) {
+                        twins[k].pid = p;
+                        continue;
+                }
+                if (k == 1 && (p = fork()) != 0) {
+                        /* The middle process answers its child's pid and
+                         * goes. */
+                        pid = (uint64_t) p;
+                        _exit(p > 0 && write(gp[1], &pid, sizeof(pid)) == sizeof(pid) ? 0 : 2);
+                }
+                if (k == 0)
+                        prctl(PR_SET_PDEATHSIG, SIGKILL);
+                close(gp[0]);
+                close(gp[1]);
+                for (int i = 0; i < 2; i++) {
+                        close(cmd[i][1]);
+                        close(rep[i][0]);
+                        if (i != k) {
+                                close(cmd[i][0]);
+                                close(rep[i][1]);
+                        }
+                }
+                verify_on_request(cmd[k][0], rep[k][1]);
+        }
+        mid = twins[1].pid;
+        if (waitpid(mid, NULL, 0) != mid || read(gp[0], &pid, sizeof(pid)) != sizeof(pid))
+                _exit(2);
+        twins[1].pid = (pid_t) pid;
+        close(gp[0]);
+        close(gp[1]);
+        for (int i = 0; i < 2; i++) {
+                close(cmd[i][0]);
+                close(rep[i][1]);
+                twins[i].cmd = cmd[i][1];
+                twins[i].reply = rep[i][0];
+        }
+        pid = (uint64_t) twins[0].pid;
+        if (write(reply, &pid, sizeof(pid)) != sizeof(pid))
+                _exit(2);
+        return (uint64_t) twins[1].pid;
+}
+
 /* The first twin ends; answers 0 once it is reaped. */
 static uint64_t twin_kill_first(void) {
         kill(twins[0].pid, SIGKILL);
@@ -323,7 +389,8 @@ static uint64_t twins_verify(void) {
  * unmap the whole buffer and map it again in place, filled anew (its
  * line in /proc/PID/maps reads as before), 'T' fork twins (answers both
  * pids), 'U' the live twins verify, 'K' the first twin ends, 'G' a
- * grandchild and its child (as twins). */
+ * grandchild and its child (as twins), 'A' two children away from their
+ * fork parent (as twins). */
 static uint64_t child_command(char c, int reply) {
         switch (c) {
         case 'v':
@@ -404,6 +471,8 @@ static uint64_t child_command(char c, int reply) {
                 return twin_kill_first();
         case 'G':
                 return grandchildren_start(reply);
+        case 'A':
+                return away_start(reply);
         case 'R':
                 if (munmap(buf, npages * PAGE) < 0 ||
                     mmap(buf, npages * PAGE, PROT_READ | PROT_WRITE,
@@ -867,6 +936,31 @@ TEST(fork_child_of_an_unnamed_child_is_named) {
         ASSERT_GE(res.evicted_pages, npages * 8 / 10);
         ASSERT_EQ(test_child_ask(&ch, 'U'), 0);
         test_child_stop(&ch);
+        zsw_engine_free(e);
+}
+
+/* Fork children that are not their fork parent's children: one made
+ * with CLONE_PARENT, one whose parent exited at once. Neither is found
+ * among its parent's children: both are named by a search of every
+ * process started since their fork (they stayed unnamed for good: not
+ * reclaimed, lost if zswapd died), then served and reclaimed like any
+ * target. */
+TEST(fork_children_away_from_their_parent_are_named) {
+        struct test_child ch = child_start(4, 0);
+        struct zsw_engine *e = engine_start();
+        struct zsw_reclaim_result res;
+        pid_t a[2];
+
+        forked_pair_named(e, &ch, 'A', a);
+        ASSERT_EQ(test_child_ask(&ch, 'U'), 0);
+        for (int i = 0; i < 2; i++) {
+                ASSERT_OK(zsw_engine_reclaim(e, a[i], UINT64_MAX, &res, NULL));
+                ASSERT_GE(res.evicted_pages, npages * 8 / 10);
+        }
+        ASSERT_EQ(test_child_ask(&ch, 'U'), 0);
+        test_child_stop(&ch);
+        /* The CLONE_PARENT child is ours to reap. */
+        ASSERT_EQ(waitpid(a[0], NULL, 0), a[0]);
         zsw_engine_free(e);
 }
 
