@@ -26,9 +26,12 @@
  * good); should it wait for good anyway, it gives up after
  * RESCUE_TIMEOUT_SEC.
  *
- * What it cannot save: a fork child not named yet (its uffd is only in
- * our table; it reads zeros once this task exits) and a target that
- * closed its own reference to its uffd. A target a round was injecting
+ * A fork child not named yet has its uffd only in our table: the state
+ * names it, and the task then keeps that uffd, and nothing else, until
+ * the next zswapd has taken it (rescue_keep()); under a service manager,
+ * which starts the next zswapd only once this task is gone, it cannot,
+ * and the child's missing pages read as zeros once it exits. What it
+ * cannot save either: a target that closed its own reference to its uffd. A target a round was injecting
  * into when zswapd died is let go by the round's tracer, a task of its
  * own that outlives zswapd too (libzswapd/remote.c).
  */
@@ -148,6 +151,28 @@ int rescue_keep_state(const char *path, int fd, char *ret_saved) {
         return MIN(r, 0);
 }
 
+/* The state names fork children not named yet, whose uffds are only in
+ * our descriptor table (res->kept_fds): kept open, and nothing else,
+ * until the next zswapd has taken them from us (pidfd_getfd()) and kills
+ * us. Never returns. */
+_unused_ static _Noreturn void rescue_keep(const struct zsw_engine_salvage_result *res) {
+        unsigned from = 0;
+
+        log_error("zswapd died serving %u fork children not named yet: this task (%d) keeps "
+                  "their userfaultfds until the next zswapd takes them over. Start zswapd again.",
+                  res->unnamed, (int) getpid());
+        alarm(0);
+        for (unsigned i = 0; i <= res->unnamed; i++) {
+                unsigned to = i < res->unnamed ? (unsigned) res->kept_fds[i] : ~0u;
+
+                if (to > from)
+                        (void) syscall(SYS_close_range, from, to - 1, 0);
+                from = to + 1;
+        }
+        for (;;)
+                pause();
+}
+
 /* zswapd is gone without disarming us: its engine's state to r->path. */
 _unused_ static int rescue_save(struct rescue *r) {
         struct zsw_engine_salvage_result res;
@@ -225,11 +250,22 @@ _unused_ static int rescue_save(struct rescue *r) {
                           "read: they are saved as lost, and a process that touches one gets "
                           "SIGBUS.",
                           res.lost);
-        if (res.unheld + res.unnamed > 0)
+        if (n > 0 && res.unnamed > 0 && getenv("NOTIFY_SOCKET")) {
+                /* The service manager starts the next zswapd only once
+                 * this task is gone too: nobody could take them from us. */
+                log_error("zswapd died serving %u fork children not named yet, whose "
+                          "userfaultfds only this task holds and the next zswapd under a service "
+                          "manager cannot take: their missing pages read as zeros now.",
+                          res.unnamed);
+                res.unnamed = 0;
+        }
+        if (res.unheld + res.unnamed_lost > 0)
                 log_error("zswapd died serving %u processes whose pages could not be saved (%u "
                           "closed their own reference to their userfaultfd, %u fork children "
                           "were not named yet): their missing pages read as zeros now.",
-                          res.unheld + res.unnamed, res.unheld, res.unnamed);
+                          res.unheld + res.unnamed_lost, res.unheld, res.unnamed_lost);
+        if (n > 0 && res.unnamed > 0)
+                rescue_keep(&res);
         return n;
 }
 

@@ -199,21 +199,33 @@ static pid_t find_child(struct zsw_engine *e, pid_t parent, int uffd, int *ret_p
         return pick_child(e, c, n, uffd, ret_pidfd);
 }
 
-static int cmp_candidate(const void *a, const void *b) {
-        const struct candidate *x = a, *y = b;
-
-        if (x->start != y->start)
-                return x->start < y->start ? -1 : 1;
-        return (x->pid > y->pid) - (x->pid < y->pid);
+static uint64_t clock_ticks(void) {
+        return (uint64_t) MAX(sysconf(_SC_CLK_TCK), 1L);
 }
 
-/* The same among every process started since the fork's tick (its start
- * time is taken after we read the event; a tick earlier for the clocks'
- * rounding): a child that is not its fork parent's child. */
+/* Now in /proc's start-time ticks. */
+static uint64_t now_tick(void) {
+        uint64_t hz = clock_ticks();
+        struct timespec ts;
+
+        clock_gettime(CLOCK_BOOTTIME, &ts);
+        return (uint64_t) ts.tv_sec * hz + (uint64_t) ts.tv_nsec * hz / UINT64_C(1000000000);
+}
+
+static uint64_t tick_distance(uint64_t a, uint64_t b) {
+        return a > b ? a - b : b - a;
+}
+
+/* The same among every process that started within a second of the
+ * fork's tick: a child that is not its fork parent's child. The child's
+ * start time is taken once we have read the event, the tick a moment
+ * after; the probe decides, the window only keeps the search short.
+ * Those nearest the fork's tick are tried first. */
 static pid_t find_child_anywhere(struct zsw_engine *e, uint64_t forked_tick, int uffd,
                                  int *ret_pidfd) {
         struct candidate c[CHILDREN_MAX];
         DIR *proc = opendir("/proc");
+        uint64_t hz = clock_ticks();
         struct dirent *de;
         size_t n = 0;
 
@@ -223,23 +235,23 @@ static pid_t find_child_anywhere(struct zsw_engine *e, uint64_t forked_tick, int
 
                 if (pid <= 0 || *end || pid == getpid() ||
                     state_proc_stat((pid_t) pid, &c[n].parent, &c[n].start) < 0 ||
-                    c[n].start + 1 < forked_tick)
+                    tick_distance(c[n].start, forked_tick) > hz)
                         continue;
                 c[n++].pid = (pid_t) pid;
         }
         if (proc)
                 closedir(proc);
-        qsort(c, n, sizeof(c[0]), cmp_candidate);
+        /* pick_child() tries the last first: the farthest go first here. */
+        for (size_t i = 1; i < n; i++)
+                for (size_t k = i; k > 0 && tick_distance(c[k - 1].start, forked_tick) <
+                                                    tick_distance(c[k].start, forked_tick);
+                     k--) {
+                        struct candidate x = c[k];
+
+                        c[k] = c[k - 1];
+                        c[k - 1] = x;
+                }
         return pick_child(e, c, n, uffd, ret_pidfd);
-}
-
-/* Now in /proc's start-time ticks. */
-static uint64_t now_tick(void) {
-        uint64_t hz = (uint64_t) MAX(sysconf(_SC_CLK_TCK), 1L);
-        struct timespec ts;
-
-        clock_gettime(CLOCK_BOOTTIME, &ts);
-        return (uint64_t) ts.tv_sec * hz + (uint64_t) ts.tv_nsec * hz / UINT64_C(1000000000);
 }
 
 /* When a child not found among its parent's children has every process
@@ -250,6 +262,8 @@ static uint64_t now_tick(void) {
 
 void engine_add_fork_child(void *userdata, struct zsw_target *parent, int child_uffd) {
         struct zsw_engine *e = userdata;
+        /* First: the child's start time is the moment we read the event. */
+        uint64_t forked_tick = now_tick();
         struct zsw_target *t = target_new(0, e->log);
         pid_t ppid;
         int r;
@@ -283,7 +297,7 @@ void engine_add_fork_child(void *userdata, struct zsw_target *parent, int child_
         t->parent_pid = ppid;
         t->fork_parent = parent;
         t->forked_ns = zsw_now_ns();
-        t->forked_tick = now_tick();
+        t->forked_tick = forked_tick;
         t->wide_gap_ns = WIDE_FIRST_NS;
         t->wide_ns = t->forked_ns + WIDE_FIRST_NS;
         r = engine_publish(e, t);
@@ -297,6 +311,16 @@ void engine_add_fork_child(void *userdata, struct zsw_target *parent, int child_
                 zsw_log(e->log, LOG_INFO,
                         "A fork child not named yet forked; serving its child too");
         engine_reaper_wake(e);
+}
+
+void engine_fork_child_adopted(struct zsw_target *t, uint64_t forked_tick) {
+        /* Its parent is not known: every process started since its fork
+         * is searched at once. */
+        t->forked_ns = zsw_now_ns();
+        t->forked_tick = forked_tick;
+        t->wide_gap_ns = WIDE_FIRST_NS;
+        t->wide_ns = t->forked_ns;
+        t->adopted_unnamed = true;
 }
 
 /* A fork child's uffd arrived in our process only: if we died, its
@@ -328,10 +352,11 @@ static void give_child_its_uffd(struct zsw_engine *e, struct zsw_target *t) {
 #define NAME_SOON_NS (1000 * UINT64_C(1000000))
 
 /* Names fork children (see engine_add_fork_child) and watches their exit.
- * A child not linked to its parent yet is tried again on the next pass.
- * Returns whether a child named none of those tries is younger than
- * NAME_SOON_NS: the reaper then comes back at once. */
-bool engine_name_children(struct zsw_engine *e) {
+ * A child not linked to its parent yet is tried again on the next pass;
+ * now: every process is searched for those not found under their parent,
+ * whenever it was last. Returns whether a child named none of those tries
+ * is younger than NAME_SOON_NS: the reaper then comes back at once. */
+bool engine_name_children(struct zsw_engine *e, bool now_all) {
         uint64_t now = zsw_now_ns();
         bool soon = false;
 
@@ -353,7 +378,7 @@ bool engine_name_children(struct zsw_engine *e) {
                 if (!t)
                         return soon;
                 pid = parent > 0 ? find_child(e, parent, t->uffd, &pidfd) : 0;
-                if (pid <= 0 && now >= t->wide_ns) {
+                if (pid <= 0 && (now_all || now >= t->wide_ns)) {
                         pid = find_child_anywhere(e, t->forked_tick, t->uffd, &pidfd);
                         t->wide_ns = now + t->wide_gap_ns;
                         t->wide_gap_ns = MIN(t->wide_gap_ns * 2, WIDE_MAX_NS);
@@ -370,5 +395,13 @@ bool engine_name_children(struct zsw_engine *e) {
                 epoll_ctl(e->reaper_epfd, EPOLL_CTL_ADD, t->pidfd, &ev);
                 zsw_mutex_unlock(&e->table_lock);
                 give_child_its_uffd(e, t);
+                /* Taken over after a death: as for any target then, the
+                 * copies of pages present again go (engine_drop_present();
+                 * no round can take its pages while control_lock is ours). */
+                if (t->adopted_unnamed && engine_drop_present(t) < 0)
+                        zsw_log(e->log, LOG_WARNING,
+                                "Cannot scan fork child %d for pages present again; their "
+                                "copies stay stored",
+                                t->pid);
         }
 }

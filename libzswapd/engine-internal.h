@@ -124,7 +124,14 @@ int engine_detach_locked(struct zsw_engine *e, struct zsw_target *t, struct zsw_
 /* engine-fork.c: a fork of parent (struct fault_events): the child is
  * served from now on; the reaper names it (engine_name_children()). */
 void engine_add_fork_child(void *userdata, struct zsw_target *parent, int child_uffd);
-bool engine_name_children(struct zsw_engine *e);
+bool engine_name_children(struct zsw_engine *e, bool now_all);
+/* A fork child not named yet, taken over from a dead zswapd's state
+ * (engine-load.c): named like one just forked, from its saved fork tick. */
+void engine_fork_child_adopted(struct zsw_target *t, uint64_t forked_tick);
+
+/* engine-load.c: after a zswapd died, the stored copies of pages present
+ * in t go (t is named). Returns how many, or -errno. */
+int engine_drop_present(struct zsw_target *t);
 
 /* engine-reaper.c: its descriptors (before the fault threads and any
  * target), its thread, and the stop of it. */

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,7 @@ struct reader {
         uint32_t *families; /* of entries[i]: the family it may be shared in */
         size_t n_entries, cap;
         uint32_t version; /* the header's */
+        pid_t keeper;     /* version 4: who keeps the unnamed children's uffds */
 };
 
 /* The next len bytes of the state; valid until the next call. */
@@ -203,15 +205,17 @@ static bool load_same_process(const struct state_target *st, int *ret_pidfd) {
         return true;
 }
 
-/* The uffd of a target whose zswapd died: the target's own reference,
- * which the dead process checked was the one it served (kcmp), taken
- * with pidfd_getfd(); -errno if it is not a userfaultfd now. */
-static int adopt_uffd(const struct zsw_target *t) {
+/* Descriptor fd of the process of pidfd, taken with pidfd_getfd(): the
+ * uffd of a target whose zswapd died (the target's own reference, which
+ * the dead process checked was the one it served, kcmp), or of a fork
+ * child not named yet (the dead zswapd's, which its rescue task keeps);
+ * -errno if it is not a userfaultfd now. */
+static int adopt_uffd(int pidfd, int target_fd) {
         char path[64], link[64];
         ssize_t n;
         int fd;
 
-        fd = (int) syscall(SYS_pidfd_getfd, t->pidfd, t->target_uffd, 0);
+        fd = (int) syscall(SYS_pidfd_getfd, pidfd, target_fd, 0);
         if (fd < 0)
                 return -errno;
         snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
@@ -229,7 +233,7 @@ static int adopt_uffd(const struct zsw_target *t) {
  * page was placed before its entry was forgotten; the page present is
  * the target's content. Pages a dead round left write-protected stay so
  * until written: a write to a page of no round is let through (fault.c). */
-static int adopt_drop_present(struct zsw_target *t) {
+int engine_drop_present(struct zsw_target *t) {
         struct zsw_page_run runs[64];
         _cleanup_close_ int pagemap = -EBADF;
         uint64_t pos = WAKE_START, dropped = 0;
@@ -262,7 +266,7 @@ static int load_check_target(struct zsw_target *t, const struct state_target *re
         if (!load_same_process(rec, &t->pidfd))
                 return -ESRCH;
         if (adopt) {
-                t->uffd = adopt_uffd(t);
+                t->uffd = adopt_uffd(t->pidfd, t->target_uffd);
                 if (t->uffd < 0)
                         return t->uffd;
         }
@@ -331,6 +335,8 @@ static int load_target(struct zsw_engine *e, struct reader *rd, struct zsw_targe
         t->scratch = st->scratch;
         t->scratch_size = st->scratch_size;
         t->target_uffd = st->target_uffd;
+        if (st->pid == 0)
+                engine_fork_child_adopted(t, st->start_time);
         if (st->family == i)
                 r = zsw_store_owner_new(e->store, &t->owner_config, &t->owner);
         else
@@ -398,6 +404,7 @@ static int load_all(struct zsw_engine *e, struct reader *rd, const struct state_
                 return r;
         h = *hp;
         rd->version = h.version;
+        rd->keeper = h.version >= 4 ? h.keeper : 0;
         *ret_made = calloc(MAX(h.n_targets, 1u), sizeof(**ret_made));
         *ret_recs = calloc(MAX(h.n_targets, 1u), sizeof(**ret_recs));
         if (!*ret_made || !*ret_recs)
@@ -406,10 +413,14 @@ static int load_all(struct zsw_engine *e, struct reader *rd, const struct state_
         for (size_t i = 0; i < h.n_targets; i++) {
                 const struct state_target *st = reader_take(rd, h.target_size);
 
-                /* An older record is a prefix of this one: no events. */
+                /* An older record is a prefix of this one: no events. A
+                 * fork child not named yet comes only from a dead zswapd,
+                 * with its keeper. */
                 if (st)
                         memcpy(&(*ret_recs)[i], st, h.target_size);
-                r = st ? load_target(e, rd, *ret_made, i, &(*ret_recs)[i]) : -EPROTO;
+                r = !st || (st->pid <= 0 && (!adopt || st->pid < 0 || rd->keeper <= 0))
+                            ? -EPROTO
+                            : load_target(e, rd, *ret_made, i, &(*ret_recs)[i]);
                 if (r < 0)
                         return engine_fail(err, r, "cannot load target %zu of the state: %s", i,
                                            r == -EPROTO ? "malformed record" : strerror(-r));
@@ -421,13 +432,98 @@ static int load_all(struct zsw_engine *e, struct reader *rd, const struct state_
         return 0;
 }
 
+/* The keeper a dead zswapd's state names (its rescue task, which keeps
+ * the uffds of fork children not named yet open for us): a pidfd of it,
+ * or -ESRCH if that process is gone (or another one has its pid). */
+static int keeper_open(pid_t keeper) {
+        char path[64], comm[32] = "";
+        ssize_t n;
+        int pidfd, fd;
+
+        pidfd = (int) syscall(SYS_pidfd_open, keeper, 0);
+        if (pidfd < 0)
+                return -ESRCH;
+        /* Read after the pidfd is open: the pid's process then. */
+        snprintf(path, sizeof(path), "/proc/%d/comm", keeper);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        n = fd >= 0 ? read(fd, comm, sizeof(comm) - 1) : -1;
+        if (fd >= 0)
+                close(fd);
+        if (n < 0 || strncmp(comm, "zswapd-rescue\n", 14) != 0) {
+                close(pidfd);
+                return -ESRCH;
+        }
+        (void) state_fd_set_cloexec(pidfd, true);
+        return pidfd;
+}
+
+/* Whether the target of rec can be served (0), with its uffd; -ESRCH if
+ * its process exited (or exec'd), another -errno if it cannot be served
+ * (logged; the caller frees t). */
+static int load_take(struct zsw_engine *e, struct zsw_target *t, const struct state_target *rec,
+                     bool adopt, int keeper_pidfd) {
+        const char *when = adopt ? "after the previous zswapd died" : "during the re-exec";
+        int r;
+
+        if (t->pid == 0) {
+                /* Its uffd is the dead zswapd's, which the keeper holds. */
+                r = keeper_pidfd < 0 ? keeper_pidfd : adopt_uffd(keeper_pidfd, rec->uffd);
+                if (r >= 0) {
+                        t->uffd = r;
+                        r = zsw_uffd_mm_alive(t->uffd) == -ESRCH ? -ESRCH : 0;
+                }
+                if (r == -ESRCH && t->uffd >= 0)
+                        zsw_log(e->log, LOG_INFO,
+                                "A fork child not named yet exited %s; its pages are freed", when);
+                else if (r < 0)
+                        zsw_log_errno(e->log, LOG_ERR, r,
+                                      "Cannot take over a fork child not named yet: the dead "
+                                      "zswapd's rescue task no longer keeps its userfaultfd: "
+                                      "%m; its %" PRIu64 " pages are lost",
+                                      rec->n_pages);
+                return r;
+        }
+        if (adopt && engine_find_target(e, t->pid)) {
+                zsw_log(e->log, LOG_INFO, "Process %d was taken over from a newer state already",
+                        t->pid);
+                return -EEXIST;
+        }
+        r = load_check_target(t, rec, adopt);
+        if (r == -ESRCH)
+                zsw_log(e->log, LOG_INFO, "Process %d exited %s; its pages are freed", t->pid,
+                        when);
+        else if (r < 0)
+                zsw_log_errno(e->log, LOG_ERR, r,
+                              "Cannot take over process %d: its userfaultfd (its fd "
+                              "%d) is gone: %m; its %" PRIu64 " pages are lost",
+                              t->pid, t->target_uffd, rec->n_pages);
+        if (r < 0 || !adopt)
+                return r;
+        /* A copy left is never served (its page is present) and goes with
+         * the page's removal or unmap. */
+        r = engine_drop_present(t);
+        if (r > 0)
+                zsw_log(e->log, LOG_INFO,
+                        "Process %d: %d pages taken by the dead zswapd were still present; "
+                        "their copies are dropped",
+                        t->pid, r);
+        else if (r < 0)
+                zsw_log_errno(e->log, LOG_WARNING, r,
+                              "Cannot scan process %d for pages present again: %m; their "
+                              "copies stay stored",
+                              t->pid);
+        return 0;
+}
+
 /* Serves each target that is still its process and wakes its waiters;
  * frees the others. adopt: the state of a zswapd that died, whose uffds
- * the targets hold (adopt_uffd()). */
+ * the targets hold (adopt_uffd()), but for the fork children not named
+ * yet, whose uffds keeper holds: it is killed once they are taken. */
 static int load_publish(struct zsw_engine *e, struct zsw_target **made,
-                        const struct state_target *recs, size_t n, bool adopt,
+                        const struct state_target *recs, size_t n, bool adopt, pid_t keeper,
                         zsw_engine_adopted_fn adopted, void *userdata) {
         const char *when = adopt ? "after the previous zswapd died" : "during the re-exec";
+        _cleanup_close_ int keeper_pidfd = keeper > 0 ? keeper_open(keeper) : -EBADF;
         int adopted_n = 0;
 
         for (size_t i = 0; i < n; i++) {
@@ -442,43 +538,13 @@ static int load_publish(struct zsw_engine *e, struct zsw_target **made,
                 made[i] = NULL;
                 if (!adopt)
                         (void) state_fd_set_cloexec(t->uffd, true);
-                if (adopt && engine_find_target(e, t->pid)) {
-                        zsw_log(e->log, LOG_INFO,
-                                "Process %d was taken over from a newer state already", t->pid);
+                r = load_take(e, t, &recs[i], adopt, keeper_pidfd);
+                if (r >= 0)
+                        r = engine_publish(e, t);
+                else {
                         target_free(t);
                         continue;
                 }
-                r = load_check_target(t, &recs[i], adopt);
-                if (r == -ESRCH) {
-                        zsw_log(e->log, LOG_INFO, "Process %d exited %s; its pages are freed",
-                                t->pid, when);
-                        target_free(t);
-                        continue;
-                }
-                if (r < 0) {
-                        zsw_log_errno(e->log, LOG_ERR, r,
-                                      "Cannot take over process %d: its userfaultfd (its fd "
-                                      "%d) is gone: %m; its %" PRIu64 " pages are lost",
-                                      t->pid, t->target_uffd, recs[i].n_pages);
-                        target_free(t);
-                        continue;
-                }
-                if (adopt) {
-                        /* A copy left is never served (its page is present)
-                         * and goes with the page's removal or unmap. */
-                        r = adopt_drop_present(t);
-                        if (r > 0)
-                                zsw_log(e->log, LOG_INFO,
-                                        "Process %d: %d pages taken by the dead zswapd were "
-                                        "still present; their copies are dropped",
-                                        t->pid, r);
-                        else if (r < 0)
-                                zsw_log_errno(e->log, LOG_WARNING, r,
-                                              "Cannot scan process %d for pages present again: "
-                                              "%m; their copies stay stored",
-                                              t->pid);
-                }
-                r = engine_publish(e, t);
                 if (r < 0) {
                         /* A re-exec's uffd is the only one we have: never
                          * closed, or its pages would read as zeros. An
@@ -498,9 +564,18 @@ static int load_publish(struct zsw_engine *e, struct zsw_target **made,
                 if (r < 0)
                         zsw_log_errno(e->log, LOG_WARNING, r, "Cannot wake the faults of %d: %m",
                                       t->pid);
-                if (adopted)
+                if (adopted && t->pid > 0)
                         adopted(userdata, t->pid, t->label);
                 adopted_n++;
+        }
+        if (keeper_pidfd >= 0) {
+                /* What it kept is ours now (or lost, and logged). */
+                (void) syscall(SYS_pidfd_send_signal, keeper_pidfd, SIGKILL, NULL, 0);
+                zsw_log(e->log, LOG_INFO,
+                        "Took the fork children not named yet from the dead zswapd's rescue "
+                        "task %d, which kept them; it exits now",
+                        keeper);
+                engine_reaper_wake(e);
         }
         return adopted_n;
 }
@@ -534,7 +609,7 @@ static int state_load(struct zsw_engine *e, int fd, bool adopt, zsw_engine_adopt
         else
                 r = load_all(e, &rd, &tr, adopt, &made, &recs, &n, err);
         if (r >= 0)
-                r = load_publish(e, made, recs, n, adopt, adopted, userdata);
+                r = load_publish(e, made, recs, n, adopt, rd.keeper, adopted, userdata);
         else
                 /* Nothing taken over: the descriptors stay open, so the
                  * targets wait rather than read zeros. */

@@ -154,7 +154,7 @@ static void *reaper_main(void *userdata) {
                 zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
                 if (exited)
                         mark_exited(e);
-                unnamed = engine_name_children(e);
+                unnamed = engine_name_children(e, false);
                 reap(e);
                 age_due_targets(e);
                 zsw_mutex_unlock(&e->control_lock);
@@ -178,6 +178,8 @@ int engine_reaper_start(struct zsw_engine *e) {
         int r = -pthread_create(&e->reaper, NULL, reaper_main, e);
 
         e->reaper_started = r == 0;
+        if (r == 0)
+                pthread_setname_np(e->reaper, "zswapd-reaper");
         return r;
 }
 

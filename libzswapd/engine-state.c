@@ -105,7 +105,7 @@ int zsw_engine_freeze(struct zsw_engine *e, struct zsw_engine_error *err) {
         engine_reaper_stop(e);
         zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
         /* A fork child must have its pid to be found again after the exec. */
-        engine_name_children(e);
+        engine_name_children(e, true);
         for (t = e->targets; t; t = t->next)
                 if (t->pid == 0 && target_live(t)) {
                         zsw_mutex_unlock(&e->control_lock);
@@ -131,7 +131,7 @@ int zsw_engine_freeze(struct zsw_engine *e, struct zsw_engine_error *err) {
         while ((t = first_served(e)))
                 fault_threads_remove(e->faults, t);
         /* Such a child is named now, or the freeze is undone. */
-        engine_name_children(e);
+        engine_name_children(e, true);
         for (t = e->targets; t; t = t->next)
                 if (t->pid == 0 && target_live(t)) {
                         zsw_engine_thaw(e);
@@ -359,11 +359,21 @@ static int target_uffd_fd(const struct zsw_target *t) {
         return found;
 }
 
+/* fd into the ascending kept_fds of res (room checked by the caller). */
+static void keep_fd(struct zsw_engine_salvage_result *res, int fd) {
+        unsigned i = res->unnamed++;
+
+        for (; i > 0 && res->kept_fds[i - 1] > fd; i--)
+                res->kept_fds[i] = res->kept_fds[i - 1];
+        res->kept_fds[i] = fd;
+}
+
 /* The targets to save, in a new *ret_v: live, named (orphaned: and
- * holding their uffd); (*ret_family)[i] the first of i's family. Sized by
- * the list, not n_targets: a dead engine_publish() may have linked one
- * without counting it. What it leaves out alive is counted in *skipped
- * (may be NULL). */
+ * holding their uffd, or fork children not named yet, whose uffds the
+ * caller keeps: skipped->kept_fds); (*ret_family)[i] the first of i's
+ * family. Sized by the list, not n_targets: a dead engine_publish() may
+ * have linked one without counting it. What it leaves out alive is
+ * counted in *skipped (may be NULL). */
 static int save_list(struct zsw_engine *e, bool orphaned, struct zsw_target ***ret_v,
                      uint32_t **ret_family, size_t *ret_n,
                      struct zsw_engine_salvage_result *skipped) {
@@ -383,10 +393,17 @@ static int save_list(struct zsw_engine *e, bool orphaned, struct zsw_target ***r
         for (struct zsw_target *t = e->targets; t; t = t->next) {
                 if (!target_live(t))
                         continue;
-                if (t->pid <= 0 || (orphaned && target_uffd_fd(t) < 0)) {
-                        if (skipped && t->pid <= 0)
-                                skipped->unnamed++;
-                        else if (skipped)
+                if (t->pid <= 0) {
+                        /* A re-exec waits until every child is named. */
+                        if (!orphaned || !skipped || t->uffd < 0 ||
+                            skipped->unnamed >= ZSW_SALVAGE_KEPT_MAX) {
+                                if (skipped)
+                                        skipped->unnamed_lost++;
+                                continue;
+                        }
+                        keep_fd(skipped, t->uffd);
+                } else if (orphaned && target_uffd_fd(t) < 0) {
+                        if (skipped)
                                 skipped->unheld++;
                         continue;
                 }
@@ -441,7 +458,7 @@ static int save_target(struct writer *w, struct zsw_target *t, uint32_t family, 
                 .uffd = t->uffd,
                 /* Only the very uffd we serve: a kept state may be adopted
                  * from it after a death (adopt_uffd()). */
-                .target_uffd = target_uffd_fd(t),
+                .target_uffd = t->pid > 0 ? target_uffd_fd(t) : -1,
                 .family = family,
                 .scratch = t->scratch,
                 .scratch_size = t->scratch_size,
@@ -459,9 +476,12 @@ static int save_target(struct writer *w, struct zsw_target *t, uint32_t family, 
         size_t dict_len = 0;
         int r;
 
-        r = state_proc_start_time(t->pid, &st.start_time);
-        if (r < 0)
-                return r;
+        if (t->pid > 0) {
+                r = state_proc_start_time(t->pid, &st.start_time);
+                if (r < 0)
+                        return r;
+        } else
+                st.start_time = t->forked_tick;
         memcpy(st.label, label, strnlen(label, sizeof(st.label) - 1));
         /* Orphaned, the index is what is saved: a dead thread may have
          * changed it without its counters (and holds the lock of stats). */
@@ -507,7 +527,7 @@ static int state_write(struct zsw_engine *e, int fd, bool orphaned, struct zsw_t
                                   .header_size = sizeof(h) };
         struct state_trailer tr = { .magic = ZSW_STATE_END };
         struct state_event events[TARGET_MSGS];
-        bool dicts = false, pending = false;
+        bool dicts = false, pending = false, unnamed = false;
         size_t n;
         int r;
 
@@ -523,10 +543,13 @@ static int state_write(struct zsw_engine *e, int fd, bool orphaned, struct zsw_t
         for (size_t i = 0; i < n; i++) {
                 dicts = dicts || zsw_store_dict(v[i]->owner, &(size_t) { 0 });
                 pending = pending || pending_events(v[i], events) > 0;
+                unnamed = unnamed || v[i]->pid <= 0;
         }
-        h.version = pending ? ZSW_STATE_VERSION : dicts ? 2u : ZSW_STATE_VERSION_MIN;
+        h.version = unnamed ? ZSW_STATE_VERSION : pending ? 3u : dicts ? 2u : ZSW_STATE_VERSION_MIN;
         h.target_size = w.target_size =
-                pending ? sizeof(struct state_target) : STATE_TARGET_V2_SIZE;
+                unnamed || pending ? sizeof(struct state_target) : STATE_TARGET_V2_SIZE;
+        /* Only orphaned: the task saving, which keeps their uffds. */
+        h.keeper = unnamed ? getpid() : 0;
         writer_put(&w, &h, sizeof(h));
         for (size_t i = 0; i < n && r >= 0; i++) {
                 r = save_target(&w, v[i], family[i], dicts && family[i] == i, orphaned,

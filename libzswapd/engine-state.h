@@ -43,11 +43,12 @@
 
 #define ZSW_STATE_MAGIC "ZSWSTATE"
 #define ZSW_STATE_END "ZSWSTEND"
-#define ZSW_STATE_VERSION 3u
+#define ZSW_STATE_VERSION 4u
 /* Version 1 is version 2 without dictionaries, version 2 is version 3
- * without events (and its target record ends before n_events): read
- * alike. A writer writes the lowest version that holds its state, so
- * that the release before can take most states over. */
+ * without events (and its target record ends before n_events), version 3
+ * is version 4 without fork children not named yet: read alike. A writer
+ * writes the lowest version that holds its state, so that the release
+ * before can take most states over. */
 #define ZSW_STATE_VERSION_MIN 1u
 #define ZSW_STATE_LABEL_MAX 64u
 
@@ -58,13 +59,17 @@ struct state_header {
         uint32_t n_targets;
         uint32_t header_size; /* sizeof(struct state_header) */
         uint32_t target_size; /* sizeof(struct state_target) */
-        uint32_t reserved;
+        /* Version 4: the process that keeps the uffds of the fork
+         * children not named yet (pid 0) open, the dead zswapd's rescue
+         * task; the uffd of such a record is its descriptor there. */
+        int32_t keeper;
 };
 
 struct state_target {
-        int32_t pid;
+        int32_t pid;                    /* 0: a fork child not named yet (version 4) */
         int32_t uffd;                   /* the writer's descriptor, kept across exec */
-        uint64_t start_time;            /* field 22 of /proc/PID/stat, in clock ticks */
+        uint64_t start_time;            /* field 22 of /proc/PID/stat, in clock ticks; of a
+                                         * fork child not named, when its fork was read */
         int32_t target_uffd;            /* the target's own descriptor number, -1 if none */
         uint32_t family;                /* index of the first target of its fork family */
         uint64_t scratch, scratch_size; /* the scratch mapping inside the target */

@@ -83,6 +83,7 @@ struct zsw_target {
         uint64_t forked_ns;             /* when such a child's fork was read */
         uint64_t forked_tick;           /* the same in /proc start-time ticks */
         uint64_t wide_ns, wide_gap_ns;  /* its next search of every process */
+        bool adopted_unnamed;           /* such a child taken over after a death */
         int pidfd;
         int uffd;                          /* the daemon's reference */
         int target_uffd;                   /* the target's own reference, -1 for fork children */

@@ -296,13 +296,14 @@ static uint64_t grandchildren_start(int reply) {
 /* The child's 'A': two children away from their fork parent (the
  * child), as twins[0] and twins[1], which 'U' verifies: one made with
  * CLONE_PARENT (the child's parent's child) and one whose parent, a fork
- * of the child's, exits at once (a daemon's double fork). Each ends
- * when the child closes its command pipe. Answers the first's pid,
- * returns the second's. */
+ * of the child's, exits at once (a daemon's double fork; should the
+ * middle one be named before it exits, its child is found under it).
+ * Each ends when the child closes its command pipe. Answers the first's
+ * pid, returns the second's. */
 static uint64_t away_start(int reply) {
-        int cmd[2][2], rep[2][2], gp[2];
+        int cmd[2][2], rep[2][2], gp[2], status;
+        pid_t mid, test = getppid();
         uint64_t pid;
-        pid_t mid;
 
         for (int i = 0; i < 2; i++)
                 if (pipe(cmd[i]) < 0 || pipe(rep[i]) < 0)
@@ -325,8 +326,10 @@ static uint64_t away_start(int reply) {
                         pid = (uint64_t) p;
                         _exit(p > 0 && write(gp[1], &pid, sizeof(pid)) == sizeof(pid) ? 0 : 2);
                 }
-                if (k == 0)
-                        prctl(PR_SET_PDEATHSIG, SIGKILL);
+                /* It ends with the test too (its parent, but for a
+                 * death before the prctl). */
+                if (k == 0 && (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != test))
+                        _exit(2);
                 close(gp[0]);
                 close(gp[1]);
                 for (int i = 0; i < 2; i++) {
@@ -340,11 +343,12 @@ static uint64_t away_start(int reply) {
                 verify_on_request(cmd[k][0], rep[k][1]);
         }
         mid = twins[1].pid;
-        if (waitpid(mid, NULL, 0) != mid || read(gp[0], &pid, sizeof(pid)) != sizeof(pid))
+        close(gp[1]);
+        if (waitpid(mid, &status, 0) != mid || !WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
+            read(gp[0], &pid, sizeof(pid)) != sizeof(pid))
                 _exit(2);
         twins[1].pid = (pid_t) pid;
         close(gp[0]);
-        close(gp[1]);
         for (int i = 0; i < 2; i++) {
                 close(cmd[i][0]);
                 close(rep[i][1]);

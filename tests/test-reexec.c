@@ -903,6 +903,76 @@ static void kill_traced(struct daemon *d, const struct traced *tr) {
         daemon_wait_dead(d, SIGKILL);
 }
 
+/* Stops zswapd's (pid's) thread named comm with ptrace, and leaves it
+ * stopped (tr: for kill_traced()). */
+static void hold_thread(pid_t pid, const char *comm, struct traced *tr) {
+        char path[64], name[32];
+        struct dirent *de;
+        DIR *dir;
+
+        snprintf(path, sizeof(path), "/proc/%d/task", pid);
+        dir = opendir(path);
+        ASSERT_TRUE(dir);
+        tr->n = 0;
+        while ((de = readdir(dir)) && tr->n == 0) {
+                pid_t tid = (pid_t) strtol(de->d_name, NULL, 10);
+                int status;
+                FILE *f;
+
+                if (tid <= 0)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", pid, tid);
+                f = fopen(path, "re");
+                if (!f)
+                        continue;
+                if (!fgets(name, sizeof(name), f) || strcspn(name, "\n") != strlen(comm) ||
+                    strncmp(name, comm, strlen(comm)) != 0) {
+                        fclose(f);
+                        continue;
+                }
+                fclose(f);
+                ASSERT_OK(ptrace(PTRACE_SEIZE, tid, NULL, NULL));
+                ASSERT_OK(ptrace(PTRACE_INTERRUPT, tid, NULL, NULL));
+                ASSERT_EQ(waitpid(tid, &status, __WALL), tid);
+                tr->tids[tr->n++] = tid;
+        }
+        closedir(dir);
+        ASSERT_EQ(tr->n, 1u);
+}
+
+/* zswapd dies while a fork child is not named yet (its reaper, which
+ * names children, held with ptrace): the child's uffd is only in
+ * zswapd's descriptor table. The rescue task keeps it open, the next
+ * zswapd takes it from there and names the child, and the child's copy
+ * of the pages taken before the fork verifies. Before, the uffd closed
+ * with the rescue task, and those pages read as zeros. */
+static void test_unnamed_fork_child_survives_a_death(void) {
+        struct daemon d;
+        struct target *t;
+        struct traced tr;
+        pid_t child;
+
+        daemon_start(&d, zswapd_path, "");
+        t = target_start(NULL);
+        cmd_ok(t, "fill 24");
+        attach(&d, t->pid);
+        reclaim_all(&d, t->pid);
+        hold_thread(d.pid, "zswapd-reaper", &tr);
+        child = (pid_t) field(cmd_ok(t, "fork-hold"), "child");
+        ASSERT_FALSE(served(&d, child));
+        kill_traced(&d, &tr);
+        expect_in_log(&d, "keeps their userfaultfds");
+        daemon_exec(&d, zswapd_path, NULL, 0);
+        expect_in_log(&d, "Took the fork children not named yet");
+        while (!served(&d, child))
+                usleep(10000);
+        ASSERT_EQ_U(field(cmd_ok(t, "fork-release"), "good"), TARGET_PAGES);
+        ASSERT_EQ_U(field(t->line, "bad"), 0);
+        daemon_stop(&d);
+        expect_verify(t, TARGET_PAGES, 0);
+        target_exit(t);
+}
+
 /* zswapd dies right after a fault thread read the target's own
  * MADV_DONTNEED (then an mremap of all its memory) from the uffd: the
  * kernel has let the target go on, the event never comes again, and it
@@ -956,6 +1026,7 @@ int main(int argc, char **argv) {
                 { "target_gone_while_zswapd_dead", test_target_gone_while_zswapd_dead },
                 { "event_read_by_a_dead_zswapd_is_applied",
                   test_event_read_by_a_dead_zswapd_is_applied },
+                { "unnamed_fork_child_survives_a_death", test_unnamed_fork_child_survives_a_death },
                 { "attach_warns_of_a_foreign_registration",
                   test_attach_warns_of_a_foreign_registration },
                 /* Last: it skips where there is no loop device. */
@@ -972,6 +1043,9 @@ int main(int argc, char **argv) {
                 return EXIT_TEST_SKIP;
         }
         test_pid = getpid();
+        /* zswapd as started by hand: its rescue task can keep what a
+         * service manager's restart could not wait for (rescue.c). */
+        unsetenv("NOTIFY_SOCKET");
         /* A dead zswapd's rescue task becomes ours: dump_waits() shows it. */
         (void) prctl(PR_SET_CHILD_SUBREAPER, 1);
         zswapd_path = argv[1];

@@ -271,14 +271,19 @@ void zsw_engine_thaw(struct zsw_engine *engine);
  */
 int zsw_engine_save(struct zsw_engine *engine, int fd, struct zsw_engine_error *err);
 
+/* Fork children not named yet that a salvage saves at most. */
+#define ZSW_SALVAGE_KEPT_MAX 64u
+
 /* What zsw_engine_salvage() saved, and what it could not. */
 struct zsw_engine_salvage_result {
-        size_t targets;   /* saved */
-        uint64_t entries; /* stored pages saved, shared ones once */
-        uint64_t bytes;   /* the state's size */
-        unsigned unheld;  /* targets left out: no reference of their own to their uffd */
-        unsigned unnamed; /* fork children left out: not named yet */
-        uint64_t lost;    /* pages saved without content: their disk copy could not be read */
+        size_t targets;        /* saved */
+        uint64_t entries;      /* stored pages saved, shared ones once */
+        uint64_t bytes;        /* the state's size */
+        unsigned unheld;       /* targets left out: no reference of their own to their uffd */
+        unsigned unnamed;      /* fork children not named yet, saved: kept_fds are their uffds */
+        unsigned unnamed_lost; /* more of them, left out: over ZSW_SALVAGE_KEPT_MAX */
+        uint64_t lost;         /* pages saved without content: their disk copy could not be read */
+        int kept_fds[ZSW_SALVAGE_KEPT_MAX]; /* ascending; unnamed of them */
 };
 
 /*
@@ -287,8 +292,11 @@ struct zsw_engine_salvage_result {
  * engine is gone, in whatever state each left. Takes no lock, freezes
  * nothing, leaves every descriptor as it is, logs nothing. A target is
  * saved only if it holds its own reference to the uffd we served it
- * through (the next zswapd takes that one: zsw_engine_adopt()). Returns
- * the number of targets saved, or -errno (and err).
+ * through (the next zswapd takes that one: zsw_engine_adopt()), or is a
+ * fork child not named yet: its uffd is only in our descriptor table,
+ * and the calling task must keep it open (kept_fds) until the next
+ * zswapd has taken it from that task, the state's keeper. Returns the
+ * number of targets saved, or -errno (and err).
  */
 int zsw_engine_salvage(struct zsw_engine *engine, int fd, struct zsw_engine_salvage_result *ret,
                        struct zsw_engine_error *err);
