@@ -29,11 +29,12 @@
  * A fork child not named yet has its uffd only in our table: the state
  * names it, and the task then keeps that uffd, and nothing else, until
  * the next zswapd has taken it (rescue_keep()); under a service manager,
- * which starts the next zswapd only once this task is gone, it cannot,
- * and the child's missing pages read as zeros once it exits. What it
- * cannot save either: a target that closed its own reference to its uffd. A target a round was injecting
- * into when zswapd died is let go by the round's tracer, a task of its
- * own that outlives zswapd too (libzswapd/remote.c).
+ * which starts the next zswapd only once this task is gone, the uffd goes
+ * to the manager's file descriptor store instead (rescue_store_uffds(),
+ * rescue_take_stored()). What it cannot save: a target that closed its
+ * own reference to its uffd. A target a round was injecting into when
+ * zswapd died is let go by the round's tracer, a task of its own that
+ * outlives zswapd too (libzswapd/remote.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -42,6 +43,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,11 +51,16 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/sendfile.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <systemd/sd-daemon.h>
+
+#include "conf-values.h"
 #include "log.h"
 #include "raw-syscall.h"
 #include "rescue.h"
@@ -173,6 +180,53 @@ _unused_ static _Noreturn void rescue_keep(const struct zsw_engine_salvage_resul
                 pause();
 }
 
+/* The same under a service manager, which starts the next zswapd only
+ * once this task is gone too: each uffd goes to its file descriptor store
+ * (sd_notify(3)'s FDSTORE=1, written out here: a dead thread may hold
+ * malloc's locks), named uffd-KEEPER-NUMBER for the next zswapd
+ * (rescue_take_stored()). Returns how many the manager took. */
+_unused_ static unsigned rescue_store_uffds(const char *notify_socket,
+                                            const struct zsw_engine_salvage_result *res) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        size_t len = strlen(notify_socket);
+        unsigned stored = 0;
+        int sock;
+
+        if ((notify_socket[0] != '/' && notify_socket[0] != '@') || len >= sizeof(sa.sun_path))
+                return 0;
+        memcpy(sa.sun_path, notify_socket, len);
+        if (sa.sun_path[0] == '@')
+                sa.sun_path[0] = 0;
+        sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (sock < 0)
+                return 0;
+        for (unsigned i = 0; i < res->unnamed; i++) {
+                char text[96], control[CMSG_SPACE(sizeof(int))] = {};
+                struct iovec iov = { text, 0 };
+                struct msghdr mh = {
+                        .msg_name = &sa,
+                        .msg_namelen = (socklen_t) (offsetof(struct sockaddr_un, sun_path) + len),
+                        .msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = control,
+                        .msg_controllen = sizeof(control),
+                };
+                struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+
+                /* Not polled: a uffd is never hung up on. */
+                iov.iov_len = (size_t) snprintf(text, sizeof(text),
+                                                "FDSTORE=1\nFDPOLL=0\nFDNAME=uffd-%d-%d", getpid(),
+                                                res->kept_fds[i]);
+                cm->cmsg_level = SOL_SOCKET;
+                cm->cmsg_type = SCM_RIGHTS;
+                cm->cmsg_len = CMSG_LEN(sizeof(int));
+                memcpy(CMSG_DATA(cm), &res->kept_fds[i], sizeof(int));
+                stored += sendmsg(sock, &mh, MSG_NOSIGNAL) == (ssize_t) iov.iov_len;
+        }
+        close(sock);
+        return stored;
+}
+
 /* zswapd is gone without disarming us: its engine's state to r->path. */
 _unused_ static int rescue_save(struct rescue *r) {
         struct zsw_engine_salvage_result res;
@@ -252,11 +306,21 @@ _unused_ static int rescue_save(struct rescue *r) {
                           res.lost);
         if (n > 0 && res.unnamed > 0 && getenv("NOTIFY_SOCKET")) {
                 /* The service manager starts the next zswapd only once
-                 * this task is gone too: nobody could take them from us. */
-                log_error("zswapd died serving %u fork children not named yet, whose "
-                          "userfaultfds only this task holds and the next zswapd under a service "
-                          "manager cannot take: their missing pages read as zeros now.",
-                          res.unnamed);
+                 * this task is gone too: it keeps them instead. */
+                unsigned stored = rescue_store_uffds(getenv("NOTIFY_SOCKET"), &res);
+
+                if (stored < res.unnamed)
+                        log_error("zswapd died serving %u fork children not named yet, whose "
+                                  "userfaultfds only this task held; %u of them could not be "
+                                  "handed to the service manager's file descriptor store "
+                                  "(FileDescriptorStoreMax= of the unit): their missing pages "
+                                  "read as zeros now.",
+                                  res.unnamed, res.unnamed - stored);
+                if (stored > 0)
+                        log_error("zswapd died serving %u fork children not named yet: their "
+                                  "userfaultfds are in the service manager's file descriptor "
+                                  "store for the next zswapd.",
+                                  stored);
                 res.unnamed = 0;
         }
         if (res.unheld + res.unnamed_lost > 0)
@@ -382,9 +446,37 @@ static int adopt_one(struct zsw_engine *engine, const char *path, zsw_engine_ado
         return r;
 }
 
+/* The uffds a dead zswapd's rescue task handed to the service manager
+ * (rescue_store_uffds()), which passes its store to each start: to the
+ * engine for the adoption, and out of the store (a start without them
+ * would get them again). Anything else in the store is closed. */
+static void rescue_take_stored(struct zsw_engine *engine) {
+        char **names = NULL;
+        int n = sd_listen_fds_with_names(true, &names);
+
+        for (int i = 0; i < n; i++) {
+                int fd = SD_LISTEN_FDS_START + i, keeper, number, end = 0;
+                const char *name = names ? names[i] : NULL;
+
+                if (!name || sscanf(name, "uffd-%d-%d%n", &keeper, &number, &end) != 2 ||
+                    name[end] != 0 || zsw_engine_add_kept_uffd(engine, keeper, number, fd) < 0) {
+                        log_warning("Closing descriptor %d (%s) from the service manager: not a "
+                                    "userfaultfd a dead zswapd's rescue task kept.",
+                                    fd, name ?: "unnamed");
+                        close(fd);
+                }
+                if (name)
+                        (void) sd_notifyf(false, "FDSTOREREMOVE=1\nFDNAME=%s", name);
+        }
+        strv_free(names);
+}
+
 int rescue_adopt(struct zsw_engine *engine, const char *path, zsw_engine_adopted_fn adopted,
                  void *userdata) {
         int r, total = 0, first_error = 0;
+        unsigned left;
+
+        rescue_take_stored(engine);
 
         /* Newest first: a process in two states (a zswapd died taking one
          * over) is taken from the newer, which knows what happened since. */
@@ -399,5 +491,11 @@ int rescue_adopt(struct zsw_engine *engine, const char *path, zsw_engine_adopted
                         first_error = r;
                 total += MAX(r, 0);
         }
+        left = zsw_engine_drop_kept_uffds(engine);
+        if (left > 0)
+                log_error("%u userfaultfds of fork children that a dead zswapd had not named, "
+                          "kept by the service manager, belong to no state taken over: closed, "
+                          "and those children's missing pages read as zeros now.",
+                          left);
         return first_error < 0 ? first_error : total;
 }

@@ -90,6 +90,16 @@ struct zsw_engine {
          * asked), run by the reaper thread. */
         uint64_t age_interval_ns;
 
+        /* Uffds of fork children not named yet that a dead zswapd's
+         * rescue task handed to the service manager
+         * (zsw_engine_add_kept_uffd()), for the adoption of its state. */
+        struct kept_uffd {
+                pid_t keeper;
+                int number; /* the descriptor's number in keeper */
+                int fd;     /* ours, -EBADF once taken */
+        } * kept;
+        size_t n_kept;
+
         /* Reaps targets that exited or exec'ed. */
         pthread_t reaper;
         int reaper_epfd;

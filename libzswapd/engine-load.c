@@ -457,17 +457,39 @@ static int keeper_open(pid_t keeper) {
         return pidfd;
 }
 
+/* The uffd that keeper held as number and handed to the service manager,
+ * which gave it to us (zsw_engine_add_kept_uffd()); -ESRCH if none. */
+static int take_kept(struct zsw_engine *e, pid_t keeper, int number) {
+        for (size_t i = 0; i < e->n_kept; i++) {
+                struct kept_uffd *k = &e->kept[i];
+                char path[64], link[64];
+                ssize_t n;
+
+                if (k->keeper != keeper || k->number != number || k->fd < 0)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/self/fd/%d", k->fd);
+                n = readlink(path, link, sizeof(link) - 1);
+                if (n < 0 || (link[n] = 0, strcmp(link, "anon_inode:[userfaultfd]") != 0))
+                        return -EBADF;
+                (void) state_fd_set_cloexec(k->fd, true);
+                return TAKE_FD(k->fd);
+        }
+        return -ESRCH;
+}
+
 /* Whether the target of rec can be served (0), with its uffd; -ESRCH if
  * its process exited (or exec'd), another -errno if it cannot be served
  * (logged; the caller frees t). */
 static int load_take(struct zsw_engine *e, struct zsw_target *t, const struct state_target *rec,
-                     bool adopt, int keeper_pidfd) {
+                     bool adopt, pid_t keeper, int keeper_pidfd) {
         const char *when = adopt ? "after the previous zswapd died" : "during the re-exec";
         int r;
 
         if (t->pid == 0) {
-                /* Its uffd is the dead zswapd's, which the keeper holds. */
-                r = keeper_pidfd < 0 ? keeper_pidfd : adopt_uffd(keeper_pidfd, rec->uffd);
+                /* Its uffd is the dead zswapd's, which the keeper holds,
+                 * or handed to the service manager for us. */
+                r = keeper_pidfd >= 0 ? adopt_uffd(keeper_pidfd, rec->uffd)
+                                      : take_kept(e, keeper, rec->uffd);
                 if (r >= 0) {
                         t->uffd = r;
                         r = zsw_uffd_mm_alive(t->uffd) == -ESRCH ? -ESRCH : 0;
@@ -524,7 +546,7 @@ static int load_publish(struct zsw_engine *e, struct zsw_target **made,
                         zsw_engine_adopted_fn adopted, void *userdata) {
         const char *when = adopt ? "after the previous zswapd died" : "during the re-exec";
         _cleanup_close_ int keeper_pidfd = keeper > 0 ? keeper_open(keeper) : -EBADF;
-        int adopted_n = 0;
+        int adopted_n = 0, unnamed = 0;
 
         for (size_t i = 0; i < n; i++) {
                 struct zsw_target *t = made[i];
@@ -538,7 +560,7 @@ static int load_publish(struct zsw_engine *e, struct zsw_target **made,
                 made[i] = NULL;
                 if (!adopt)
                         (void) state_fd_set_cloexec(t->uffd, true);
-                r = load_take(e, t, &recs[i], adopt, keeper_pidfd);
+                r = load_take(e, t, &recs[i], adopt, keeper, keeper_pidfd);
                 if (r >= 0)
                         r = engine_publish(e, t);
                 else {
@@ -566,17 +588,23 @@ static int load_publish(struct zsw_engine *e, struct zsw_target **made,
                                       t->pid);
                 if (adopted && t->pid > 0)
                         adopted(userdata, t->pid, t->label);
+                unnamed += t->pid == 0;
                 adopted_n++;
         }
         if (keeper_pidfd >= 0) {
                 /* What it kept is ours now (or lost, and logged). */
                 (void) syscall(SYS_pidfd_send_signal, keeper_pidfd, SIGKILL, NULL, 0);
                 zsw_log(e->log, LOG_INFO,
-                        "Took the fork children not named yet from the dead zswapd's rescue "
-                        "task %d, which kept them; it exits now",
-                        keeper);
+                        "Took %d fork children not named yet from the dead zswapd's rescue "
+                        "task %d, which kept their userfaultfds; it exits now",
+                        unnamed, keeper);
+        } else if (unnamed > 0)
+                zsw_log(e->log, LOG_INFO,
+                        "Took %d fork children not named yet, whose userfaultfds the service "
+                        "manager kept",
+                        unnamed);
+        if (unnamed > 0)
                 engine_reaper_wake(e);
-        }
         return adopted_n;
 }
 

@@ -289,6 +289,37 @@ int zsw_engine_new(const struct zsw_engine_config *config, struct zsw_engine **r
         return 0;
 }
 
+int zsw_engine_add_kept_uffd(struct zsw_engine *e, pid_t keeper, int number, int fd) {
+        struct kept_uffd *v;
+
+        if (keeper <= 0 || number < 0 || fd < 0)
+                return -EINVAL;
+        zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
+        v = reallocarray(e->kept, e->n_kept + 1, sizeof(*v));
+        if (v) {
+                e->kept = v;
+                v[e->n_kept++] = (struct kept_uffd) { keeper, number, fd };
+        }
+        zsw_mutex_unlock(&e->control_lock);
+        return v ? 0 : -ENOMEM;
+}
+
+unsigned zsw_engine_drop_kept_uffds(struct zsw_engine *e) {
+        unsigned n = 0;
+
+        zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
+        for (size_t i = 0; i < e->n_kept; i++)
+                if (e->kept[i].fd >= 0) {
+                        safe_close(e->kept[i].fd);
+                        n++;
+                }
+        free(e->kept);
+        e->kept = NULL;
+        e->n_kept = 0;
+        zsw_mutex_unlock(&e->control_lock);
+        return n;
+}
+
 struct zsw_engine *zsw_engine_free(struct zsw_engine *e) {
         unsigned held = 0;
 
@@ -327,6 +358,7 @@ struct zsw_engine *zsw_engine_free(struct zsw_engine *e) {
         zsw_worker_free(e->worker);
         zsw_store_free(e->store);
         zsw_swapfile_close(e->swapfile);
+        (void) zsw_engine_drop_kept_uffds(e);
         safe_close(e->reaper_epfd);
         safe_close(e->reaper_stop_fd);
         pthread_mutex_destroy(&e->control_lock);

@@ -17,13 +17,16 @@
 #     re-executes in place and no page goes back;
 #   - kill -9 of zswapd with pages stored: systemd restarts it, the new one
 #     takes every target over from the state its rescue task saved;
+#   - the same while a fork child is not named yet: its userfaultfd goes
+#     through systemd's file descriptor store;
 #   - dpkg --remove with pages stored gives every page back.
 # With --meson-install instead of a package, the build's `meson install`
 # (its prefix, /usr/local by default) goes into the root, the unit is
 # enabled and started with systemctl and at the end disabled and stopped.
 # docs/systemd-tests.md has the details.
 #   tests/check-systemd.sh BUILD_DIR [DEB | --meson-install]
-# BUILD_DIR holds the built test target (tests/zswapd-test-target). Without
+# BUILD_DIR holds the built test target (tests/zswapd-test-target) and
+# tests/zswapd-test-hold. Without
 # DEB the package is built first (tests/check-deb.sh). Run as root. Exits
 # 77 (skipped) where nspawn cannot run: not root, no systemd-nspawn or
 # mmdebstrap, no namespaces, or no Debian mirror to make the root from
@@ -59,6 +62,7 @@ say() { echo "check-systemd: $*"; }
 cache=${ZSWAPD_NSPAWN_CACHE:-/var/cache/zswapd-test}
 mirror=${ZSWAPD_NSPAWN_MIRROR:-http://deb.debian.org/debian}
 target_bin=$build/tests/zswapd-test-target
+hold_bin=$build/tests/zswapd-test-hold
 
 [ "$(id -u)" = 0 ] || skip "needs root (it boots a container)"
 command -v systemd-nspawn >/dev/null || skip "no systemd-nspawn: apt-get install systemd-container"
@@ -177,6 +181,7 @@ exec 9>&-
 mkdir -p "$run/usr/local/libexec/zswapd-test" "$run/var/lib/zswapd-test"
 chmod 1777 "$run/var/lib/zswapd-test"
 cp "$target_bin" "$run/usr/local/libexec/zswapd-test/target"
+cp "$hold_bin" "$run/usr/local/libexec/zswapd-test/hold"
 if [ $mode = meson ]; then
         # tar, not cp: with the /usr prefix the unit is under /lib, a
         # symlink to usr/lib in the root (merged /usr), which cp would not
@@ -550,6 +555,39 @@ for u in "${units[@]}"; do
 done
 say "kill -9: zswapd $old killed, restarted as $(prop zswapd MainPID), ${kept[*]} pages taken over, every byte verified"
 
+# kill -9 while a fork child is not named yet: zswapd's reaper, which
+# names fork children, is held (ptrace, zswapd-test-hold) across a fork of
+# zt-root, so that the child's userfaultfd is only in zswapd's descriptor
+# table when zswapd dies. zswapd-rescue hands it to systemd's file
+# descriptor store (FileDescriptorStoreMax=, NotifyAccess=all), the
+# restarted zswapd takes it from there and names the child, and the
+# child's copy of the pages taken before the fork verifies.
+reclaim_all "before a fork and kill -9"
+old=$(prop zswapd MainPID)
+restarts=$(prop zswapd NRestarts)
+ct --timeout 300 /usr/local/libexec/zswapd-test/hold "$old" zswapd-reaper > "$io/hold.out" 2>&1 &
+holder=$!
+wait_for 30 "zswapd-test-hold to hold zswapd's reaper ($(cat "$io/hold.out"))" grep -q '^held ' "$io/hold.out"
+child=$(tcmd zt-root 30 fork-hold | sed -n 's/^ok child=\([0-9]*\)$/\1/p')
+[ -n "$child" ] || fail "zt-root's fork-hold named no child"
+ct zswapctl stats "$child" > /dev/null 2>&1 && fail "fork child $child was named while zswapd's reaper was held"
+ct kill -KILL "$old"
+wait "$holder" || fail "zswapd-test-hold: $(cat "$io/hold.out")"
+wait_for 120 "systemd to restart zswapd after kill -9 of $old" restarted
+took_child() {
+        ct journalctl -u zswapd --no-pager -o cat |
+                grep -q "^Took 1 fork children not named yet, whose userfaultfds the service manager kept"
+}
+wait_for 30 "the restarted zswapd to take fork child $child from systemd's file descriptor store" took_child
+named() { ct zswapctl stats "$child" > /dev/null 2>&1; }
+wait_for 30 "the restarted zswapd to name fork child $child" named
+ans=$(tcmd zt-root 300 fork-release)
+[ "$ans" = "ok good=16384 bad=0" ] || fail "fork child $child after kill -9 says '$ans'"
+for u in "${units[@]}"; do verify "$u" "kill -9 with a fork child not named yet"; done
+[ "$(prop zswapd NFileDescriptorStore)" = 0 ] ||
+        fail "systemd still stores $(prop zswapd NFileDescriptorStore) descriptors of zswapd's"
+say "kill -9 with fork child $child not named yet: its userfaultfd kept in systemd's file descriptor store, the child named by zswapd $(prop zswapd MainPID), every byte verified"
+
 # Removing the package with pages stored: its prerm stops the unit, which
 # gives every page back (after meson install: disable --now).
 removal=(dpkg --remove)
@@ -559,5 +597,5 @@ ct "${removal[@]}" zswapd > "$tmp/remove.log" 2>&1 || { cat "$tmp/remove.log"; f
 active zswapd active && fail "zswapd still active after ${removal[*]}"
 [ "$(prop zswapd Result)" = success ] || fail "zswapd stopped with result $(prop zswapd Result) by ${removal[*]}"
 given_back "${removal[*]}"
-say "ok: $what: install, start, reload, policy attach (root and nobody), reclaim, restart, stop, start, upgrade, kill -9, remove" \
+say "ok: $what: install, start, reload, policy attach (root and nobody), reclaim, restart, stop, start, upgrade, kill -9, kill -9 with a fork child not named yet, remove" \
     "under systemd $(ct systemctl --version | sed -n '1s/^systemd \([0-9]*\).*/\1/p')"

@@ -963,7 +963,7 @@ static void test_unnamed_fork_child_survives_a_death(void) {
         kill_traced(&d, &tr);
         expect_in_log(&d, "keeps their userfaultfds");
         daemon_exec(&d, zswapd_path, NULL, 0);
-        expect_in_log(&d, "Took the fork children not named yet");
+        expect_in_log(&d, "Took 1 fork children not named yet from the dead zswapd's rescue task");
         while (!served(&d, child))
                 usleep(10000);
         ASSERT_EQ_U(field(cmd_ok(t, "fork-release"), "good"), TARGET_PAGES);

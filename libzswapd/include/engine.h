@@ -301,6 +301,19 @@ struct zsw_engine_salvage_result {
 int zsw_engine_salvage(struct zsw_engine *engine, int fd, struct zsw_engine_salvage_result *ret,
                        struct zsw_engine_error *err);
 
+/*
+ * A descriptor the service manager kept for us (systemd's file descriptor
+ * store): the uffd of a fork child not named yet, which a dead zswapd's
+ * rescue task (keeper) held as its descriptor number and handed over
+ * because it could not wait for the next zswapd. zsw_engine_adopt() takes
+ * it for the state that names that child; the engine owns fd from now on.
+ * 0, -EINVAL or -ENOMEM (fd stays the caller's).
+ */
+int zsw_engine_add_kept_uffd(struct zsw_engine *engine, pid_t keeper, int number, int fd);
+/* Closes those no adoption took (their children's missing pages read as
+ * zeros from then on); returns how many. */
+unsigned zsw_engine_drop_kept_uffds(struct zsw_engine *engine);
+
 /* For the same task, before zsw_engine_salvage(): waits until the
  * tracers of injections that were in flight have finished them and let
  * their targets go (each outlives the engine's process for that,
