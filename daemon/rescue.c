@@ -229,6 +229,7 @@ _unused_ static unsigned rescue_store_uffds(const char *notify_socket,
 
 /* zswapd is gone without disarming us: its engine's state to r->path. */
 _unused_ static int rescue_save(struct rescue *r) {
+        const char *notify = getenv("NOTIFY_SOCKET");
         struct zsw_engine_salvage_result res;
         struct zsw_engine_error err = {};
         char tmp[PATH_MAX], saved[PATH_MAX];
@@ -304,10 +305,10 @@ _unused_ static int rescue_save(struct rescue *r) {
                           "read: they are saved as lost, and a process that touches one gets "
                           "SIGBUS.",
                           res.lost);
-        if (n > 0 && res.unnamed > 0 && getenv("NOTIFY_SOCKET")) {
+        if (n > 0 && res.unnamed > 0 && notify) {
                 /* The service manager starts the next zswapd only once
                  * this task is gone too: it keeps them instead. */
-                unsigned stored = rescue_store_uffds(getenv("NOTIFY_SOCKET"), &res);
+                unsigned stored = rescue_store_uffds(notify, &res);
 
                 if (stored < res.unnamed)
                         log_error("zswapd died serving %u fork children not named yet, whose "
