@@ -952,6 +952,8 @@ static int run(int argc, char *argv[]) {
 int main(int argc, char *argv[]) {
         int r;
 
+        if (argc >= 2 && strcmp(argv[1], RESCUE_KEEP_ARG) == 0)
+                rescue_keeper_main(argc, argv);
         r = run(argc, argv);
         return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }

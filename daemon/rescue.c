@@ -163,19 +163,44 @@ int rescue_keep_state(const char *path, int fd, char *ret_saved) {
  * until the next zswapd has taken them from us (pidfd_getfd()) and kills
  * us. Never returns. */
 _unused_ static _Noreturn void rescue_keep(const struct zsw_engine_salvage_result *res) {
-        unsigned from = 0;
+        /* "zswapd-rescue", RESCUE_KEEP_ARG, each descriptor, NULL */
+        char *argv[3 + ZSW_SALVAGE_KEPT_MAX + 1] = { "zswapd-rescue", RESCUE_KEEP_ARG };
+        char numbers[ZSW_SALVAGE_KEPT_MAX][12];
+        char *envp[] = { NULL };
 
         log_error("zswapd died serving %u fork children not named yet: this task (%d) keeps "
                   "their userfaultfds until the next zswapd takes them over. Start zswapd again.",
                   res->unnamed, (int) getpid());
         alarm(0);
-        for (unsigned i = 0; i <= res->unnamed; i++) {
-                unsigned to = i < res->unnamed ? (unsigned) res->kept_fds[i] : ~0u;
-
-                if (to > from)
-                        (void) syscall(SYS_close_range, from, to - 1, 0);
-                from = to + 1;
+        for (unsigned i = 0; i < res->unnamed; i++) {
+                snprintf(numbers[i], sizeof(numbers[i]), "%d", res->kept_fds[i]);
+                argv[2 + i] = numbers[i];
+                (void) fcntl(res->kept_fds[i], F_SETFD, 0);
         }
+        /* The dead zswapd's memory goes with the exec: the keeper holds
+         * nothing but the descriptors (rescue_keeper_main()). */
+        execve("/proc/self/exe", argv, envp);
+        log_error("Cannot start the keeper of those userfaultfds (%m): this task keeps them, and "
+                  "the dead zswapd's memory, itself.");
+        rescue_keeper_main(2 + (int) res->unnamed, argv);
+}
+
+void rescue_keeper_main(int argc, char *argv[]) {
+        unsigned from = 0;
+        sigset_t all;
+
+        sigfillset(&all);
+        sigprocmask(SIG_SETMASK, &all, NULL);
+        (void) prctl(PR_SET_NAME, "zswapd-rescue", 0, 0, 0);
+        /* The descriptors named, ascending; none other. */
+        for (int i = 2; i < argc; i++) {
+                unsigned fd = (unsigned) atoi(argv[i]);
+
+                if (fd > from)
+                        (void) syscall(SYS_close_range, from, fd - 1, 0);
+                from = fd + 1;
+        }
+        (void) syscall(SYS_close_range, from, ~0u, 0);
         for (;;)
                 pause();
 }
@@ -319,8 +344,8 @@ _unused_ static int rescue_save(struct rescue *r) {
                                   res.unnamed, res.unnamed - stored);
                 if (stored > 0)
                         log_error("zswapd died serving %u fork children not named yet: their "
-                                  "userfaultfds are in the service manager's file descriptor "
-                                  "store for the next zswapd.",
+                                  "userfaultfds are handed to the service manager's file "
+                                  "descriptor store for the next zswapd.",
                                   stored);
                 res.unnamed = 0;
         }
@@ -449,8 +474,8 @@ static int adopt_one(struct zsw_engine *engine, const char *path, zsw_engine_ado
 
 /* The uffds a dead zswapd's rescue task handed to the service manager
  * (rescue_store_uffds()), which passes its store to each start: to the
- * engine for the adoption, and out of the store (a start without them
- * would get them again). Anything else in the store is closed. */
+ * engine for the adoption (rescue_drop_stored() after it). Anything else
+ * in the store goes. */
 static void rescue_take_stored(struct zsw_engine *engine) {
         char **names = NULL;
         int n = sd_listen_fds_with_names(true, &names);
@@ -459,22 +484,35 @@ static void rescue_take_stored(struct zsw_engine *engine) {
                 int fd = SD_LISTEN_FDS_START + i, keeper, number, end = 0;
                 const char *name = names ? names[i] : NULL;
 
-                if (!name || sscanf(name, "uffd-%d-%d%n", &keeper, &number, &end) != 2 ||
-                    name[end] != 0 || zsw_engine_add_kept_uffd(engine, keeper, number, fd) < 0) {
-                        log_warning("Closing descriptor %d (%s) from the service manager: not a "
-                                    "userfaultfd a dead zswapd's rescue task kept.",
-                                    fd, name ?: "unnamed");
-                        close(fd);
-                }
+                if (name && sscanf(name, "uffd-%d-%d%n", &keeper, &number, &end) == 2 &&
+                    name[end] == 0 && zsw_engine_add_kept_uffd(engine, keeper, number, fd) >= 0)
+                        continue;
+                log_warning("Closing descriptor %d (%s) from the service manager: not a "
+                            "userfaultfd a dead zswapd's rescue task kept.",
+                            fd, name ?: "unnamed");
+                close(fd);
                 if (name)
                         (void) sd_notifyf(false, "FDSTOREREMOVE=1\nFDNAME=%s", name);
         }
         strv_free(names);
 }
 
+/* After the adoption: what it took leaves the store (a start without it
+ * would get it again), and what it did not too if every state was taken
+ * (no state names it); else that stays in the store for a zswapd that
+ * reads the state left. */
+static void rescue_drop_stored(void *userdata, pid_t keeper, int number, bool taken) {
+        const bool *all_adopted = userdata;
+
+        if (taken || *all_adopted)
+                (void) sd_notifyf(false, "FDSTOREREMOVE=1\nFDNAME=uffd-%d-%d", (int) keeper,
+                                  number);
+}
+
 int rescue_adopt(struct zsw_engine *engine, const char *path, zsw_engine_adopted_fn adopted,
                  void *userdata) {
         int r, total = 0, first_error = 0;
+        bool all_adopted;
         unsigned left;
 
         rescue_take_stored(engine);
@@ -492,11 +530,17 @@ int rescue_adopt(struct zsw_engine *engine, const char *path, zsw_engine_adopted
                         first_error = r;
                 total += MAX(r, 0);
         }
-        left = zsw_engine_drop_kept_uffds(engine);
-        if (left > 0)
+        all_adopted = first_error == 0;
+        left = zsw_engine_drop_kept_uffds(engine, rescue_drop_stored, &all_adopted);
+        if (left > 0 && all_adopted)
                 log_error("%u userfaultfds of fork children that a dead zswapd had not named, "
                           "kept by the service manager, belong to no state taken over: closed, "
                           "and those children's missing pages read as zeros now.",
                           left);
+        else if (left > 0)
+                log_warning("%u userfaultfds of fork children that a dead zswapd had not named "
+                            "stay in the service manager's store, with the state left for a "
+                            "zswapd that reads it.",
+                            left);
         return first_error < 0 ? first_error : total;
 }

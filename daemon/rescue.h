@@ -19,6 +19,12 @@ struct rescue;
  * socket's name with ".state" in place of ".sock" (or added). */
 char *rescue_state_path(const char *socket_path);
 
+/* zswapd's first argument for the keeper of a dead zswapd's fork children
+ * not named yet (rescue.c): `zswapd-rescue --keep-uffds FD...` holds
+ * those descriptors, and no other, until killed. */
+#define RESCUE_KEEP_ARG "--keep-uffds"
+_Noreturn void rescue_keeper_main(int argc, char *argv[]);
+
 /* Starts the rescue task for engine (each target's policy is the label
  * the engine keeps of it: zsw_engine_set_label()). */
 int rescue_start(struct zsw_engine *engine, const char *state_path, struct rescue **ret);

@@ -398,10 +398,19 @@ bool engine_name_children(struct zsw_engine *e, bool now_all) {
                 /* Taken over after a death: as for any target then, the
                  * copies of pages present again go (engine_drop_present();
                  * no round can take its pages while control_lock is ours). */
-                if (t->adopted_unnamed && engine_drop_present(t) < 0)
-                        zsw_log(e->log, LOG_WARNING,
-                                "Cannot scan fork child %d for pages present again; their "
-                                "copies stay stored",
-                                t->pid);
+                if (t->adopted_unnamed) {
+                        int r;
+
+                        /* Under serve_lock: no event of its (a move of
+                         * entries onto a page scanned present) in between. */
+                        zsw_mutex_lock(&t->serve_lock, ZSW_LOCK_SERVE);
+                        r = engine_drop_present(t);
+                        zsw_mutex_unlock(&t->serve_lock);
+                        if (r < 0)
+                                zsw_log(e->log, LOG_WARNING,
+                                        "Cannot scan fork child %d for pages present again; "
+                                        "their copies stay stored",
+                                        t->pid);
+                }
         }
 }

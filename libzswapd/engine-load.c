@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/kcmp.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -432,24 +433,39 @@ static int load_all(struct zsw_engine *e, struct reader *rd, const struct state_
         return 0;
 }
 
-/* The keeper a dead zswapd's state names (its rescue task, which keeps
- * the uffds of fork children not named yet open for us): a pidfd of it,
- * or -ESRCH if that process is gone (or another one has its pid). */
-static int keeper_open(pid_t keeper) {
-        char path[64], comm[32] = "";
+/* The first bytes of /proc/PID/<name> (NUL-terminated) in buf. */
+static void proc_read(pid_t pid, const char *name, char *buf, size_t size) {
+        char path[64];
         ssize_t n;
-        int pidfd, fd;
+        int fd;
+
+        snprintf(path, sizeof(path), "/proc/%d/%s", pid, name);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        n = fd >= 0 ? read(fd, buf, size - 1) : -1;
+        if (fd >= 0)
+                close(fd);
+        buf[MAX(n, 0)] = 0;
+}
+
+/* The keeper a dead zswapd's state names (its rescue task, which keeps
+ * the uffds of fork children not named yet open for us, itself or as the
+ * zswapd binary it executes for that): a pidfd of it, or -ESRCH if that
+ * process is gone (or another one has its pid), or shares our
+ * descriptors (our own rescue task). */
+static int keeper_open(pid_t keeper) {
+        static const char keeper_cmdline[] = "zswapd-rescue\0--keep-uffds";
+        char comm[32], cmdline[sizeof(keeper_cmdline) + 1];
+        int pidfd;
 
         pidfd = (int) syscall(SYS_pidfd_open, keeper, 0);
         if (pidfd < 0)
                 return -ESRCH;
         /* Read after the pidfd is open: the pid's process then. */
-        snprintf(path, sizeof(path), "/proc/%d/comm", keeper);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        n = fd >= 0 ? read(fd, comm, sizeof(comm) - 1) : -1;
-        if (fd >= 0)
-                close(fd);
-        if (n < 0 || strncmp(comm, "zswapd-rescue\n", 14) != 0) {
+        proc_read(keeper, "comm", comm, sizeof(comm));
+        proc_read(keeper, "cmdline", cmdline, sizeof(cmdline));
+        if ((strcmp(comm, "zswapd-rescue\n") != 0 &&
+             memcmp(cmdline, keeper_cmdline, sizeof(keeper_cmdline)) != 0) ||
+            syscall(SYS_kcmp, getpid(), keeper, KCMP_FILES, 0, 0) == 0) {
                 close(pidfd);
                 return -ESRCH;
         }
@@ -493,6 +509,19 @@ static int load_take(struct zsw_engine *e, struct zsw_target *t, const struct st
                 if (r >= 0) {
                         t->uffd = r;
                         r = zsw_uffd_mm_alive(t->uffd) == -ESRCH ? -ESRCH : 0;
+                }
+                /* Taken from a newer state already (a zswapd died taking
+                 * this one over), as a process would be. */
+                zsw_mutex_lock(&e->table_lock, ZSW_LOCK_TABLE);
+                for (struct zsw_target *o = e->targets; r == 0 && o; o = o->next)
+                        if (syscall(SYS_kcmp, getpid(), getpid(), KCMP_FILE, o->uffd, t->uffd) == 0)
+                                r = -EEXIST;
+                zsw_mutex_unlock(&e->table_lock);
+                if (r == -EEXIST) {
+                        zsw_log(e->log, LOG_INFO,
+                                "A fork child not named yet was taken over from a newer state "
+                                "already");
+                        return r;
                 }
                 if (r == -ESRCH && t->uffd >= 0)
                         zsw_log(e->log, LOG_INFO,

@@ -304,15 +304,18 @@ int zsw_engine_add_kept_uffd(struct zsw_engine *e, pid_t keeper, int number, int
         return v ? 0 : -ENOMEM;
 }
 
-unsigned zsw_engine_drop_kept_uffds(struct zsw_engine *e) {
+unsigned zsw_engine_drop_kept_uffds(struct zsw_engine *e, zsw_engine_kept_fn fn, void *userdata) {
         unsigned n = 0;
 
         zsw_mutex_lock(&e->control_lock, ZSW_LOCK_CONTROL);
-        for (size_t i = 0; i < e->n_kept; i++)
+        for (size_t i = 0; i < e->n_kept; i++) {
+                if (fn)
+                        fn(userdata, e->kept[i].keeper, e->kept[i].number, e->kept[i].fd < 0);
                 if (e->kept[i].fd >= 0) {
                         safe_close(e->kept[i].fd);
                         n++;
                 }
+        }
         free(e->kept);
         e->kept = NULL;
         e->n_kept = 0;
@@ -358,7 +361,7 @@ struct zsw_engine *zsw_engine_free(struct zsw_engine *e) {
         zsw_worker_free(e->worker);
         zsw_store_free(e->store);
         zsw_swapfile_close(e->swapfile);
-        (void) zsw_engine_drop_kept_uffds(e);
+        (void) zsw_engine_drop_kept_uffds(e, NULL, NULL);
         safe_close(e->reaper_epfd);
         safe_close(e->reaper_stop_fd);
         pthread_mutex_destroy(&e->control_lock);

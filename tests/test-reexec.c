@@ -903,41 +903,59 @@ static void kill_traced(struct daemon *d, const struct traced *tr) {
         daemon_wait_dead(d, SIGKILL);
 }
 
-/* Stops zswapd's (pid's) thread named comm with ptrace, and leaves it
- * stopped (tr: for kill_traced()). */
-static void hold_thread(pid_t pid, const char *comm, struct traced *tr) {
-        char path[64], name[32];
-        struct dirent *de;
-        DIR *dir;
+/* Has zswapd-test-hold hold zswapd's (pid's) thread named comm stopped
+ * (where it holds no lock); returns the holder's pid once it does. The
+ * holder exits once that thread is gone. */
+static pid_t hold_thread(pid_t pid, const char *comm) {
+        char arg[16], buf[64] = "";
+        int out[2];
+        ssize_t n;
+        pid_t h;
 
-        snprintf(path, sizeof(path), "/proc/%d/task", pid);
-        dir = opendir(path);
-        ASSERT_TRUE(dir);
-        tr->n = 0;
-        while ((de = readdir(dir)) && tr->n == 0) {
-                pid_t tid = (pid_t) strtol(de->d_name, NULL, 10);
-                int status;
-                FILE *f;
-
-                if (tid <= 0)
-                        continue;
-                snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", pid, tid);
-                f = fopen(path, "re");
-                if (!f)
-                        continue;
-                if (!fgets(name, sizeof(name), f) || strcspn(name, "\n") != strlen(comm) ||
-                    strncmp(name, comm, strlen(comm)) != 0) {
-                        fclose(f);
-                        continue;
-                }
-                fclose(f);
-                ASSERT_OK(ptrace(PTRACE_SEIZE, tid, NULL, NULL));
-                ASSERT_OK(ptrace(PTRACE_INTERRUPT, tid, NULL, NULL));
-                ASSERT_EQ(waitpid(tid, &status, __WALL), tid);
-                tr->tids[tr->n++] = tid;
+        ASSERT_OK(pipe(out));
+        h = fork();
+        ASSERT_GE(h, 0);
+        if (h == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                dup2(out[1], STDOUT_FILENO);
+                close(out[0]);
+                close(out[1]);
+                snprintf(arg, sizeof(arg), "%d", pid);
+                execl(getenv("ZSWAPD_TEST_HOLD"), "zswapd-test-hold", arg, comm, NULL);
+                _exit(127);
         }
-        closedir(dir);
-        ASSERT_EQ(tr->n, 1u);
+        close(out[1]);
+        n = read(out[0], buf, sizeof(buf) - 1);
+        close(out[0]);
+        if (n <= 0 || strncmp(buf, "held ", 5) != 0)
+                TEST_FAIL("zswapd-test-hold did not hold %s of %d", comm, pid);
+        return h;
+}
+
+/* The task the dead zswapd's log says keeps the unnamed children's uffds. */
+static pid_t keeper_pid(const struct daemon *d) {
+        char *log = daemon_log(d), *p = strstr(log, "this task (");
+        pid_t pid = p ? (pid_t) atoi(p + strlen("this task (")) : 0;
+
+        free(log);
+        ASSERT_GT(pid, 0);
+        return pid;
+}
+
+/* Whether pid runs as `zswapd-rescue --keep-uffds FD...`. */
+static bool is_keeper(pid_t pid) {
+        static const char want[] = "zswapd-rescue\0--keep-uffds";
+        char path[64], buf[64] = "";
+        ssize_t n = 0;
+        int fd;
+
+        snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+                n = read(fd, buf, sizeof(buf) - 1);
+                close(fd);
+        }
+        return n >= (ssize_t) sizeof(want) && memcmp(buf, want, sizeof(want)) == 0;
 }
 
 /* zswapd dies while a fork child is not named yet (its reaper, which
@@ -949,23 +967,37 @@ static void hold_thread(pid_t pid, const char *comm, struct traced *tr) {
 static void test_unnamed_fork_child_survives_a_death(void) {
         struct daemon d;
         struct target *t;
-        struct traced tr;
-        pid_t child;
+        pid_t child, holder, keeper;
+        int status;
 
         daemon_start(&d, zswapd_path, "");
         t = target_start(NULL);
         cmd_ok(t, "fill 24");
         attach(&d, t->pid);
         reclaim_all(&d, t->pid);
-        hold_thread(d.pid, "zswapd-reaper", &tr);
+        holder = hold_thread(d.pid, "zswapd-reaper");
         child = (pid_t) field(cmd_ok(t, "fork-hold"), "child");
         ASSERT_FALSE(served(&d, child));
-        kill_traced(&d, &tr);
+        daemon_kill(&d, SIGKILL);
+        ASSERT_EQ(waitpid(holder, &status, 0), holder);
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
         expect_in_log(&d, "keeps their userfaultfds");
+        /* The keeper holds them and not the dead zswapd's memory: it is
+         * the zswapd binary executed anew for that. */
+        keeper = keeper_pid(&d);
+        for (int i = 0; !is_keeper(keeper); i++) {
+                if (i == TEST_GUARD_MS / 10)
+                        TEST_FAIL("process %d did not become the keeper; see %s", keeper, d.log);
+                usleep(10000);
+        }
         daemon_exec(&d, zswapd_path, NULL, 0);
         expect_in_log(&d, "Took 1 fork children not named yet from the dead zswapd's rescue task");
-        while (!served(&d, child))
+        for (int i = 0; !served(&d, child); i++) {
+                if (i == TEST_GUARD_MS / 10)
+                        TEST_FAIL("fork child %d not named by the new zswapd; see %s", child,
+                                  d.log);
                 usleep(10000);
+        }
         ASSERT_EQ_U(field(cmd_ok(t, "fork-release"), "good"), TARGET_PAGES);
         ASSERT_EQ_U(field(t->line, "bad"), 0);
         daemon_stop(&d);

@@ -310,9 +310,12 @@ int zsw_engine_salvage(struct zsw_engine *engine, int fd, struct zsw_engine_salv
  * 0, -EINVAL or -ENOMEM (fd stays the caller's).
  */
 int zsw_engine_add_kept_uffd(struct zsw_engine *engine, pid_t keeper, int number, int fd);
-/* Closes those no adoption took (their children's missing pages read as
- * zeros from then on); returns how many. */
-unsigned zsw_engine_drop_kept_uffds(struct zsw_engine *engine);
+/* Calls fn (may be NULL) for each of them with whether an adoption took
+ * it, closes those none took and forgets them all; returns how many it
+ * closed. */
+typedef void (*zsw_engine_kept_fn)(void *userdata, pid_t keeper, int number, bool taken);
+unsigned zsw_engine_drop_kept_uffds(struct zsw_engine *engine, zsw_engine_kept_fn fn,
+                                    void *userdata);
 
 /* For the same task, before zsw_engine_salvage(): waits until the
  * tracers of injections that were in flight have finished them and let
