@@ -209,7 +209,8 @@ void rescue_keeper_main(int argc, char *argv[]) {
  * once this task is gone too: each uffd goes to its file descriptor store
  * (sd_notify(3)'s FDSTORE=1, written out here: a dead thread may hold
  * malloc's locks), named uffd-KEEPER-NUMBER for the next zswapd
- * (rescue_take_stored()). Returns how many the manager took. */
+ * (rescue_take_stored()). Returns how many were sent (the manager may
+ * still refuse them: the next zswapd logs those it does not get). */
 _unused_ static unsigned rescue_store_uffds(const char *notify_socket,
                                             const struct zsw_engine_salvage_result *res) {
         struct sockaddr_un sa = { .sun_family = AF_UNIX };

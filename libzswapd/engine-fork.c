@@ -7,7 +7,7 @@
  * does not say which process the child is: the reaper names it a moment
  * later (engine_name_children()) and gives it a reference to its uffd,
  * as attach does for a target. It looks among the parent's children
- * first, then among every process started since the fork: a child made
+ * first, then among the processes started around the fork: a child made
  * with CLONE_PARENT, or one whose parent exited at once (a daemon's
  * double fork), is another process's child.
  */
@@ -212,15 +212,19 @@ static uint64_t now_tick(void) {
         return (uint64_t) ts.tv_sec * hz + (uint64_t) ts.tv_nsec * hz / UINT64_C(1000000000);
 }
 
+#define WIDE_BEFORE_S 10u
+
 static uint64_t tick_distance(uint64_t a, uint64_t b) {
         return a > b ? a - b : b - a;
 }
 
-/* The same among every process that started within a second of the
- * fork's tick: a child that is not its fork parent's child. The child's
- * start time is taken once we have read the event, the tick a moment
- * after; the probe decides, the window only keeps the search short.
- * Those nearest the fork's tick are tried first. */
+/* The same among every process that started from WIDE_BEFORE_S seconds
+ * before the fork's tick to a second after it: a child that is not its
+ * fork parent's child. The child's start time is taken once we have read
+ * the event, the tick when the fault thread handles it (later, if other
+ * messages of its batch waited on locks); the probe decides, the window
+ * only keeps the search short. Those nearest the fork's tick are tried
+ * first. */
 static pid_t find_child_anywhere(struct zsw_engine *e, uint64_t forked_tick, int uffd,
                                  int *ret_pidfd) {
         struct candidate c[CHILDREN_MAX];
@@ -235,7 +239,7 @@ static pid_t find_child_anywhere(struct zsw_engine *e, uint64_t forked_tick, int
 
                 if (pid <= 0 || *end || pid == getpid() ||
                     state_proc_stat((pid_t) pid, &c[n].parent, &c[n].start) < 0 ||
-                    tick_distance(c[n].start, forked_tick) > hz)
+                    c[n].start + WIDE_BEFORE_S * hz < forked_tick || c[n].start > forked_tick + hz)
                         continue;
                 c[n++].pid = (pid_t) pid;
         }
@@ -314,8 +318,8 @@ void engine_add_fork_child(void *userdata, struct zsw_target *parent, int child_
 }
 
 void engine_fork_child_adopted(struct zsw_target *t, uint64_t forked_tick) {
-        /* Its parent is not known: every process started since its fork
-         * is searched at once. */
+        /* Its parent is not known: the processes started around its fork
+         * are searched at once. */
         t->forked_ns = zsw_now_ns();
         t->forked_tick = forked_tick;
         t->wide_gap_ns = WIDE_FIRST_NS;
