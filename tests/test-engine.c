@@ -945,8 +945,8 @@ TEST(fork_child_of_an_unnamed_child_is_named) {
 
 /* Fork children that are not their fork parent's children: one made
  * with CLONE_PARENT, one whose parent exited at once. Neither is found
- * among its parent's children: both are named by a search of every
- * process started since their fork (they stayed unnamed for good: not
+ * among its parent's children: both are named by a search of the
+ * processes started around their fork (they stayed unnamed for good: not
  * reclaimed, lost if zswapd died), then served and reclaimed like any
  * target. */
 TEST(fork_children_away_from_their_parent_are_named) {
