@@ -218,6 +218,15 @@ static uint64_t tick_distance(uint64_t a, uint64_t b) {
         return a > b ? a - b : b - a;
 }
 
+/* Farther from the fork's tick (*tick) first: pick_child() tries the last
+ * first. */
+static int cmp_farther(const void *a, const void *b, void *tick) {
+        uint64_t x = tick_distance(((const struct candidate *) a)->start, *(uint64_t *) tick);
+        uint64_t y = tick_distance(((const struct candidate *) b)->start, *(uint64_t *) tick);
+
+        return (x < y) - (x > y);
+}
+
 /* The same among every process that started from WIDE_BEFORE_S seconds
  * before the fork's tick to a second after it: a child that is not its
  * fork parent's child. The child's start time is taken once we have read
@@ -245,16 +254,7 @@ static pid_t find_child_anywhere(struct zsw_engine *e, uint64_t forked_tick, int
         }
         if (proc)
                 closedir(proc);
-        /* pick_child() tries the last first: the farthest go first here. */
-        for (size_t i = 1; i < n; i++)
-                for (size_t k = i; k > 0 && tick_distance(c[k - 1].start, forked_tick) <
-                                                    tick_distance(c[k].start, forked_tick);
-                     k--) {
-                        struct candidate x = c[k];
-
-                        c[k] = c[k - 1];
-                        c[k - 1] = x;
-                }
+        qsort_r(c, n, sizeof(c[0]), cmp_farther, &forked_tick);
         return pick_child(e, c, n, uffd, ret_pidfd);
 }
 
@@ -263,6 +263,15 @@ static pid_t find_child_anywhere(struct zsw_engine *e, uint64_t forked_tick, int
  * search, up to WIDE_MAX_NS (a search reads every process's stat). */
 #define WIDE_FIRST_NS (10 * UINT64_C(1000000))
 #define WIDE_MAX_NS (10 * UINT64_C(1000000000))
+
+/* t, forked at forked_tick, is named from now on: the first search of
+ * every process in first_ns. */
+static void naming_start(struct zsw_target *t, uint64_t forked_tick, uint64_t first_ns) {
+        t->forked_ns = zsw_now_ns();
+        t->forked_tick = forked_tick;
+        t->wide_gap_ns = WIDE_FIRST_NS;
+        t->wide_ns = t->forked_ns + first_ns;
+}
 
 void engine_add_fork_child(void *userdata, struct zsw_target *parent, int child_uffd) {
         struct zsw_engine *e = userdata;
@@ -300,10 +309,7 @@ void engine_add_fork_child(void *userdata, struct zsw_target *parent, int child_
          * reaper, woken now, names it as soon as it is. */
         t->parent_pid = ppid;
         t->fork_parent = parent;
-        t->forked_ns = zsw_now_ns();
-        t->forked_tick = forked_tick;
-        t->wide_gap_ns = WIDE_FIRST_NS;
-        t->wide_ns = t->forked_ns + WIDE_FIRST_NS;
+        naming_start(t, forked_tick, WIDE_FIRST_NS);
         r = engine_publish(e, t);
         if (r < 0) {
                 target_free(t);
@@ -320,10 +326,7 @@ void engine_add_fork_child(void *userdata, struct zsw_target *parent, int child_
 void engine_fork_child_adopted(struct zsw_target *t, uint64_t forked_tick) {
         /* Its parent is not known: the processes started around its fork
          * are searched at once. */
-        t->forked_ns = zsw_now_ns();
-        t->forked_tick = forked_tick;
-        t->wide_gap_ns = WIDE_FIRST_NS;
-        t->wide_ns = t->forked_ns;
+        naming_start(t, forked_tick, 0);
         t->adopted_unnamed = true;
 }
 

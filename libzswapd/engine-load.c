@@ -206,19 +206,12 @@ static bool load_same_process(const struct state_target *st, int *ret_pidfd) {
         return true;
 }
 
-/* Descriptor fd of the process of pidfd, taken with pidfd_getfd(): the
- * uffd of a target whose zswapd died (the target's own reference, which
- * the dead process checked was the one it served, kcmp), or of a fork
- * child not named yet (the dead zswapd's, which its rescue task keeps);
- * -errno if it is not a userfaultfd now. */
-static int adopt_uffd(int pidfd, int target_fd) {
+/* fd, ours, if it is a userfaultfd (close-on-exec from now on); else
+ * -EBADF, and fd closed. */
+static int uffd_checked(int fd) {
         char path[64], link[64];
         ssize_t n;
-        int fd;
 
-        fd = (int) syscall(SYS_pidfd_getfd, pidfd, target_fd, 0);
-        if (fd < 0)
-                return -errno;
         snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
         n = readlink(path, link, sizeof(link) - 1);
         if (n < 0 || (link[n] = 0, strcmp(link, "anon_inode:[userfaultfd]") != 0)) {
@@ -227,6 +220,17 @@ static int adopt_uffd(int pidfd, int target_fd) {
         }
         (void) state_fd_set_cloexec(fd, true);
         return fd;
+}
+
+/* Descriptor fd of the process of pidfd, taken with pidfd_getfd(): the
+ * uffd of a target whose zswapd died (the target's own reference, which
+ * the dead process checked was the one it served, kcmp), or of a fork
+ * child not named yet (the dead zswapd's, which its rescue task keeps);
+ * -errno if it is not a userfaultfd now. */
+static int adopt_uffd(int pidfd, int target_fd) {
+        int fd = (int) syscall(SYS_pidfd_getfd, pidfd, target_fd, 0);
+
+        return fd < 0 ? -errno : uffd_checked(fd);
 }
 
 /* After a zswapd died: entries of pages present in the target go. They
@@ -478,17 +482,9 @@ static int keeper_open(pid_t keeper) {
 static int take_kept(struct zsw_engine *e, pid_t keeper, int number) {
         for (size_t i = 0; i < e->n_kept; i++) {
                 struct kept_uffd *k = &e->kept[i];
-                char path[64], link[64];
-                ssize_t n;
 
-                if (k->keeper != keeper || k->number != number || k->fd < 0)
-                        continue;
-                snprintf(path, sizeof(path), "/proc/self/fd/%d", k->fd);
-                n = readlink(path, link, sizeof(link) - 1);
-                if (n < 0 || (link[n] = 0, strcmp(link, "anon_inode:[userfaultfd]") != 0))
-                        return -EBADF;
-                (void) state_fd_set_cloexec(k->fd, true);
-                return TAKE_FD(k->fd);
+                if (k->keeper == keeper && k->number == number && k->fd >= 0)
+                        return uffd_checked(TAKE_FD(k->fd));
         }
         return -ESRCH;
 }
