@@ -691,6 +691,63 @@ static void test_target_gone_while_zswapd_dead(void) {
         target_exit(kept);
 }
 
+/* Pages of the target's buffer at addr whose uffd-wp bit is set
+ * (/proc/PID/pagemap bit 57). */
+static uint64_t write_protected_pages(pid_t pid, uint64_t addr, uint64_t npages) {
+        char path[64];
+        uint64_t *pm = calloc(npages, sizeof(*pm)), n = 0;
+        int fd;
+
+        ASSERT_TRUE(pm);
+        snprintf(path, sizeof(path), "/proc/%d/pagemap", pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        ASSERT_GE(fd, 0);
+        ASSERT_EQ(pread(fd, pm, npages * sizeof(*pm), (off_t) (addr / PAGE * sizeof(*pm))),
+                  (ssize_t) (npages * sizeof(*pm)));
+        close(fd);
+        for (uint64_t i = 0; i < npages; i++)
+                n += (pm[i] >> 57) & 1;
+        free(pm);
+        return n;
+}
+
+/* Pages an age scan write-protected (no round of theirs in flight) when
+ * zswapd died: the target waits on its first write to one, and the next
+ * zswapd, once it has taken the target over, lets every such write
+ * through. */
+static void test_age_protected_pages_are_written_after_a_death(void) {
+        struct target *t;
+        struct daemon d;
+        uint64_t addr;
+        char p[16];
+
+        daemon_start(&d, zswapd_path, "");
+        t = target_start(NULL);
+        addr = field(cmd_ok(t, "fill 24"), "addr");
+        attach(&d, t->pid);
+        snprintf(p, sizeof(p), "%d", t->pid);
+        /* Nothing has been unused for an hour: the reclaim takes nothing,
+         * but its age scan protects every page it finds. */
+        free(ctl_ok(&d, (const char *const[]) { "reclaim", p, "--min-age", "1h", NULL }));
+        ASSERT_GE(stat_of(&d, t->pid, "scans"), 1);
+        ASSERT_EQ_U(write_protected_pages(t->pid, addr, TARGET_PAGES), TARGET_PAGES);
+        ASSERT_EQ_U(stat_of(&d, t->pid, "stored_pages"), 0);
+
+        daemon_kill(&d, SIGKILL);
+        daemon_exec(&d, zswapd_path, NULL, 0);
+        expect_in_log(&d, "Took over 1 processes");
+        for (uint64_t i = 0; i < TARGET_PAGES; i++) {
+                char w[48];
+
+                snprintf(w, sizeof(w), "write %" PRIu64 " %" PRIu64, i, i + 7);
+                cmd_ok(t, w);
+        }
+        ASSERT_EQ_U(write_protected_pages(t->pid, addr, TARGET_PAGES), 0);
+        expect_verify(t, TARGET_PAGES, 0);
+        daemon_stop(&d);
+        target_exit(t);
+}
+
 /* A process still registered with a dead zswapd's uffd, whose state is
  * gone (here: removed), cannot be served there by a new zswapd: attach
  * says so (it serves what else the process maps). */
@@ -1056,6 +1113,8 @@ int main(int argc, char **argv) {
                 { "killed_zswapd_loses_nothing", test_killed_zswapd_loses_nothing },
                 { "unread_state_is_never_overwritten", test_unread_state_is_never_overwritten },
                 { "target_gone_while_zswapd_dead", test_target_gone_while_zswapd_dead },
+                { "age_protected_pages_are_written_after_a_death",
+                  test_age_protected_pages_are_written_after_a_death },
                 { "event_read_by_a_dead_zswapd_is_applied",
                   test_event_read_by_a_dead_zswapd_is_applied },
                 { "unnamed_fork_child_survives_a_death", test_unnamed_fork_child_survives_a_death },
