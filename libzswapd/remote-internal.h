@@ -6,7 +6,6 @@
  */
 #pragma once
 
-#include <dirent.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -18,7 +17,20 @@
 const struct zsw_log *remote_log(const struct zsw_remote *r);
 int remote_pidfd(const struct zsw_remote *r);
 
-void remote_closedirp(DIR **d);
+/* The threads of a process, as /proc/PID/task lists them, read with
+ * getdents64() into the iterator itself: no memory is allocated, so a
+ * tracer task that outlives the daemon can list them while a thread the
+ * kill ended holds malloc's lock (see the top of remote.c). */
+struct remote_tasks {
+        int fd;
+        size_t pos, len;
+        char buf[4096] __attribute__((aligned(8)));
+};
+/* 0, or -ESRCH if the process is gone, another -errno if unreadable. */
+int remote_tasks_open(struct remote_tasks *it, pid_t pid);
+/* The next thread id; 0 at the end (or on a read error). */
+pid_t remote_tasks_next(struct remote_tasks *it);
+void remote_tasks_close(struct remote_tasks *it);
 int remote_read_small_file(const char *path, char *buf, size_t size);
 /* State letter and PF_* flags from a /proc/.../stat file; -ESRCH if gone. */
 int remote_read_proc_stat(const char *path, char *ret_state, unsigned long *ret_flags);

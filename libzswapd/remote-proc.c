@@ -4,6 +4,7 @@
  * (remote.c): which can be stopped now, which only later, which must not
  * be interrupted, and, when one does not stop, what it waits in.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -14,9 +15,40 @@
 
 #include "remote-internal.h"
 
-void remote_closedirp(DIR **d) {
-        if (*d)
-                closedir(*d);
+int remote_tasks_open(struct remote_tasks *it, pid_t pid) {
+        char path[64];
+
+        snprintf(path, sizeof(path), "/proc/%d/task", pid);
+        it->pos = it->len = 0;
+        it->fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (it->fd < 0)
+                return errno == ENOENT ? -ESRCH : -errno;
+        return 0;
+}
+
+pid_t remote_tasks_next(struct remote_tasks *it) {
+        for (;;) {
+                const struct dirent64 *de;
+
+                if (it->pos >= it->len) {
+                        long n = syscall(SYS_getdents64, it->fd, it->buf, sizeof(it->buf));
+
+                        if (n <= 0)
+                                return 0;
+                        it->pos = 0;
+                        it->len = (size_t) n;
+                }
+                de = (const struct dirent64 *) (it->buf + it->pos);
+                it->pos += de->d_reclen;
+                if (de->d_name[0] >= '1' && de->d_name[0] <= '9')
+                        return (pid_t) strtol(de->d_name, NULL, 10);
+        }
+}
+
+void remote_tasks_close(struct remote_tasks *it) {
+        if (it->fd >= 0)
+                close(it->fd);
+        it->fd = -EBADF;
 }
 
 int remote_read_small_file(const char *path, char *buf, size_t size) {
@@ -180,21 +212,14 @@ void remote_describe_thread(pid_t pid, pid_t tid, char *buf, size_t size) {
 }
 
 int zsw_remote_describe_stuck(pid_t pid, char *buf, size_t size) {
-        _cleanup_(remote_closedirp) DIR *d = NULL;
+        _cleanup_(remote_tasks_close) struct remote_tasks it = { .fd = -EBADF };
         char path[64], state;
         unsigned long flags;
-        struct dirent *de;
-        pid_t late = 0;
+        pid_t tid, late = 0;
 
-        snprintf(path, sizeof(path), "/proc/%d/task", pid);
-        d = opendir(path);
-        if (!d)
+        if (remote_tasks_open(&it, pid) < 0)
                 return -ESRCH;
-        while ((de = readdir(d))) {
-                pid_t tid = (pid_t) strtol(de->d_name, NULL, 10);
-
-                if (tid <= 0)
-                        continue;
+        while ((tid = remote_tasks_next(&it)) > 0) {
                 if (remote_in_kernel_userfault(pid, tid)) {
                         remote_describe_thread(pid, tid, buf, size);
                         return 0;
@@ -227,11 +252,10 @@ static int thread_class(pid_t pid, pid_t tid) {
 /* The leader if it can be stopped now, else another thread that can, else
  * a live thread that may stop later (PICK_LATE before PICK_WAIT). */
 int remote_pick_thread(pid_t pid, const struct zsw_log *log, pid_t *ret_tid) {
-        _cleanup_(remote_closedirp) DIR *d = NULL;
+        _cleanup_(remote_tasks_close) struct remote_tasks it = { .fd = -EBADF };
         char path[64], state;
         unsigned long flags;
-        struct dirent *de;
-        pid_t found[3] = {};
+        pid_t found[3] = {}, tid;
         int r;
 
         snprintf(path, sizeof(path), "/proc/%d/stat", pid);
@@ -251,12 +275,9 @@ int remote_pick_thread(pid_t pid, const struct zsw_log *log, pid_t *ret_tid) {
         }
         if (r >= 0)
                 found[r] = pid;
-        snprintf(path, sizeof(path), "/proc/%d/task", pid);
-        d = opendir(path);
-        while (d && (de = readdir(d))) {
-                pid_t tid = (pid_t) strtol(de->d_name, NULL, 10);
-
-                if (tid <= 0 || tid == pid || (r = thread_class(pid, tid)) < 0)
+        (void) remote_tasks_open(&it, pid);
+        while ((tid = remote_tasks_next(&it)) > 0) {
+                if (tid == pid || (r = thread_class(pid, tid)) < 0)
                         continue;
                 if (r == PICK_NOW) {
                         *ret_tid = tid;

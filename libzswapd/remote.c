@@ -58,7 +58,10 @@
  * drop in flight left (finish_orphaned()), puts the thread's registers
  * back, lets every held thread go and exits, as release would have.
  * Operations are handed over through counters and futexes, with no lock
- * a dying thread could keep.
+ * a dying thread could keep; and no operation allocates memory (threads
+ * are listed with getdents64(), the hold's room is made beforehand, the
+ * vDSO is read out of the tracer), since a kill can end a thread of the
+ * daemon holding malloc's lock.
  *
  * The syscall instruction is looked up in the vDSO where the kernel put
  * it (AT_SYSINFO_EHDR, checked with one PROCMAP_QUERY), and in the whole
@@ -72,7 +75,6 @@
  * wait until it leaves that wait (our own fault threads answer theirs at
  * once), and give up at the deadline if it does not.
  */
-#include <dirent.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <linux/kcmp.h>
@@ -772,7 +774,7 @@ static int seize_op(struct zsw_remote *r, void *arg) {
                 return zsw_log_errno(r->log, LOG_ERR, k, "Failed to read registers of %d: %m", tid);
         if (ptrace(PTRACE_GET_RSEQ_CONFIGURATION, tid, sizeof(r->rseq), &r->rseq) < 0)
                 r->rseq_error = -errno;
-        return find_syscall_insn(r);
+        return 0;
 }
 
 int zsw_remote_seize(pid_t pid, const struct zsw_log *log, struct zsw_remote **ret) {
@@ -804,6 +806,10 @@ int zsw_remote_seize(pid_t pid, const struct zsw_log *log, struct zsw_remote **r
         k = on_tracer(r, seize_op, NULL);
         if (k < 0)
                 return k;
+        /* Here, not on the tracer: it allocates (see the top). */
+        k = find_syscall_insn(r);
+        if (k < 0)
+                return k;
         zsw_log(log, LOG_DEBUG, "Seized thread %d of %d, syscall at 0x%llx", r->tid, pid,
                 (unsigned long long) r->insn);
         *ret = TAKE_PTR(r);
@@ -821,23 +827,23 @@ static bool is_held(const struct zsw_remote *r, pid_t tid) {
 
 /* Seizes and interrupts every live thread of the target not held yet
  * (and not ours), but a thread in a kernel-mode userfault (see the top),
- * which is left for later in *ret_waiting. Returns how many it added. */
-static int hold_new_threads(struct zsw_remote *r, pid_t *ret_waiting) {
-        _cleanup_(remote_closedirp) DIR *d = NULL;
-        struct dirent *de;
+ * which is left for later in *ret_waiting, as many as r->held has room
+ * for (*ret_full once it is full: zsw_remote_stop_others() makes more
+ * room, out of the tracer). Returns how many it added. */
+static int hold_new_threads(struct zsw_remote *r, pid_t *ret_waiting, bool *ret_full) {
+        _cleanup_(remote_tasks_close) struct remote_tasks it = { .fd = -EBADF };
         char path[64];
-        int added = 0;
+        int added = 0, k;
+        pid_t tid;
 
-        snprintf(path, sizeof(path), "/proc/%d/task", r->pid);
-        d = opendir(path);
-        if (!d)
-                return errno == ENOENT ? -ESRCH : -errno;
-        while ((de = readdir(d))) {
-                pid_t tid = (pid_t) strtol(de->d_name, NULL, 10);
+        k = remote_tasks_open(&it, r->pid);
+        if (k < 0)
+                return k;
+        while ((tid = remote_tasks_next(&it)) > 0) {
                 unsigned long flags;
                 char state;
 
-                if (tid <= 0 || tid == r->tid || is_held(r, tid))
+                if (tid == r->tid || is_held(r, tid))
                         continue;
                 /* A zombie leader runs nothing. Other threads are listed
                  * only until they exit (a zombie one that another tracer
@@ -851,19 +857,13 @@ static int hold_new_threads(struct zsw_remote *r, pid_t *ret_waiting) {
                         continue;
                 }
                 if (r->n_held == r->held_size) {
-                        size_t size = MAX(r->held_size * 2, (size_t) 16);
-                        struct held_thread *h = reallocarray(r->held, size, sizeof(*h));
-
-                        if (!h)
-                                return -ENOMEM;
-                        r->held = h;
-                        r->held_size = size;
+                        *ret_full = true;
+                        break;
                 }
                 /* TRACEEXEC: a thread that execs reports it, and the hold
                  * fails, instead of stopping in a new program. */
                 if (ptrace(PTRACE_SEIZE, tid, NULL, (void *) (long) PTRACE_O_TRACEEXEC) < 0) {
-                        int k = -errno;
-
+                        k = -errno;
                         if (k == -ESRCH || (remote_read_proc_stat(path, &state, &flags) < 0 ||
                                             !remote_state_alive(state)))
                                 continue; /* exited meanwhile */
@@ -930,8 +930,9 @@ static int stop_others_op(struct zsw_remote *r, void *arg) {
          * kernel-mode userfault is left until its fault is answered (ours
          * are at once: no round is committed yet). */
         for (;;) {
+                bool full = false;
                 pid_t waiting = 0;
-                int added = hold_new_threads(r, &waiting), k;
+                int added = hold_new_threads(r, &waiting, &full), k;
 
                 if (added < 0)
                         return added;
@@ -939,6 +940,8 @@ static int stop_others_op(struct zsw_remote *r, void *arg) {
                 if (k < 0)
                         return k;
                 from = r->n_held;
+                if (full)
+                        return -ENOBUFS;
                 if (added == 0 && waiting == 0)
                         return 0;
                 if (waiting > 0 && zsw_now_ns() >= deadline)
@@ -948,8 +951,37 @@ static int stop_others_op(struct zsw_remote *r, void *arg) {
         }
 }
 
+/* Room in r->held for every thread the target has now and a few more, made
+ * here and not on the tracer: a tracer task that outlives the daemon must
+ * never wait on malloc's lock. */
+static int held_reserve(struct zsw_remote *r) {
+        size_t want = r->n_held +
+                      (size_t) MAX(remote_read_status_pid(r->pid, r->pid, "\nThreads:"), 0) + 16;
+        struct held_thread *h;
+
+        if (r->held_size >= want)
+                return 0;
+        want = MAX(want, r->held_size * 2);
+        h = reallocarray(r->held, want, sizeof(*h));
+        if (!h)
+                return -ENOMEM;
+        r->held = h;
+        r->held_size = want;
+        return 0;
+}
+
 int zsw_remote_stop_others(struct zsw_remote *r) {
-        return on_tracer(r, stop_others_op, NULL);
+        for (;;) {
+                int k = held_reserve(r);
+
+                if (k < 0)
+                        return k;
+                /* Threads made faster than room for them: more room, and
+                 * the hold goes on with those not held yet. */
+                k = on_tracer(r, stop_others_op, NULL);
+                if (k != -ENOBUFS)
+                        return k;
+        }
 }
 
 static void release_held(struct zsw_remote *r) {
