@@ -695,6 +695,8 @@ static int make_wake_timer(struct zsw_remote *r) {
                 if (sigaction(ZSW_REMOTE_WAKE_SIGNAL, &sa, NULL) < 0)
                         return -errno;
         }
+        /* With SIGEV_THREAD_ID, glibc 2.34 and later allocate nothing here
+         * nor in timer_delete() (this runs on the tracer: see the top). */
         if (timer_create(CLOCK_MONOTONIC, &ev, &r->wake_timer) < 0)
                 return zsw_log_errno(r->log, LOG_ERR, errno, "Failed to create a timer: %m");
         r->wake_timer_made = true;
@@ -957,16 +959,24 @@ static int stop_others_op(struct zsw_remote *r, void *arg) {
 static int held_reserve(struct zsw_remote *r) {
         size_t want = r->n_held +
                       (size_t) MAX(remote_read_status_pid(r->pid, r->pid, "\nThreads:"), 0) + 16;
-        struct held_thread *h;
+        struct held_thread *h, *old;
 
         if (r->held_size >= want)
                 return 0;
         want = MAX(want, r->held_size * 2);
-        h = reallocarray(r->held, want, sizeof(*h));
+        /* Not realloc(): the old array stays whole until the new one is
+         * in place, for a tracer that lets the held threads go after a
+         * kill in between. */
+        h = calloc(want, sizeof(*h));
         if (!h)
                 return -ENOMEM;
-        r->held = h;
+        if (r->n_held > 0)
+                memcpy(h, r->held, r->n_held * sizeof(*h));
+        old = r->held;
+        __atomic_store_n(&r->held, h, __ATOMIC_SEQ_CST);
+        atomic_signal_fence(memory_order_seq_cst);
         r->held_size = want;
+        free(old);
         return 0;
 }
 

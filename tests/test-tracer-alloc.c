@@ -8,8 +8,10 @@
  * threads it holds (libzswapd/remote.c). This program replaces malloc and
  * its kin (glibc calls them through the PLT, its own opendir() and fopen()
  * included) to count the calls made by a task named zswapd-tracer, on a
- * target with more threads than one getdents64() buffer lists and than
- * the hold's first room, some of them made during the hold.
+ * target with more threads than one getdents64() buffer lists, some of
+ * them made as it is held (how many before the hold's listing reaches
+ * them, and so whether the hold runs out of room and is posted again,
+ * depends on the scheduler: the verdict does not).
  */
 #include <pthread.h>
 #include <signal.h>
@@ -99,7 +101,10 @@ void *memalign(size_t align, size_t size) {
         return __libc_memalign(align, size);
 }
 
+/* free() takes malloc's locks too. */
 void free(void *p) {
+        if (p)
+                count();
         __libc_free(p);
 }
 #endif
