@@ -919,11 +919,12 @@ static int wait_held(struct zsw_remote *r, size_t from, uint64_t deadline) {
         return 0;
 }
 
+/* arg: the deadline of the whole hold, which a repost for more room
+ * (zsw_remote_stop_others()) does not extend. */
 static int stop_others_op(struct zsw_remote *r, void *arg) {
-        uint64_t deadline = deadline_in(ZSW_REMOTE_STOP_TIMEOUT_MS);
+        uint64_t deadline = *(const uint64_t *) arg;
         size_t from = r->n_held;
 
-        (void) arg;
         if (r->gone)
                 return -ESRCH;
         /* Threads are seized and interrupted all at once, then waited for:
@@ -981,6 +982,8 @@ static int held_reserve(struct zsw_remote *r) {
 }
 
 int zsw_remote_stop_others(struct zsw_remote *r) {
+        uint64_t deadline = deadline_in(ZSW_REMOTE_STOP_TIMEOUT_MS);
+
         for (;;) {
                 int k = held_reserve(r);
 
@@ -988,7 +991,7 @@ int zsw_remote_stop_others(struct zsw_remote *r) {
                         return k;
                 /* Threads made faster than room for them: more room, and
                  * the hold goes on with those not held yet. */
-                k = on_tracer(r, stop_others_op, NULL);
+                k = on_tracer(r, stop_others_op, &deadline);
                 if (k != -ENOBUFS)
                         return k;
         }
