@@ -437,20 +437,6 @@ static int load_all(struct zsw_engine *e, struct reader *rd, const struct state_
         return 0;
 }
 
-/* The first bytes of /proc/PID/<name> (NUL-terminated) in buf. */
-static void proc_read(pid_t pid, const char *name, char *buf, size_t size) {
-        char path[64];
-        ssize_t n;
-        int fd;
-
-        snprintf(path, sizeof(path), "/proc/%d/%s", pid, name);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        n = fd >= 0 ? read(fd, buf, size - 1) : -1;
-        if (fd >= 0)
-                close(fd);
-        buf[MAX(n, 0)] = 0;
-}
-
 /* The keeper a dead zswapd's state names (its rescue task, which keeps
  * the uffds of fork children not named yet open for us, itself or as the
  * zswapd binary it executes for that): a pidfd of it, or -ESRCH if that
@@ -458,15 +444,17 @@ static void proc_read(pid_t pid, const char *name, char *buf, size_t size) {
  * descriptors (our own rescue task). */
 static int keeper_open(pid_t keeper) {
         static const char keeper_cmdline[] = "zswapd-rescue\0--keep-uffds";
-        char comm[32], cmdline[sizeof(keeper_cmdline) + 1];
+        char path[64], comm[32] = "", cmdline[sizeof(keeper_cmdline) + 1] = "";
         int pidfd;
 
         pidfd = (int) syscall(SYS_pidfd_open, keeper, 0);
         if (pidfd < 0)
                 return -ESRCH;
         /* Read after the pidfd is open: the pid's process then. */
-        proc_read(keeper, "comm", comm, sizeof(comm));
-        proc_read(keeper, "cmdline", cmdline, sizeof(cmdline));
+        snprintf(path, sizeof(path), "/proc/%d/comm", keeper);
+        (void) zsw_read_small_file(path, comm, sizeof(comm));
+        snprintf(path, sizeof(path), "/proc/%d/cmdline", keeper);
+        (void) zsw_read_small_file(path, cmdline, sizeof(cmdline));
         if ((strcmp(comm, "zswapd-rescue\n") != 0 &&
              memcmp(cmdline, keeper_cmdline, sizeof(keeper_cmdline)) != 0) ||
             syscall(SYS_kcmp, getpid(), keeper, KCMP_FILES, 0, 0) == 0) {

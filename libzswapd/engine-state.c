@@ -41,20 +41,14 @@ _Static_assert(ZSW_STATE_LABEL_MAX == ZSW_ENGINE_LABEL_MAX, "a target's label fi
 int state_proc_stat(pid_t pid, pid_t *ret_ppid, uint64_t *ret_start) {
         char path[64], buf[1024], *p;
         unsigned long long st;
-        ssize_t n;
-        int fd, ppid;
+        int r, ppid;
 
-        /* open and read, not stdio: zswapd-rescue calls this after the
-         * other threads died, maybe holding stdio's locks. */
+        /* Not stdio: zswapd-rescue calls this after the other threads
+         * died, maybe holding stdio's locks. */
         snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return -errno;
-        n = read(fd, buf, sizeof(buf) - 1);
-        close(fd);
-        if (n <= 0)
-                return -EIO;
-        buf[n] = 0;
+        r = zsw_read_small_file(path, buf, sizeof(buf));
+        if (r < 0)
+                return r;
         if (!(p = strrchr(buf, ')')) ||
             sscanf(p + 1,
                    " %*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "

@@ -31,7 +31,6 @@ int remote_tasks_open(struct remote_tasks *it, pid_t pid);
 /* The next thread id; 0 at the end (or on a read error). */
 pid_t remote_tasks_next(struct remote_tasks *it);
 void remote_tasks_close(struct remote_tasks *it);
-int remote_read_small_file(const char *path, char *buf, size_t size);
 /* State letter and PF_* flags from a /proc/.../stat file; -ESRCH if gone. */
 int remote_read_proc_stat(const char *path, char *ret_state, unsigned long *ret_flags);
 /* A pid field ("\nTracerPid:", "\nPPid:") of a thread's status; 0 when

@@ -51,19 +51,6 @@ void remote_tasks_close(struct remote_tasks *it) {
         it->fd = -EBADF;
 }
 
-int remote_read_small_file(const char *path, char *buf, size_t size) {
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-        ssize_t n;
-
-        if (fd < 0)
-                return -errno;
-        n = read(fd, buf, size - 1);
-        if (n < 0)
-                return -errno;
-        buf[n] = 0;
-        return 0;
-}
-
 /* State letter and PF_* flags from a /proc/.../stat file. */
 int remote_read_proc_stat(const char *path, char *ret_state, unsigned long *ret_flags) {
         char buf[1024], state;
@@ -71,7 +58,7 @@ int remote_read_proc_stat(const char *path, char *ret_state, unsigned long *ret_
         const char *p;
         int r;
 
-        r = remote_read_small_file(path, buf, sizeof(buf));
+        r = zsw_read_small_file(path, buf, sizeof(buf));
         if (r < 0)
                 return r == -ENOENT ? -ESRCH : r;
         /* comm may hold spaces and parentheses: fields resume after the last ')'. */
@@ -90,7 +77,7 @@ pid_t remote_read_status_pid(pid_t pid, pid_t tid, const char *key) {
         const char *p;
 
         snprintf(path, sizeof(path), "/proc/%d/task/%d/status", pid, tid);
-        if (remote_read_small_file(path, buf, sizeof(buf)) < 0)
+        if (zsw_read_small_file(path, buf, sizeof(buf)) < 0)
                 return 0;
         p = strstr(buf, key);
         return p ? (pid_t) strtol(p + strlen(key), NULL, 10) : 0;
@@ -119,13 +106,11 @@ bool remote_in_kernel_userfault(pid_t pid, pid_t tid) {
         char path[64], buf[64] = "";
 
         snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan", pid, tid);
-        if (remote_read_small_file(path, buf, sizeof(buf)) < 0 ||
-            strcmp(buf, "handle_userfault") != 0)
+        if (zsw_read_small_file(path, buf, sizeof(buf)) < 0 || strcmp(buf, "handle_userfault") != 0)
                 return false;
         /* "-1 ..." outside a system call, "running" if it woke up since. */
         snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
-        return remote_read_small_file(path, buf, sizeof(buf)) >= 0 && buf[0] >= '0' &&
-               buf[0] <= '9';
+        return zsw_read_small_file(path, buf, sizeof(buf)) >= 0 && buf[0] >= '0' && buf[0] <= '9';
 }
 
 static const char *state_name(char state) {
@@ -195,10 +180,10 @@ void remote_describe_thread(pid_t pid, pid_t tid, char *buf, size_t size) {
         snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
         (void) remote_read_proc_stat(path, &state, &flags);
         snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan", pid, tid);
-        if (remote_read_small_file(path, wchan, sizeof(wchan)) < 0 || strcmp(wchan, "0") == 0)
+        if (zsw_read_small_file(path, wchan, sizeof(wchan)) < 0 || strcmp(wchan, "0") == 0)
                 wchan[0] = 0;
         snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
-        if (remote_read_small_file(path, sc, sizeof(sc)) >= 0 && sc[0] >= '0' && sc[0] <= '9')
+        if (zsw_read_small_file(path, sc, sizeof(sc)) >= 0 && sc[0] >= '0' && sc[0] <= '9')
                 nr = strtol(sc, NULL, 10);
         name = nr >= 0 ? syscall_name(nr) : NULL;
         snprintf(buf, size, "thread %d of %d is %s (%c)%s%s", tid, pid, state_name(state), state,

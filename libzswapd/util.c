@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -52,5 +53,18 @@ int zsw_sched_get_slice(pid_t tid, uint64_t *ret_ns) {
         if (syscall(SYS_sched_getattr, tid, &a, sizeof(a), 0) < 0)
                 return -errno;
         *ret_ns = a.runtime;
+        return 0;
+}
+
+int zsw_read_small_file(const char *path, char *buf, size_t size) {
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n;
+
+        if (fd < 0)
+                return -errno;
+        n = read(fd, buf, size - 1);
+        if (n < 0)
+                return -errno;
+        buf[n] = 0;
         return 0;
 }

@@ -123,6 +123,12 @@ _printf_(6, 7) void zsw_log_internal(const struct zsw_log *log, int priority, co
 /* Monotonic clock in nanoseconds, for latency accounting. */
 uint64_t zsw_now_ns(void);
 
+/* Up to size - 1 bytes of the file at path (a /proc file), NUL-terminated,
+ * with open() and one read(): no memory allocated, no stdio lock (for the
+ * rescue task and the tracer, which run after threads died). -errno if it
+ * cannot be read. */
+int zsw_read_small_file(const char *path, char *buf, size_t size);
+
 /* The shortest scheduler slice the kernel takes for a SCHED_OTHER thread
  * (sched_setattr(2)'s sched_runtime, Linux 6.12 or later). */
 #define ZSW_SCHED_SLICE_MIN_NS 100000ull
